@@ -1,0 +1,27 @@
+# Every target builds its own virtual environment from the pinned requirements first.
+# torch==2.13.0 is pinned on purpose: a looser pin pulls a multi-GB CUDA build.
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+DEST   ?= $(HOME)/.claude/skills
+
+.PHONY: demo test check install-skill clean
+
+$(VENV)/.installed: requirements.txt constraints.txt
+	python3 -m venv $(VENV)
+	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	touch $@
+
+demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model with a planted bug)
+	$(PYTHON) diagnostics/doctor.py
+
+test: $(VENV)/.installed  ## the whole test suite, pack checker included
+	$(PYTHON) -m pytest -q
+
+check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
+	$(PYTHON) tools/check_pack.py
+
+install-skill: $(VENV)/.installed  ## copy the agent-facing files into $(DEST)/ml-debug and validate the copy
+	$(PYTHON) tools/install_skill.py $(DEST)
+
+clean:
+	rm -rf $(VENV) .pytest_cache
