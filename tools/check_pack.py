@@ -67,7 +67,7 @@ def plain(text):
     text = unicodedata.normalize("NFKC", text)
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links and images keep their text
     text = re.sub(r"\[\^[^\]\s]+\]", "", text)  # footnote references
-    text = re.sub(r"(?m)^[ \t]*(?:>[ \t]?)*(?:#{1,6}[ \t]+|[-*+][ \t]+|\d+[.)][ \t]+)?", "", text)
+    text = re.sub(r"(?m)^[ \t]*(?:>[ \t]?)*[ \t]*(?:#{1,6}[ \t]+|[-*+][ \t]+|\d+[.)][ \t]+)?", "", text)
     text = text.translate(str.maketrans({"“": '"', "”": '"', "„": '"', "‘": "'", "’": "'", "—": "-", "–": "-", "−": "-"}))
     text = re.sub(r"[*_`\\]", "", text)
     return re.sub(r"\s+", " ", text).strip()
@@ -281,6 +281,9 @@ class Checker:
     def check_link(self, page, line, href):
         target, _, anchor = href.partition("#")
         target_path = (page.path.parent / target).resolve() if target else page.path.resolve()
+        if target and not target_path.exists() and page.rel.startswith("site/"):
+            # the site hook serves the pack's files at the site root, beside site/'s own pages
+            target_path = (self.root / Path(page.rel).parent.relative_to("site") / target).resolve()
         if target and not target_path.exists():
             self.report(page, line, f"link target {target} does not exist")
             return
