@@ -112,6 +112,7 @@ DEFECTS = {
     "bad status": ("evidence/source-a.md", "status: verbatim-excerpts", "status: paraphrased", "evidence/source-a.md:1: status 'paraphrased'"),
     "id differs from file name": ("evidence/source-a.md", "id: source-a", "id: source-b", "evidence/source-a.md:1: front matter id 'source-b'"),
     "excerpt not in its source": ("evidence/source-a.md", "Overfit one batch first.", "Overfit one batch first, always.", "evidence/source-a.md:"),
+    "invalid skill front matter": ("SKILL.md", "name: ml-debug", "name: ML_Debug", "SKILL.md:1: skills-ref: "),
     "source file missing": ("evidence/source-a.md", "shared/sources/a.md", "shared/sources/b.md", "evidence/source-a.md:1: obtained_via names b.md"),
 }
 

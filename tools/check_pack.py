@@ -12,7 +12,8 @@ refs/, evidence/, site/) it checks that:
 - every relative link and `#anchor` resolves;
 - evidence front matter is complete and valid, and every evidence file is cited by a page;
 - when the shared folder is present, every excerpt is found in the text `obtained_via` names;
-- SKILL.md stays within its budget (500 body lines, 5,000 tokens counted as below);
+- SKILL.md passes the Agent Skills validator (`skills-ref`) on a copy installed as `ml-debug/`,
+  and stays within its budget (500 body lines, 5,000 tokens counted as below);
 - every `diagnostics/...` path a page mentions exists.
 
 Prints one `path:line: message` per problem; exit 0 when clean, 1 on problems, 2 on bad usage.
@@ -28,7 +29,9 @@ import datetime
 import html
 import math
 import re
+import shutil
 import sys
+import tempfile
 import unicodedata
 from pathlib import Path
 
@@ -36,6 +39,7 @@ import yaml
 from markdown_it import MarkdownIt
 from mdit_py_plugins.footnote import footnote_plugin
 from mdit_py_plugins.front_matter import front_matter_plugin
+from skills_ref.validator import validate as validate_skill_folder
 
 SKILL_MAX_LINES = 500  # agentskills.io guidance for SKILL.md bodies
 SKILL_MAX_TOKENS = 5000  # agentskills.io guidance ("< 5000 tokens recommended")
@@ -197,6 +201,7 @@ class Checker:
         skill = self.root / "SKILL.md"
         if skill.resolve() in self.pages:
             self.check_skill_budget(self.pages[skill.resolve()])
+            self.check_skill_format(self.pages[skill.resolve()])
         return self.problems
 
     # -- footnotes and quotes ------------------------------------------------------------
@@ -355,6 +360,16 @@ class Checker:
             self.report(page, body_start + 1, f"SKILL.md body has {lines} lines, over the budget of {SKILL_MAX_LINES}")
         if tokens > SKILL_MAX_TOKENS:
             self.report(page, body_start + 1, f"SKILL.md body is ~{tokens} tokens, over the budget of {SKILL_MAX_TOKENS}")
+
+
+    def check_skill_format(self, page):
+        """Run skills-ref on SKILL.md in a folder named like the skill, as an installed copy is."""
+        with tempfile.TemporaryDirectory() as scratch:
+            installed = Path(scratch) / "ml-debug"
+            installed.mkdir()
+            shutil.copy2(page.path, installed / "SKILL.md")
+            for message in validate_skill_folder(installed):
+                self.report(page, 1, f"skills-ref: {message}")
 
 
 def skill_stats(root):
