@@ -4,7 +4,7 @@ VENV   := .venv
 PYTHON := $(VENV)/bin/python
 DEST   ?= $(HOME)/.claude/skills
 
-.PHONY: demo test check install-skill clean
+.PHONY: demo test check docs install-skill clean
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -19,6 +19,10 @@ test: $(VENV)/.installed  ## the whole test suite, pack checker included
 
 check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
 	$(PYTHON) tools/check_pack.py
+
+# NO_MKDOCS_2_WARNING silences mkdocs-material's end-of-life banner; it changes nothing in the build.
+docs: $(VENV)/.installed  ## build the docs site into build/site from the pack's own files (strict: any warning fails)
+	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 install-skill: $(VENV)/.installed  ## copy the agent-facing files into $(DEST)/ml-debug and validate the copy
 	$(PYTHON) tools/install_skill.py $(DEST)
