@@ -1,0 +1,356 @@
+"""data_sanity: is the batch the model sees what you think it is?
+
+Symptom
+    The model trains badly or not at all and nothing in the code looks wrong. Karpathy's
+    recipe starts with the data ("thoroughly inspecting your data") and the Hugging Face
+    course's debugging chapter tells you to double-check decoded inputs and labels before
+    anything else. This check does the mechanical part of that inspection on one batch.
+
+What it checks
+    The batch only (no forward pass), every tensor in the inputs (tensor, tuple or dict) and
+    the targets:
+
+      fail   NaN or inf values; an empty tensor; inputs and targets with different numbers of
+             rows; every sample in the batch identical; float inputs (or integer inputs to a
+             model without an embedding) with |mean| or std above 10, e.g. raw 0-255 pixels
+             or raw tabular units; token ids that are negative or beyond the model's largest
+             embedding.
+      warn   |mean| or std between 3 and 10, or a std below 0.01 (divided by 255 twice?);
+             features (columns of 2-D inputs) that are constant over the batch; float inputs
+             whose dtype differs from the model's (float64 into a float32 model); integer
+             inputs to a model without an embedding; float class targets with values outside
+             0..1 (class indices must be int64) or integer targets for regression.
+
+    Statistics are computed in float64 over the finite values; for 2-D inputs (rows x
+    features) per feature, otherwise over the whole tensor.
+
+Command
+    python diagnostics/data_sanity.py                      # embedded demo (planted bug)
+    python diagnostics/data_sanity.py --healthy            # its healthy twin
+    python diagnostics/data_sanity.py --case my_case.py --json
+
+Output
+    $ python diagnostics/data_sanity.py
+    [FAIL] data_sanity: inputs: far from normalised (mean 126, std 71.8), standardise it
+    (exit code 1)
+    $ python diagnostics/data_sanity.py --healthy
+    [PASS] data_sanity: no NaN/inf, scale or dtype surprises in inputs float32[32, 1, 8, 8], targets int64[32]
+    (exit code 0)
+
+How to read it
+    Each finding names the tensor (inputs, inputs[1], inputs['pixel_values'], targets) and,
+    for 2-D inputs, the feature columns. details["tensors"] holds each tensor's dtype, shape,
+    mean, std, min and max: compare them with what your preprocessing is supposed to produce.
+    A constant-feature warning is expected for rare one-hot columns in a small batch.
+
+Next step
+    PLAYBOOK.md#data-sanity. Fix the data pipeline (normalise with training-set statistics,
+    drop or fix NaN rows, shuffle the loader), then run labels and init_loss.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+FAIL_SCALE = 10.0  # our assumption: 10x beyond standardised (0, 1) or [0, 1] data; raw 0-255 pixels measure mean ~128, std ~74
+WARN_SCALE = 3.0  # our assumption, tuned on the test zoo: standardised zoo inputs stay below 1.5
+TINY_STD = 0.01  # our assumption: [0, 1] pixels divided by 255 a second time measure std ~0.001
+MAX_LISTED = 10  # feature columns named in a finding; the rest are counted
+
+
+def named_tensors(obj, name):
+    """(name, tensor) for a tensor or every tensor inside a tuple/list/dict."""
+    if isinstance(obj, torch.Tensor):
+        return [(name, obj)]
+    if isinstance(obj, dict):
+        return [pair for key, value in obj.items() for pair in named_tensors(value, f"{name}[{key!r}]")]
+    if isinstance(obj, (tuple, list)):
+        return [pair for i, value in enumerate(obj) for pair in named_tensors(value, f"{name}[{i}]")]
+    return []
+
+
+def columns(indices):
+    shown = ", ".join(str(i) for i in indices[:MAX_LISTED])
+    return shown + (f" and {len(indices) - MAX_LISTED} more" if len(indices) > MAX_LISTED else "")
+
+
+def stats(t):
+    """dtype, shape and float64 statistics of the finite values of a tensor."""
+    info = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape)}
+    values = t.detach().double()
+    finite = values[values.isfinite()]
+    if finite.numel():
+        info.update(mean=float(finite.mean()), std=float(finite.std(unbiased=False)),
+                    min=float(finite.min()), max=float(finite.max()))
+    return info
+
+
+def scale_findings(name, t):
+    """Findings about the scale of numeric inputs: (status, message) pairs."""
+    values = t.detach().double()
+    values = torch.where(values.isfinite(), values, torch.nan)  # NaN/inf are reported on their own
+    if t.ndim == 2 and t.shape[0] > 1:  # rows x features: judge each feature
+        mean = values.nanmean(0)
+        std = (values - mean).pow(2).nanmean(0).sqrt()
+    else:
+        mean = values.nanmean().reshape(1)
+        std = (values - mean).pow(2).nanmean().sqrt().reshape(1)
+    size = torch.maximum(mean.abs(), std).nan_to_num(0.0)
+
+    def subject(indices):
+        return name if size.numel() == 1 else f"{name} features {columns(indices)}"
+
+    findings = []
+    wild = (size > FAIL_SCALE).nonzero().flatten().tolist()
+    if wild:
+        findings.append(("fail", f"{subject(wild)}: far from normalised (mean {float(mean[wild[0]]):.3g}, "
+                         f"std {float(std[wild[0]]):.3g}), standardise it"))
+    loose = ((size > WARN_SCALE) & (size <= FAIL_SCALE)).nonzero().flatten().tolist()
+    if loose:
+        findings.append(("warn", f"{subject(loose)}: |mean| or std above {WARN_SCALE:g}"))
+    tiny = ((std > 0) & (std < TINY_STD) & (mean.abs() < 10 * TINY_STD)).nonzero().flatten().tolist()
+    if tiny:
+        findings.append(("warn", f"{subject(tiny)}: std below {TINY_STD:g}, normalised twice?"))
+    constant = (std == 0).nonzero().flatten().tolist()
+    if size.numel() > 1 and constant and len(constant) < size.numel():
+        findings.append(("warn", f"{subject(constant)}: constant over the batch"))
+    return findings
+
+
+def check_data_sanity(case):
+    """Look at every tensor of the batch for NaN/inf, scale, constant features and dtype surprises."""
+    model, task = case["model"], case["task"]
+    kind = task.get("kind")
+    with preserved(model):
+        inputs, targets = case["batch"]
+        param_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
+        embeddings = [m for m in model.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
+        input_tensors, target_tensors = named_tensors(inputs, "inputs"), named_tensors(targets, "targets")
+        findings = []  # (status, message)
+        if not input_tensors:
+            findings.append(("fail", "the inputs hold no tensor"))
+        for name, t in input_tensors + target_tensors:
+            if t.numel() == 0:
+                findings.append(("fail", f"{name} is empty {tuple(t.shape)}"))
+            elif t.is_floating_point() and not bool(t.isfinite().all()):
+                findings.append(("fail", f"{name} has {int(t.isnan().sum())} NaN and {int(t.isinf().sum())} inf values"))
+        rows = {name: t.shape[0] for name, t in input_tensors + target_tensors if t.ndim > 0}
+        if len(set(rows.values())) > 1:
+            findings.append(("fail", "tensors disagree on the number of rows: "
+                             + ", ".join(f"{name} {n}" for name, n in rows.items())))
+        for name, t in input_tensors:
+            if t.numel() == 0:
+                continue
+            if t.ndim > 0 and t.shape[0] > 1 and bool((t == t[:1]).all()):
+                findings.append(("fail", f"every sample of {name} is identical: is the loader repeating one example?"))
+            if t.is_floating_point():
+                if param_dtype is not None and t.dtype != param_dtype:
+                    findings.append(("warn", f"{name} is {t.dtype} but the model's parameters are {param_dtype}"))
+                findings += scale_findings(name, t)
+            elif t.dtype != torch.bool and embeddings:
+                largest = max(m.num_embeddings for m in embeddings)
+                if int(t.min()) < 0 or int(t.max()) >= largest:
+                    findings.append(("fail", f"{name} holds ids {int(t.min())}..{int(t.max())} but the largest embedding "
+                                     f"has {largest} rows: tokenizer and model disagree on the vocabulary"))
+            elif t.dtype != torch.bool:
+                findings.append(("warn", f"{name} is {t.dtype} but the model has no embedding: numbers fed as integers?"))
+                findings += scale_findings(name, t)
+        for name, t in target_tensors:
+            if t.numel() == 0:
+                continue
+            if kind in ("classification", "causal_lm", "seq2seq") and t.is_floating_point() \
+                    and bool(((t < 0) | (t > 1)).any()):
+                findings.append(("warn", f"{name} is {t.dtype} with values outside 0..1 for a {kind} task: "
+                                 "class indices must be int64"))
+            if kind == "regression" and not t.is_floating_point():
+                findings.append(("warn", f"{name} is {t.dtype} for a regression task: MSE needs float targets"))
+    details = {"tensors": {name: stats(t) for name, t in input_tensors + target_tensors},
+               "findings": [f"{status}: {message}" for status, message in findings]}
+    fails = [message for status, message in findings if status == "fail"]
+    warns = [message for status, message in findings if status == "warn"]
+    if fails or warns:
+        details["next"] = "fix the data pipeline (normalise, drop NaN rows, shuffle), then rerun"
+    if fails:
+        more = f" (+{len(fails) + len(warns) - 1} more in details)" if len(fails) + len(warns) > 1 else ""
+        return CheckResult("data_sanity", "fail", fails[0] + more, details)
+    if warns:
+        more = f" (+{len(warns) - 1} more in details)" if len(warns) > 1 else ""
+        return CheckResult("data_sanity", "warn", warns[0] + more, details)
+    shown = ", ".join(f"{name} {info['dtype']}{info['shape']}" for name, info in details["tensors"].items())
+    return CheckResult("data_sanity", "pass", f"no NaN/inf, scale or dtype surprises in {shown}", details)
+
+
+def make_demo_case(broken=True):
+    """A small image classifier; the broken twin feeds raw 0-255 pixel values."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        pixels = torch.randint(0, 256, (32, 1, 8, 8)).float()
+        labels = (pixels.mean(dim=(1, 2, 3)) > 127.5).long()
+        images = pixels / 255.0
+        images = (images - 0.5) / 0.29  # standardised with the statistics of uniform [0, 1] pixels
+        if broken:
+            images = pixels  # BUG: the raw 0-255 pixels go in, not the normalised images
+        model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Flatten(),
+                                    torch.nn.Linear(4 * 8 * 8, 2))
+    return {"model": model, "batch": (images, labels), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 2}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_data_sanity, make_demo_case, __doc__))

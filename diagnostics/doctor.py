@@ -1,0 +1,331 @@
+"""doctor: run every check that applies to a training case, cheapest first, and say what to fix first.
+
+Symptom
+    The model "doesn't learn", learns too slowly, or the loss does something odd, and you do not
+    know where to start. As Karpathy's recipe puts it, a misconfigured net "will train but
+    silently work a bit worse": a wrong init, label or mask rarely crashes. The doctor runs
+    the classic checks for those silent bugs on one batch and one model, in seconds, before
+    you spend a real run.
+
+What it checks
+    Every check in the list CHECKS below, in that order (cheapest first: the data alone, then
+    the weights, then forward passes, then gradients and training steps). To add a check, write
+    diagnostics/<id>.py exposing check_<id>(case) and append (id, module name) to CHECKS; a
+    one-line hint in details["next"] of a warn or fail is printed under it. Each check says
+    pass, warn, fail or skip (with the reason it cannot apply, e.g. no chance level
+    for task kind "other"). A check that raises on your model (its forward or loss errors, say)
+    is reported as that check's `fail` with the error and the line in details, not as a crash:
+    the error is a finding about your case. A check whose file is not next to doctor.py is a
+    skip (copy the files you need together). The case itself must load: a missing file, a
+    missing factory, a factory that raises or returns the wrong shape is a one-line error and
+    exit code 2. Every check leaves the model as it found it (parameters, buffers, .grad, mode,
+    hooks, RNG).
+
+    A case is a Python file with a factory (default name make_case) returning
+    {"model": nn.Module, "batch": (inputs, targets), "loss_fn": fn(output, targets),
+     "optimizer": fn(params) (optional), "task": {"kind": ..., "num_classes": ...} (optional)};
+    see DESIGN.md "A case". Task kinds: classification, regression, causal_lm, seq2seq, other.
+
+Command
+    python diagnostics/doctor.py                          # embedded demo (planted bug)
+    python diagnostics/doctor.py --healthy                # its healthy twin
+    python diagnostics/doctor.py --case my_case.py:make_case --json
+
+Output
+    $ python diagnostics/doctor.py
+    doctor: embedded demo (planted bug; --healthy for its twin)
+      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64]
+      PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in)
+      PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details
+      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init
+                               next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
+                               see PLAYBOOK.md#init-loss
+      PASS  input_dependence   changing the input changes the output by 0.738 (relative)
+      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000)
+      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients
+      PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.03 (~0.001)
+      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests)
+      SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification'
+      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps
+    1 fail, 0 warn, 9 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
+    (exit code 1)
+
+How to read it
+    Read the first fail first: checks run cheapest first, and a later fail is often a
+    consequence of an earlier one (too-wide weights make the loss at init too high, for one). Each line
+    is the check's summary; "next" says what to try, and the playbook entry explains the
+    hypotheses behind it. --json prints {"checks": [{"id", "status", "summary", "details"}]}
+    with the measurements in details. Exit code: 0 no fail, 1 at least one fail, 2 the case
+    could not be loaded.
+
+Next step
+    Fix the first fail, then rerun the doctor. Each check is also a standalone file (e.g.
+    python diagnostics/init_loss.py --case my_case.py) with its own tutorial in its docstring,
+    and each has a playbook entry: PLAYBOOK.md#init-loss, PLAYBOOK.md#init-scale and so on
+    (the check id with hyphens).
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
+    ("data_sanity", "data_sanity"),  # the batch alone
+    ("init_scale", "init_scale"),  # the weights alone
+    ("labels", "labels"),  # one forward pass
+    ("init_loss", "init_loss"),  # one to three forward passes
+    ("input_dependence", "input_dependence"),  # two or more forward passes
+    ("nan_watch", "nan_watch"),  # one forward and backward pass, hooked
+    ("gradient_flow", "gradient_flow"),  # one backward pass (two if some grads are zero)
+    ("update_ratio", "update_ratio"),  # one backward pass and one optimizer step
+    ("batch_independence", "batch_independence"),  # two forward passes and one backward pass
+    ("causal_dependency", "causal_dependency"),  # three forward passes and three backward passes
+    ("overfit_one_batch", "overfit_one_batch"),  # up to 2 x 300 training steps
+]
+
+
+def run_checks(case, checks=None):
+    """Run the checks on a case in order; a check that raises becomes its own `fail`."""
+    results = []
+    for check_id, module_name in checks or CHECKS:
+        try:
+            result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
+        except Exception as exc:  # the user's model or loss raised inside the check: a finding, not a crash
+            if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
+                result = CheckResult(check_id, "skip", f"{module_name}.py is not next to doctor.py: copy it there to run this check")
+            else:
+                frame = exc.__traceback__
+                while frame.tb_next is not None:
+                    frame = frame.tb_next
+                code = frame.tb_frame.f_code
+                result = CheckResult(check_id, "fail", f"the check raised {type(exc).__name__}: {exc}",
+                                     {"error": f"{type(exc).__name__}: {exc}",
+                                      "where": f"{os.path.basename(code.co_filename)}:{frame.tb_lineno} in {code.co_name}",
+                                      "next": "fix this error first: the model or loss cannot run on the batch as given"})
+        results.append(result)
+    return results
+
+
+def report(results, title):
+    """The short readable report: one line per check, what to try next and the playbook entry for warn/fail."""
+    lines = [f"doctor: {title}"]
+    width = max((len(result.id) for result in results), default=0)
+    indent = " " * (2 + 5 + 1 + width + 1)  # under the summary
+    for result in results:
+        lines.append(f"  {result.status.upper():5} {result.id:{width}} {result.summary}")
+        if result.status in ("fail", "warn"):
+            if result.details.get("next"):
+                lines.append(f"{indent}next: {result.details['next']}")
+            lines.append(f"{indent}see PLAYBOOK.md#{result.id.replace('_', '-')}")
+    counts = {status: sum(r.status == status for r in results) for status in ("fail", "warn", "pass", "skip")}
+    lines.append(", ".join(f"{n} {status}" for status, n in counts.items()) + "."
+                 + (" Fix the first fail first: later fails are often its consequences." if counts["fail"] else ""))
+    return "\n".join(lines)
+
+
+class DemoClassifier(torch.nn.Module):
+    def __init__(self, temperature):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                       torch.nn.Linear(64, 10))
+        self.temperature = temperature
+
+    def forward(self, x):
+        return self.net(x) / self.temperature
+
+
+def make_demo_case(broken=True):
+    """A 10-class MLP on a linear teacher's labels; the broken twin divides its logits by a sampling temperature."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        x = torch.randn(64, 20)
+        y = (x @ torch.randn(20, 10)).argmax(dim=1)
+        temperature = 1.0
+        if broken:
+            temperature = 0.02  # BUG: a sampling temperature used in training: the logits come out 50x too large
+        model = DemoClassifier(temperature)
+    return {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 10}}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
+    args = parser.parse_args(argv)
+    # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
+    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+        try:
+            case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
+        except CaseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        results = run_checks(case)
+    if args.json:
+        print(json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str))
+    else:
+        title = args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
+        print(report(results, title))
+    return 1 if any(r.status == "fail" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,308 @@
+"""init_scale: is each layer's initial weight std what its fan-in calls for?
+
+Symptom
+    The loss at init is far above chance, the loss spikes or diverges in the first few thousand
+    steps, activations or gradients grow layer by layer. Seed 000's story: the BLOOM team
+    "couldn't break past the first few thousands iterations until we figured out that the 0.02
+    default `--init-method-std` in Megatron-LM was a way too big for our model" (Bekman,
+    ml-engineering); for their hidden size of 14336 they used sqrt(1/(14336*3)) = 0.00482.
+    The right std "depends on the hidden dimension size": a std copied from another model,
+    or nn.init.normal_ with its default std of 1.0, is off by a large factor.
+
+What it checks
+    No data and no forward pass: for every weight with two or more dimensions it compares the
+    std with 1/sqrt(fan_in), the scale that keeps a layer's output at the scale of its input
+    (LeCun; fan_in = in_features, or in_channels/groups x kernel size for a convolution, as
+    torch.nn.init computes it). Common schemes sit between 0.5x and 1.5x of it: PyTorch's
+    default 1/sqrt(3 fan_in) is 0.58x, Kaiming-normal for ReLU sqrt(2/fan_in) is 1.41x, and
+    seed 000's sqrt(1/(3 NHIDDEN)) is 0.58x. RNN weights are judged against
+    1/sqrt(hidden_size), which is what PyTorch uses for them. Parameters of other module types
+    (a raw nn.Parameter matrix) are judged against the fan-in of whichever orientation fits
+    better, since their layout is unknown. Embeddings are listed but not judged: an embedding
+    row is looked up, not summed over a fan-in (init_loss catches a tied output head whose
+    embedding is too wide).
+
+      fail   std above 2x 1/sqrt(fan_in): beyond Kaiming's 1.41x, the largest standard scheme,
+             with margin; seed 000's 0.02 at fan-in 14336 is 2.4x. Also a weight whose entries
+             are all the same non-zero value (its units stay identical: symmetry never breaks).
+      warn   std below 0.1x 1/sqrt(fan_in): each such layer in a plain stack shrinks the
+             signal 10x. GPT-2-style residual projections (nanoGPT's 0.02/sqrt(2 n_layers))
+             sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail.
+      note   all-zero weights (zero-initialised output or residual-branch layers are a
+             deliberate choice; details["zero_init"] lists them).
+      skip   task["pretrained"] true: trained weights are not at their init scale.
+
+Command
+    python diagnostics/init_scale.py                      # embedded demo (planted bug)
+    python diagnostics/init_scale.py --healthy            # its healthy twin
+    python diagnostics/init_scale.py --case my_case.py --json
+
+Output
+    $ python diagnostics/init_scale.py
+    [FAIL] init_scale: 0.weight std 0.02 is 2.56x 1/sqrt(fan_in=16384) = 0.00781: above 2x, wider than any standard init
+    (exit code 1)
+    $ python diagnostics/init_scale.py --healthy
+    [PASS] init_scale: 2 weights at 0.58x-0.6x 1/sqrt(fan_in)
+    (exit code 0)
+
+How to read it
+    details["layers"] has one row per judged weight: name, shape, std, the reference
+    1/sqrt(fan_in) and the ratio std/reference. A ratio near 0.58 is PyTorch's default, near
+    1.41 Kaiming's; the summary names the worst layer on each side.
+
+Next step
+    PLAYBOOK.md#init-scale. Re-initialise the flagged layers (drop the custom init and keep
+    PyTorch's default, or use a std that scales with 1/sqrt(fan_in), e.g. sqrt(1/(3*hidden))
+    as in seed 000), then rerun init_loss.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+TOO_BIG = 2.0  # evidence/bekman-instabilities.md#init-std-too-big: 0.02 at fan-in 14336 (2.4x, derived) blocked training; Kaiming-ReLU is 1.41x
+TOO_SMALL = 0.1  # our assumption (10x signal loss per layer); nanoGPT's GPT-2 0.02/sqrt(2*n_layers) projections sit at 0.08x-0.23x (derived), so only a warn
+KNOWN_LAYOUT = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.modules.conv._ConvNd, torch.nn.MultiheadAttention)
+
+
+def fan_in(shape):
+    """torch.nn.init's fan-in: dim 1 times the receptive field (the dims after it)."""
+    receptive = 1
+    for n in shape[2:]:
+        receptive *= n
+    return shape[1] * receptive
+
+
+def reference(module, weight, std):
+    """(reference std 1/sqrt(fan_in), the rule used) for one weight of non-zero std."""
+    if isinstance(module, torch.nn.RNNBase):
+        return module.hidden_size ** -0.5, f"1/sqrt(hidden_size={module.hidden_size})"
+    n = fan_in(weight.shape)
+    if isinstance(module, KNOWN_LAYOUT):
+        return n ** -0.5, f"1/sqrt(fan_in={n})"
+    n = min(n, n // weight.shape[1] * weight.shape[0], key=lambda c: abs(float(torch.tensor(std * c ** 0.5).log())))
+    return n ** -0.5, f"1/sqrt(fan_in={n}) (layout unknown: dim 0 or 1, whichever fits better)"
+
+
+def check_init_scale(case):
+    """Compare each weight's std with 1/sqrt(fan_in) and flag large factors."""
+    model = case["model"]
+    if case["task"].get("pretrained"):
+        return CheckResult("init_scale", "skip", "task says the weights are pretrained: they are not at their init scale")
+    layers, embeddings, zero_init, constant, seen = [], [], [], [], set()
+    with preserved(model):
+        for module_name, module in model.named_modules():
+            for param_name, weight in module.named_parameters(recurse=False):
+                if id(weight) in seen or isinstance(weight, torch.nn.parameter.UninitializedParameter) or weight.ndim < 2:
+                    continue
+                seen.add(id(weight))
+                name = f"{module_name}.{param_name}" if module_name else param_name
+                values = weight.detach().float()
+                std = float(values.std())
+                if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                    embeddings.append({"name": name, "shape": list(weight.shape), "std": std})
+                elif std == 0.0:
+                    (zero_init if float(values.abs().max()) == 0.0 else constant).append(name)
+                else:
+                    ref, rule = reference(module, weight, std)
+                    layers.append({"name": name, "shape": list(weight.shape), "std": std, "reference": ref,
+                                   "rule": rule, "ratio": std / ref})
+    details = {"layers": layers, "embeddings": embeddings, "zero_init": zero_init, "constant": constant}
+    if not layers and not constant:
+        return CheckResult("init_scale", "skip", "no weight matrices to judge (embeddings and all-zero weights are not judged)", details)
+    big = sorted((row for row in layers if row["ratio"] > TOO_BIG), key=lambda row: -row["ratio"])
+    small = sorted((row for row in layers if row["ratio"] < TOO_SMALL), key=lambda row: row["ratio"])
+
+    def describe(row):
+        return f"{row['name']} std {row['std']:.3g} is {row['ratio']:.3g}x {row['rule']} = {row['reference']:.3g}"
+
+    if constant:
+        details["next"] = "re-initialise these weights randomly: identical entries make every unit compute the same thing"
+        return CheckResult("init_scale", "fail", f"{', '.join(constant)}: every entry has the same non-zero value, "
+                           "so its units never become different", details)
+    if big:
+        details["next"] = "re-initialise with a std that scales as 1/sqrt(fan_in) (PyTorch's default does)"
+        others = f" (+{len(big) - 1} more layers above {TOO_BIG:g}x)" if len(big) > 1 else ""
+        return CheckResult("init_scale", "fail", f"{describe(big[0])}: above {TOO_BIG:g}x, wider than any standard init{others}",
+                           details)
+    if small:
+        details["next"] = "unless these are deliberately down-scaled residual projections, use a std of about 1/sqrt(fan_in)"
+        others = f" (+{len(small) - 1} more below {TOO_SMALL:g}x)" if len(small) > 1 else ""
+        return CheckResult("init_scale", "warn", f"{describe(small[0])}: below {TOO_SMALL:g}x, the signal shrinks through it{others}",
+                           details)
+    low, high = min(r["ratio"] for r in layers), max(r["ratio"] for r in layers)
+    return CheckResult("init_scale", "pass", f"{len(layers)} weights at {low:.2g}x-{high:.2g}x 1/sqrt(fan_in)"
+                       + (f"; zero-initialised: {', '.join(zero_init)}" if zero_init else ""), details)
+
+
+def make_demo_case(broken=True):
+    """An MLP on 16384 input features; the broken twin copies GPT-2's 0.02 init std, fine at width 768 but not for a fan-in of 16384."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        x = torch.randn(8, 16384)
+        y = torch.randint(0, 10, (8,))
+        model = torch.nn.Sequential(torch.nn.Linear(16384, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+        if broken:
+            torch.nn.init.normal_(model[0].weight, std=0.02)  # BUG: 0.02 is 2.6x 1/sqrt(16384) = 0.0078; the std must shrink with fan-in
+    return {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 10}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_init_scale, make_demo_case, __doc__))

@@ -1,0 +1,357 @@
+"""input_dependence: does the model's output change when its input does?
+
+Symptom
+    The loss falls to the level of always predicting the most common answer and stays there;
+    every sample gets the same prediction; the model "learns" only the bias. Karpathy's recipe
+    asks the question directly: "does your model learn to extract any information out of the
+    input at all?" A mask of zeros, an input overwritten in forward, a wrong tensor passed
+    along or a layer that flattens everything to one value give a model that ignores its input.
+
+What it checks
+    Runs the model in eval mode (dropout off, so only the input can change the output) on the
+    real batch, then on a batch where each input row is replaced by the next row (a roll
+    along the batch dimension: real, valid inputs in a new order), and measures
+
+        relative change = mean |output' - output| / mean |output|
+
+    For a batch of one, or an input whose rows are all equal, the replacement is random data
+    of the same range (integer ids drawn from the observed range). With several input tensors
+    (a tuple or a dict) each one is also rolled alone, to find an input that is ignored.
+
+      fail   the mean change is below half a rounding step of the output's dtype (eps x mean
+             |output|): the output does not depend on the input at all. (Judged in rounding
+             steps, not as a ratio, so that a small input effect on top of a large constant
+             offset, such as a big bias, is not mistaken for an ignored input.)
+      warn   relative change below 1e-2 (the input barely matters: scaled to nothing, a
+             near-zero gate, or a constant offset that dwarfs it), one of several input
+             tensors ignored, or no change while some weight matrix is all zeros (a
+             zero-initialised output layer ignores its input at step 0 by design).
+
+Command
+    python diagnostics/input_dependence.py                      # embedded demo (planted bug)
+    python diagnostics/input_dependence.py --healthy            # its healthy twin
+    python diagnostics/input_dependence.py --case my_case.py --json
+
+Output
+    $ python diagnostics/input_dependence.py
+    [FAIL] input_dependence: changing the input changes the output by 0 (relative): the output ignores its input
+    (exit code 1)
+    $ python diagnostics/input_dependence.py --healthy
+    [PASS] input_dependence: changing the input changes the output by 0.947 (relative)
+    (exit code 0)
+
+How to read it
+    details["relative_change"] is the headline (the healthy test zoo measures 0.06 to 0.9);
+    details["per_input"] has one value per input tensor. Zero means the output is a function
+    of the weights only: follow the input through forward (print x.abs().mean() after each
+    layer) to find where it becomes constant.
+
+Next step
+    PLAYBOOK.md#input-dependence. Find where the input is lost (a mask, a detach-and-replace,
+    a wrong variable in forward), then run overfit_one_batch.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+ROUNDING = 0.5  # derived: a mean change below half a rounding step of the output's dtype (eps x mean |output|) is no change
+WEAK = 1e-2  # our assumption, tuned on the test zoo: healthy cases measure 0.06 (the CNN, mostly bias at init) to 0.9
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to the model's device."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
+
+
+def main_tensor(output):
+    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
+        return output["logits"]
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        return output[0]
+    return None
+
+
+def leaves(inputs):
+    """Paths to the tensors of the inputs: [()] for a tensor, [(0,), (1,)] for a tuple, [('ids',), ...] for a dict."""
+    if isinstance(inputs, torch.Tensor):
+        return [()]
+    keys = inputs.keys() if isinstance(inputs, dict) else range(len(inputs))
+    return [(key,) for key in keys if isinstance(inputs[key], torch.Tensor)]
+
+
+def replace(inputs, path, value):
+    if not path:
+        return value
+    if isinstance(inputs, dict):
+        return {**inputs, path[0]: value}
+    return type(inputs)(value if i == path[0] else item for i, item in enumerate(inputs))
+
+
+def get(inputs, path):
+    return inputs[path[0]] if path else inputs
+
+
+def perturbed(t):
+    """The tensor with each row replaced by the next one, or random values in its range if that changes nothing."""
+    if t.ndim > 0 and t.shape[0] > 1:
+        rolled = t.roll(1, dims=0)
+        if not torch.equal(rolled, t):
+            return rolled
+    if t.is_floating_point():
+        std = float(t.std()) if t.numel() > 1 else 0.0
+        return torch.randn_like(t) * (std or 1.0) + float(t.mean())
+    low, high = int(t.min()), int(t.max())
+    if low == high or t.dtype == torch.bool:
+        return None  # a constant mask or flag: no valid different value to try
+    return torch.randint(low, high + 1, t.shape, dtype=t.dtype, device=t.device)
+
+
+def mean_change(model, inputs, paths, base):
+    """Mean |output' - output| when the tensors at `paths` are perturbed; None if they cannot be."""
+    changed = inputs
+    for path in paths:
+        new = perturbed(get(inputs, path))
+        if new is None:
+            return None
+        changed = replace(changed, path, new)
+    return float((main_tensor(forward(model, changed)).detach().double() - base).abs().mean())
+
+
+def check_input_dependence(case):
+    """Compare outputs on the real inputs with outputs on rolled (or random) inputs."""
+    model = case["model"]
+    with preserved(model):
+        model.eval()
+        device = next(model.parameters(), torch.empty(0)).device
+        inputs = to_device(case["batch"][0], device)
+        paths = leaves(inputs)
+        if not paths:
+            return CheckResult("input_dependence", "skip", "the inputs hold no tensor")
+        with torch.no_grad():
+            output = main_tensor(forward(model, inputs))
+            if output is None:
+                return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
+            base = output.detach().double()
+            if not bool(base.isfinite().all()):
+                return CheckResult("input_dependence", "skip", "the output holds NaN/inf: run nan_watch first")
+            whole = mean_change(model, inputs, paths, base)
+            per_input = {str(path[0]): mean_change(model, inputs, [path], base) for path in paths} if len(paths) > 1 else {}
+        zero_weights = [name for name, p in model.named_parameters() if p.ndim >= 2 and not bool(p.detach().any())]
+    scale = float(base.abs().mean())
+    rounding = ROUNDING * torch.finfo(output.dtype).eps * scale  # half a rounding step at the output's magnitude
+    details = {"relative_change": None if whole is None else whole / max(scale, 1e-30), "mean_abs_change": whole,
+               "mean_abs_output": scale, "rounding_floor": rounding,
+               "per_input": {key: change / max(scale, 1e-30) for key, change in per_input.items() if change is not None},
+               "zero_weights": zero_weights}
+    if whole is None:
+        return CheckResult("input_dependence", "skip", "every input tensor is constant: no different valid input to try", details)
+    measured = f"changing the input changes the output by {details['relative_change']:.3g} (relative)"
+    if whole <= rounding and zero_weights:
+        details["next"] = "expected at step 0 if these are zero-initialised output layers; rerun after one training step"
+        return CheckResult("input_dependence", "warn", f"{measured}, and {', '.join(zero_weights)} is all zeros", details)
+    if whole <= rounding:
+        details["next"] = "follow the input through forward to find where it becomes constant (a mask, an overwritten tensor)"
+        return CheckResult("input_dependence", "fail", f"{measured}: the output ignores its input", details)
+    ignored = [key for key, change in per_input.items() if change is not None and change <= rounding]
+    if ignored:
+        details["next"] = "check that forward uses every argument it is given"
+        return CheckResult("input_dependence", "warn", f"{measured}, but the output ignores input {', '.join(ignored)}", details)
+    if details["relative_change"] < WEAK:
+        details["next"] = ("look for an input scaled to almost nothing (normalised twice?), a near-zero gate, "
+                           "or a large constant (a bias) that dwarfs the input's part of the output")
+        return CheckResult("input_dependence", "warn", f"{measured}: the input barely matters", details)
+    return CheckResult("input_dependence", "pass", measured, details)
+
+
+class DemoModel(torch.nn.Module):
+    def __init__(self, feature_mask):
+        super().__init__()
+        self.register_buffer("feature_mask", feature_mask)
+        self.net = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+
+    def forward(self, x):
+        return self.net(x * self.feature_mask)
+
+
+def make_demo_case(broken=True):
+    """A 3-class MLP that masks out unused features; the broken twin's mask drops all of them."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        x = torch.randn(32, 10)
+        y = (x @ torch.randn(10, 3)).argmax(dim=1)
+        feature_mask = torch.ones(10)
+        if broken:
+            feature_mask = torch.zeros(10)  # BUG: a mask of zeros where ones were meant: every feature is dropped
+        model = DemoModel(feature_mask)
+    return {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 3}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_input_dependence, make_demo_case, __doc__))

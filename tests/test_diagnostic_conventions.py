@@ -1,0 +1,85 @@
+"""Conventions every file in diagnostics/ keeps (CONTRIBUTING.md, "Diagnostics")."""
+import ast
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import DIAGNOSTICS, ROOT
+
+FILES = sorted(DIAGNOSTICS.glob("*.py"))
+MODEL_DIAGNOSTICS = [p for p in FILES if "\ndef make_demo_case(" in p.read_text()]
+SECTIONS = ["Symptom", "What it checks", "Command", "Output", "How to read it", "Next step"]
+IMPORTS = ("import argparse\nimport contextlib\nimport copy\nimport dataclasses\nimport importlib.util\nimport json\n"
+           "import os\nimport random\nimport sys\n\nimport torch\n")
+BLOCK = re.compile(r"^# --- shared block.*?^# --- end shared block ---$", re.S | re.M)
+
+
+RUN_HELP = """
+import contextlib, io, json, runpy, sys
+results = {}
+for path in sys.argv[1:]:
+    sys.argv, out = [path, "--help"], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        code = "returned without exiting"
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    results[path] = {"code": code, "help": out.getvalue()}
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def help_runs():
+    """`diagnostics/<file> --help` for every file, each run as __main__, all in one interpreter (torch imports once)."""
+    proc = subprocess.run([sys.executable, "-c", RUN_HELP, *map(str, FILES)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_help_exits_0(path, help_runs):
+    run = help_runs[str(path)]
+    assert run["code"] == 0, run["code"]
+    assert run["help"].strip()
+
+
+def test_there_are_model_diagnostics():
+    assert {"doctor.py", "init_loss.py"} <= {p.name for p in MODEL_DIAGNOSTICS}
+
+
+def test_shared_blocks_are_byte_identical():
+    blocks = {p.name: BLOCK.findall(p.read_text()) for p in FILES}
+    holders = {name: found for name, found in blocks.items() if found}
+    assert holders, "no file holds the shared block"
+    for name, found in holders.items():
+        assert len(found) == 1, f"{name} holds the shared block {len(found)} times"
+    reference_name, [reference] = next(iter(holders.items()))
+    differing = [name for name, [block] in holders.items() if block != reference]
+    assert not differing, f"shared block differs from {reference_name}'s in: {', '.join(differing)}"
+
+
+@pytest.mark.parametrize("path", MODEL_DIAGNOSTICS, ids=lambda p: p.name)
+def test_model_diagnostic_layout(path):
+    source = path.read_text()
+    docstring = ast.get_docstring(ast.parse(source), clean=False)
+    assert docstring, "no module docstring"
+    headings = [line.strip() for line in docstring.splitlines() if line.strip() in SECTIONS and not line.startswith(" ")]
+    assert headings == SECTIONS, f"tutorial sections {headings}, expected {SECTIONS} in that order"
+    output = docstring.split("\nOutput\n", 1)[1].split("\nHow to read it\n", 1)[0]
+    assert output.strip() and "#OUTPUT#" not in output, "the Output section must hold a real captured run"
+    after_docstring = source.split('"""', 2)[2].lstrip("\n")
+    assert after_docstring.startswith(IMPORTS), "the standard imports must come first"
+    assert BLOCK.search(source), "no shared block"
+    assert any(line.split("# BUG:")[0].strip() for line in source.splitlines() if "# BUG:" in line), \
+        "the broken demo needs a `# BUG:` comment on its planted line"
+    if path.name != "doctor.py":
+        assert f"\ndef check_{path.stem}(case" in source, f"check_{path.stem}(case, ...) is the function API"
+        assert source.rstrip().endswith(f"sys.exit(cli_main(check_{path.stem}, make_demo_case, __doc__))")

@@ -1,0 +1,185 @@
+"""doctor: the demo, the zoo (healthy cases get no fail, broken twins fail the right check), --json, bad cases."""
+import ast
+import json
+import sys
+
+import pytest
+import torch
+
+import doctor
+from conftest import DIAGNOSTICS, ROOT, assert_one_line_error, run_cli
+
+ZOO = ROOT / "tests" / "zoo"
+sys.path.insert(0, str(ZOO))
+import broken_data  # noqa: E402  (the zoo imports its siblings by plain name, as load_case allows)
+import healthy  # noqa: E402
+from test_checks_training import CHECKS as CHECKS_WITH_THEIR_OWN_ZOO_TESTS  # noqa: E402
+
+DATA_CHECKS = ["data_sanity", "init_scale", "labels", "init_loss", "input_dependence"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread (and OMP_NUM_THREADS=1 for subprocesses): the zoo is tiny, and two threads on a busy
+    2-core runner spin against each other (see tests/test_checks_training.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def demo_run():
+    """`python diagnostics/doctor.py --json`: the embedded demo, run once as `make demo` runs it."""
+    proc = run_cli("doctor.py", "--json")
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def only(check_ids):
+    return [(check_id, module) for check_id, module in doctor.CHECKS if check_id in check_ids]
+
+
+def test_demo_exits_1_and_names_the_planted_bug(demo_run):
+    returncode, out = demo_run
+    assert returncode == 1
+    statuses = {c["id"]: c["status"] for c in out["checks"]}
+    assert statuses["init_loss"] == "fail"
+    assert [c["id"] for c in out["checks"] if c["status"] == "fail"] == ["init_loss"], "the demo plants one bug"
+
+
+def test_json_shape_matches_design(demo_run):
+    out = demo_run[1]
+    assert list(out) == ["checks"]
+    assert [c["id"] for c in out["checks"]] == [check_id for check_id, _ in doctor.CHECKS]
+    for check in out["checks"]:
+        assert set(check) == {"id", "status", "summary", "details"}
+        assert check["status"] in ("pass", "warn", "fail", "skip")
+        assert isinstance(check["summary"], str) and check["summary"]
+        assert isinstance(check["details"], dict)
+
+
+def test_text_report_says_what_failed_what_next_and_where_to_read(demo_run):
+    results = [doctor.CheckResult(**c) for c in demo_run[1]["checks"]]
+    text = doctor.report(results, "demo")
+    fail_line = next(line for line in text.splitlines() if line.split()[:2] == ["FAIL", "init_loss"])
+    assert "chance" in fail_line
+    assert "next: " in text and "see PLAYBOOK.md#init-loss" in text
+    assert text.splitlines()[-1].startswith("1 fail, ")
+
+
+def test_healthy_demo_exits_0(capsys, monkeypatch):
+    monkeypatch.setattr(doctor, "CHECKS", only(DATA_CHECKS))
+    assert doctor.main(["--healthy"]) == 0
+    assert "0 fail" in capsys.readouterr().out
+
+
+def test_checks_list_holds_every_check_in_diagnostics():
+    ids = [check_id for check_id, _ in doctor.CHECKS]
+    assert len(ids) == len(set(ids))
+    defined = set()
+    for path in DIAGNOSTICS.glob("*.py"):
+        names = {node.name for node in ast.parse(path.read_text()).body if isinstance(node, ast.FunctionDef)}
+        if f"check_{path.stem}" in names:
+            defined.add(path.stem)
+    assert set(ids) == defined, "doctor.CHECKS and the check_<id> functions in diagnostics/ disagree"
+
+
+@pytest.mark.parametrize("factory", healthy.HEALTHY)
+def test_healthy_zoo_gets_no_fail(factory):
+    """The checks without a healthy-zoo test of their own (those of tests/test_checks_training.py have one)."""
+    checks = [(c, m) for c, m in doctor.CHECKS if c not in CHECKS_WITH_THEIR_OWN_ZOO_TESTS]
+    assert {c for c, _ in checks} >= set(DATA_CHECKS)
+    results = doctor.run_checks(doctor.load_case(f"{ZOO / 'healthy.py'}:{factory}"), checks)
+    failed = [f"{r.id}: {r.summary}" for r in results if r.status == "fail"]
+    assert not failed, failed
+
+
+@pytest.mark.parametrize("factory, check_id", broken_data.BROKEN.items())
+def test_broken_twin_fails_the_right_check(factory, check_id):
+    case = doctor.load_case(f"{ZOO / 'broken_data.py'}:{factory}")
+    module = dict(doctor.CHECKS)[check_id]
+    [result] = doctor.run_checks(case, [(check_id, module)])
+    assert result.status == "fail", result
+    assert "raised" not in result.summary, "the check must catch the bug, not crash on it"
+
+
+def test_each_broken_twin_plants_one_marked_bug():
+    lines = (ZOO / "broken_data.py").read_text().splitlines()
+    assert sum("  # BUG: " in line for line in lines) == len(broken_data.BROKEN)
+
+
+def test_a_check_that_raises_is_its_own_fail(tmp_path, capsys):
+    case_file = tmp_path / "crashing.py"
+    case_file.write_text(
+        "import torch\n"
+        "class Crash(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 3)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x.view(-1, 5))\n"
+        "def make_case():\n"
+        "    return {'model': Crash(), 'batch': (torch.randn(10, 4), torch.zeros(10, dtype=torch.long)),\n"
+        "            'loss_fn': torch.nn.functional.cross_entropy}\n")
+    assert doctor.main(["--case", str(case_file), "--json"]) == 1
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["init_loss"]["status"] == "fail"
+    assert "RuntimeError" in checks["init_loss"]["details"]["error"]
+    assert checks["init_scale"]["status"] == "pass"  # checks that need no forward pass still run
+
+
+def test_json_stdout_stays_pure_when_the_case_prints(tmp_path, capsys, monkeypatch):
+    case_file = tmp_path / "chatty.py"
+    case_file.write_text(
+        "import torch\n"
+        "print('loading my model...')\n"
+        "def make_case():\n"
+        "    print('building')\n"
+        "    torch.manual_seed(0)\n"
+        "    return {'model': torch.nn.Linear(4, 3), 'batch': (torch.randn(16, 4), torch.randint(0, 3, (16,))),\n"
+        "            'loss_fn': torch.nn.functional.cross_entropy}\n")
+    monkeypatch.setattr(doctor, "CHECKS", only(DATA_CHECKS))
+    assert doctor.main(["--case", str(case_file), "--json"]) in (0, 1)
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["checks"]
+    assert "building" in captured.err
+
+
+BAD_CASES = {
+    "no_factory.py": "import torch\n",
+    "wrong_shape.py": "def make_case():\n    return [1, 2, 3]\n",
+    "missing_keys.py": "import torch\ndef make_case():\n    return {'model': torch.nn.Linear(2, 2)}\n",
+    "bad_batch.py": ("import torch\ndef make_case():\n    return {'model': torch.nn.Linear(2, 2), 'batch': torch.zeros(2),\n"
+                     "            'loss_fn': torch.nn.functional.mse_loss}\n"),
+    "bad_kind.py": ("import torch\ndef make_case():\n    return {'model': torch.nn.Linear(2, 2), 'batch': (torch.zeros(1, 2),\n"
+                    "            torch.zeros(1, 2)), 'loss_fn': torch.nn.functional.mse_loss, 'task': {'kind': 'vision'}}\n"),
+    "factory_raises.py": "def make_case():\n    raise ValueError('no GPU here')\n",
+    "import_raises.py": "import not_a_module_anywhere\n",
+}
+
+
+@pytest.mark.parametrize("name", BAD_CASES)
+def test_bad_case_is_one_line_exit_2(name, tmp_path, capsys):
+    case_file = tmp_path / name
+    case_file.write_text(BAD_CASES[name])
+    assert doctor.main(["--case", str(case_file)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.strip().splitlines()) == 1 and captured.err.startswith("error: "), captured.err
+
+
+def test_missing_case_file_from_the_command_line():
+    assert_one_line_error(run_cli("doctor.py", "--case", "no/such/case.py"))
+
+
+def test_missing_factory_in_a_real_case_file(capsys):
+    assert doctor.main(["--case", f"{ZOO / 'healthy.py'}:make_nothing"]) == 2
+    assert "has no function make_nothing()" in capsys.readouterr().err
+
+
+def test_a_check_file_missing_next_to_doctor_is_a_skip():
+    case = doctor.validate_case(doctor.make_demo_case(broken=False))
+    [result] = doctor.run_checks(case, [("nothing", "no_such_check_module")])
+    assert result.status == "skip" and "no_such_check_module.py" in result.summary

@@ -1,0 +1,91 @@
+"""Broken twins for the data and initialisation checks: each factory plants one bug, marked `# BUG:`.
+
+Each is a healthy case from tests/zoo/healthy.py with one line changed; the comment after the
+factory name says which check must `fail` it. (`load_case` puts this directory on sys.path, so the
+plain `import healthy` works when doctor loads this file.)
+"""
+import torch
+
+from healthy import MLP, make_causal_lm, make_cnn_classifier, make_mlp_classifier, progression_tokens, seeded
+
+
+def make_scaled_logits():
+    """init_loss (too high): the logits come out 20x too large."""
+    case = make_mlp_classifier()
+    with seeded(0):
+        case["model"] = MLP(20, 64, 5, logit_scale=20.0)  # BUG: logits multiplied by 20 (a temperature of 0.05)
+    return case
+
+
+def make_unshifted_lm():
+    """init_loss (too low): the LM's targets are its inputs, not the next tokens."""
+    case = make_causal_lm()
+    with seeded(2):
+        tokens = progression_tokens(8, 17, 32)
+    case["batch"] = (tokens[:, :-1], tokens[:, :-1])  # BUG: targets not shifted by one, so each target is also an input
+    return case
+
+
+def make_unnormalised_pixels():
+    """data_sanity: images fed as raw 0-255 intensities."""
+    case = make_cnn_classifier()
+    with seeded(1):
+        pixels = torch.randint(0, 256, (16, 3, 12, 12)).float()  # BUG: raw 0-255 pixel values, never normalised
+    case["batch"] = (pixels, case["batch"][1])
+    return case
+
+
+def make_one_indexed_labels():
+    """labels: class ids run 1..C instead of 0..C-1, so the last one is out of range."""
+    case = make_mlp_classifier()
+    x, y = case["batch"]
+    case["batch"] = (x, y + 1)  # BUG: labels are 1-indexed; class 5 does not exist in a 5-way output
+    return case
+
+
+def make_all_labels_masked():
+    """labels: every target equals ignore_index, as when a prompt mask covers the whole sequence."""
+    case = make_causal_lm()
+    inputs, targets = case["batch"]
+    case["batch"] = (inputs, torch.full_like(targets, -100))  # BUG: the mask covers every token, nothing is trained
+    return case
+
+
+def make_std_one_init():
+    """init_scale: weights drawn from N(0, 1) instead of N(0, 1/fan_in)."""
+    case = make_mlp_classifier()
+    with seeded(0):
+        model = MLP(20, 64, 5)
+        for layer in model.net:
+            if isinstance(layer, torch.nn.Linear):
+                torch.nn.init.normal_(layer.weight)  # BUG: default std=1.0, 4-8x what fan_in 20 and 64 call for
+    case["model"] = model
+    return case
+
+
+class MaskedMLP(MLP):
+    def __init__(self, n_in, n_hidden, n_out):
+        super().__init__(n_in, n_hidden, n_out)
+        self.register_buffer("feature_mask", torch.zeros(n_in))  # BUG: meant torch.ones: every feature is masked out
+
+    def forward(self, x):
+        return super().forward(x * self.feature_mask)
+
+
+def make_input_ignored():
+    """input_dependence: a feature mask of zeros, so the output is the same for every input."""
+    case = make_mlp_classifier()
+    with seeded(0):
+        case["model"] = MaskedMLP(20, 64, 5)
+    return case
+
+
+BROKEN = {  # factory -> the check that must fail it
+    "make_scaled_logits": "init_loss",
+    "make_unshifted_lm": "init_loss",
+    "make_unnormalised_pixels": "data_sanity",
+    "make_one_indexed_labels": "labels",
+    "make_all_labels_masked": "labels",
+    "make_std_one_init": "init_scale",
+    "make_input_ignored": "input_dependence",
+}
