@@ -1,0 +1,382 @@
+"""causal_dependency: does the output at position t see only positions <= t?
+
+Symptom
+    A causal language model whose training loss drops suspiciously fast and low (it copies the
+    next token it can see), while generation, one token at a time, is poor. The cause is a
+    missing or wrong attention mask: `is_causal` forgotten, a mask built with the wrong
+    diagonal, a padding mask passed where the causal one belongs, or a mask broadcast on the
+    wrong dimension.
+
+What it checks
+    Only for task kind `causal_lm` (skip otherwise). In eval mode, on the case's batch, with the
+    sequence as dim 1 of the first input tensor (or `input_ids` of a dict):
+
+      perturb   change the token at position s (s = T//2, then T-1; another token id for
+                integer inputs, +1 for floating inputs) and require every output at a
+                position before s to stay the same.
+      gradient  Karpathy's backprop test: the sum of the outputs at position t (t = 0, T//2,
+                T-2) is differentiated with respect to the token embeddings (the output of the
+                nn.Embedding that reads the ids, or the inputs themselves when they are
+                floating); the gradient at every position after t must be zero.
+
+    Position embeddings computed from torch.arange are not perturbed: a leak through them is
+    visible only once it carries token content, which the two tests above already follow. A
+    DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: no collective.
+
+Command
+    python diagnostics/causal_dependency.py                      # embedded demo (planted bug)
+    python diagnostics/causal_dependency.py --healthy
+    python diagnostics/causal_dependency.py --case my_case.py --json
+
+Output
+    $ python diagnostics/causal_dependency.py
+    [FAIL] causal_dependency: outputs see up to 11 position(s) ahead (a missing causal mask): changing the token at 11 moved the outputs at 0..10; the output at 0 gets gradient from positions 1..11
+    (exit code 1)
+    $ python diagnostics/causal_dependency.py --healthy
+    [PASS] causal_dependency: no output depends on a later position over 12 positions (perturbation and gradient tests)
+    (exit code 0)
+
+How to read it
+    fail: details["perturb_leaks"] maps a changed position s to the earlier positions whose
+    outputs moved; details["gradient_leaks"] maps a position t to the later positions it
+    received gradient from. A leak from t to t+1 only is the off-by-one mask (diagonal 0 vs 1,
+    or a mask shifted by one); a leak to every later position is a missing mask. skip: not a
+    causal_lm case, or no (batch, time) shaped input and output.
+
+Next step
+    PLAYBOOK.md#causal-dependency. Print the mask you build for T=4 and compare it with
+    torch.ones(4, 4).tril() (1 = may attend). With F.scaled_dot_product_attention pass
+    is_causal=True (and no attn_mask), with nn.MultiheadAttention / nn.Transformer pass
+    mask=nn.Transformer.generate_square_subsequent_mask(T) and is_causal=True. Check that the
+    labels are the inputs shifted by one.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+TOLERANCE = 1e-5  # relative change allowed in earlier outputs; a correct mask leaves them bitwise equal on the zoo — our assumption
+GRAD_TOLERANCE = 1e-6  # future-position gradient relative to the largest past one; a correct mask gives exact zeros — our assumption
+
+
+def _unwrap(model):
+    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+def _flat(obj):
+    """All tensors in a tensor / tuple / list / dict (ModelOutput included), in order."""
+    if torch.is_tensor(obj):
+        return [obj]
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
+    return [t for value in values for t in _flat(value)]
+
+
+def _replace(obj, old, new):
+    """obj with the tensor `old` swapped for `new` (structure kept)."""
+    if obj is old:
+        return new
+    if isinstance(obj, dict):
+        return {key: _replace(value, old, new) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_replace(value, old, new) for value in obj)
+    return obj
+
+
+def _sequence(inputs):
+    """The (batch, time, ...) tensor: `input_ids` of a dict, else the first tensor."""
+    if isinstance(inputs, dict) and torch.is_tensor(inputs.get("input_ids")):
+        return inputs["input_ids"]
+    return next(iter(_flat(inputs)), None)
+
+
+def _perturb_at(seq, s):
+    """seq with position s changed: another id for integer inputs, +1 for floating ones."""
+    seq = seq.clone()
+    if seq.is_floating_point():
+        seq[:, s] += 1.0
+    else:
+        seq[:, s] = (seq[:, s] + 1) % (int(seq.max()) + 1)  # another id, inside the range the batch already uses
+    return seq
+
+
+def _gradient_leaks(model, inputs, seq, positions):
+    """For each t, the positions > t whose embeddings get gradient from the outputs at t; None if untestable."""
+    leaves = []
+    if seq.is_floating_point():
+        leaf = seq.detach().clone().requires_grad_(True)
+        leaves.append(leaf)
+        inputs = _replace(inputs, seq, leaf)
+
+    def embedding_leaf(module, args, output):  # replace the token embeddings by a leaf we can differentiate against
+        if not leaves and args and args[0].data_ptr() == seq.data_ptr() and args[0].numel() == seq.numel():
+            leaf = output.detach().clone().requires_grad_(True)
+            leaves.append(leaf)
+            return leaf
+        return None
+
+    handles = [m.register_forward_hook(embedding_leaf) for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    try:
+        out = next(iter(_flat(forward(model, inputs))), None)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not leaves or out is None or not out.requires_grad:
+        return None
+    leaks = {}
+    for t in positions:
+        (grad,) = torch.autograd.grad(out[:, t].sum(), leaves, retain_graph=True)
+        per_position = grad.detach().abs().movedim(1, 0).flatten(1).amax(1).double()  # (T,)
+        scale = float(per_position[:t + 1].max()) or 1.0
+        future = [int(p) for p in range(t + 1, per_position.shape[0]) if float(per_position[p]) > GRAD_TOLERANCE * scale]
+        if future:
+            leaks[t] = future
+    return leaks
+
+
+def _positions(ps):
+    """[5, 6, 7] -> "5..7"; anything else comma-separated."""
+    if len(ps) > 2 and ps == list(range(ps[0], ps[-1] + 1)):
+        return f"{ps[0]}..{ps[-1]}"
+    return ", ".join(map(str, ps))
+
+
+def check_causal_dependency(case):
+    """Outputs at t must not depend on inputs after t: perturb future tokens, and backprop output[t]."""
+    with preserved(case["model"]):
+        if case["task"].get("kind") != "causal_lm":
+            kind = case["task"].get("kind", "unspecified")
+            return CheckResult("causal_dependency", "skip", f"applies to task kind causal_lm; this case is {kind!r}")
+        model = _unwrap(case["model"])
+        model.eval()
+        inputs, _ = case["batch"]
+        seq = _sequence(inputs)
+        if seq is None or seq.dim() < 2 or seq.shape[1] < 2:
+            return CheckResult("causal_dependency", "skip", "no (batch, time) input with at least 2 positions")
+        T = seq.shape[1]
+        with torch.no_grad():
+            clean = next(iter(_flat(forward(model, inputs))), None)
+            if clean is None or clean.dim() < 2 or tuple(clean.shape[:2]) != tuple(seq.shape[:2]):
+                return CheckResult("causal_dependency", "skip", "the output is not shaped (batch, time, ...) like the input")
+            perturb_leaks = {}
+            for s in sorted({T // 2, T - 1}):
+                changed = next(iter(_flat(forward(model, _replace(inputs, seq, _perturb_at(seq, s))))))
+                a, b = clean[:, :s].double(), changed[:, :s].double()
+                moved = ((a - b).abs() > TOLERANCE * float(a.abs().max().clamp_min(1))).movedim(1, 0).flatten(1).any(1)
+                if bool(moved.any()):
+                    perturb_leaks[s] = [int(p) for p in moved.nonzero().flatten()]
+        gradient_leaks = _gradient_leaks(model, inputs, seq, sorted({0, T // 2, T - 2}))
+        details = {"positions": T, "perturb_leaks": perturb_leaks, "gradient_leaks": gradient_leaks or {}}
+        if perturb_leaks or gradient_leaks:
+            ahead = max([s - p[0] for s, p in perturb_leaks.items()] + [p[-1] - t for t, p in (gradient_leaks or {}).items()])
+            details.update(lookahead=ahead, next="print the mask for T=4 and compare with torch.ones(4, 4).tril(); "
+                           "with scaled_dot_product_attention pass is_causal=True")
+            parts = []
+            if perturb_leaks:
+                s = max(perturb_leaks)
+                parts.append(f"changing the token at {s} moved the outputs at {_positions(perturb_leaks[s])}")
+            if gradient_leaks:
+                t = min(gradient_leaks)
+                parts.append(f"the output at {t} gets gradient from positions {_positions(gradient_leaks[t])}")
+            kind = ("a missing causal mask" if ahead >= T - 1 else
+                    "a mask off by a position or two, e.g. tril(diagonal=1); each layer adds its own step" if ahead <= 2 else
+                    "a wrong causal mask, or positions mixed by a reshape")
+            return CheckResult("causal_dependency", "fail", f"outputs see up to {ahead} position(s) ahead ({kind}): "
+                               + "; ".join(parts), details)
+        tested = "perturbation and gradient tests" if gradient_leaks is not None else "perturbation test (no token embedding found)"
+        return CheckResult("causal_dependency", "pass", f"no output depends on a later position over {T} positions ({tested})",
+                           details)
+
+
+class _TinyLM(torch.nn.Module):
+    """One causal self-attention block over token + position embeddings."""
+
+    def __init__(self, broken, vocab=16, dim=32, max_len=32):
+        super().__init__()
+        self.tok = torch.nn.Embedding(vocab, dim)
+        self.pos = torch.nn.Embedding(max_len, dim)
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, vocab)
+        self.broken = broken
+
+    def forward(self, ids):  # ids: (B, T)
+        x = self.tok(ids) + self.pos(torch.arange(ids.shape[1], device=ids.device))  # (B, T, C)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.broken:
+            h = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # BUG: is_causal=True forgotten: sees the future
+        else:
+            h = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.out(x + h)  # (B, T, vocab)
+
+
+def make_demo_case(broken):
+    """A one-block causal LM on random tokens; the broken twin forgets the causal mask."""
+    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG stream
+        torch.manual_seed(0)
+        ids = torch.randint(0, 16, (4, 12))
+        model = _TinyLM(broken)
+    targets = torch.roll(ids, -1, dims=1)  # next token (the last position wraps; fine for a demo)
+    return {"model": model, "batch": (ids, targets),
+            "loss_fn": lambda logits, y: torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()),
+            "task": {"kind": "causal_lm", "vocab_size": 16}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_causal_dependency, make_demo_case, __doc__))

@@ -1,0 +1,448 @@
+"""nan_watch: which module first produces NaN/inf, forward or backward, and what led up to it?
+
+Symptom
+    The loss (or a gradient norm) turns NaN or inf, at step 0 or after a while, and nothing in
+    the traceback says where. Or the run is fine in fp32/bf16 and overflows under fp16.
+
+What it checks
+    The idea of DebugUnderflowOverflow (transformers debug_utils, described in Bekman's
+    ml-engineering "Underflow and Overflow Detection"): a hook on every module records, after
+    each forward call, the abs-min and abs-max of its floating inputs and outputs (a frame).
+    The first module whose inputs are finite and whose output is not is the forward origin;
+    the frames recorded just before the first non-finite value are returned with it.
+    If the forward pass and the loss are finite, backward is watched the same way: tensor hooks
+    record the gradient arriving at each module's outputs and leaving through its inputs; the
+    first module whose output gradient is finite and whose input gradient is not is the
+    backward origin (e.g. torch.where(x > 0, x.log(), 0): finite forward, NaN gradient at 0).
+    Weights that are already NaN/inf, and a batch that already holds NaN/inf, are named too.
+
+    fp16 headroom: when everything is finite, any module output with abs max above 1e4 is a
+    warn. fp16 tops out at 65504, and Bekman's rule of thumb keeps activations far below 1e4,
+    since a matmul of two values of 1e4 reaches 1e8. Harmless in fp32 and bf16.
+
+    Runs one forward and backward in train mode. Every hook it registers is removed. A
+    DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: no collective.
+
+Command
+    python diagnostics/nan_watch.py                              # embedded demo (planted bug)
+    python diagnostics/nan_watch.py --healthy
+    python diagnostics/nan_watch.py --case my_case.py --json     # the frames are in the JSON
+
+Output
+    $ python diagnostics/nan_watch.py --json
+    {
+      "id": "nan_watch",
+      "status": "fail",
+      "summary": "first NaN/inf in the forward pass: the output of attend (_HandSoftmax), whose inputs were finite",
+      "details": {
+        "bad_weights": [],
+        "inputs_finite": true,
+        "frames": [
+          {
+            "phase": "forward",
+            "module": "proj",
+            "class": "Linear",
+            "in": [
+              0.00268,
+              10.2
+            ],
+            "out": [
+              0.00696,
+              7.41
+            ],
+            "finite": true,
+            "origin": false
+          },
+          {
+            "phase": "forward",
+            "module": "attend",
+            "class": "_HandSoftmax",
+            "in": [
+              0.00696,
+              7.41
+            ],
+            "out": [
+              "nan",
+              "nan"
+            ],
+            "finite": false,
+            "origin": true
+          }
+        ],
+        "origin": {
+          "module": "attend",
+          "class": "_HandSoftmax",
+          "phase": "forward"
+        },
+        "next": "read the forward of attend: exp without max-subtraction, log/sqrt/division without eps"
+      }
+    }
+    (exit code 1)
+    $ python diagnostics/nan_watch.py --healthy
+    [PASS] nan_watch: forward and backward finite over 4 module calls; largest activation 7.41 (fp16 headroom limit 10000)
+    (exit code 0)
+
+How to read it
+    details["origin"] is the module (name, class, phase) where the first NaN/inf appeared.
+    details["frames"] are the frames up to the first non-finite value, oldest first: "in" and
+    "out" are [abs min, abs max] of the module's inputs and outputs; in the backward phase,
+    "in" is the gradient arriving at the module's output and "out" the gradient it sends back
+    to its input (one of the two per frame). Go a few frames up and look for values climbing towards overflow (abs max
+    in the 1e4s for fp16, ~1e38 for fp32) or for an abs min of 0 going into a log, a division
+    or a sqrt. A forward origin whose class is a container (Sequential, your model) means the
+    NaN came from a functional op in its forward, between its submodules.
+
+Next step
+    PLAYBOOK.md#nan-watch. Forward overflow: subtract the max before exp (use torch.softmax /
+    logsumexp), add eps to divisions and sqrt, clamp before log. Backward NaN with a finite
+    forward: the where/mask trap (compute the unsafe op on a safe input, e.g.
+    x.clamp_min(eps).log()), sqrt or norm at exactly 0. fp16 headroom warn: train in bf16,
+    or keep the named layers in fp32.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+FRAMES = 8  # frames reported up to the first NaN/inf; the peer tool DebugUnderflowOverflow prints the last 21 — our assumption
+# fp16 tops out at 65504 (evidence bekman-pytorch-debug#fp16-max-65504), and activations must stay well below 1e4
+# because 1e4 * 1e4 = 1e8 in a matmul (evidence bekman-pytorch-debug#fp16-activations-limit).
+FP16_HEADROOM = 1e4
+
+
+def _unwrap(model):
+    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+def _floats(obj):
+    """The floating-point tensors in a tensor / tuple / list / dict (ModelOutput included), in order."""
+    if torch.is_tensor(obj):
+        return [obj] if obj.is_floating_point() else []
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
+    return [t for value in values for t in _floats(value)]
+
+
+def _number(x):
+    """A float rounded to 3 digits, or "nan" / "inf" as a string so that --json stays strict JSON."""
+    return float(f"{x:.3g}") if abs(x) < float("inf") else str(x)
+
+
+def _span(tensors):
+    """([abs min, abs max] over the tensors, or None when there are none) and whether all are finite."""
+    lows, highs, finite = [], [], True
+    for t in tensors:
+        a = t.detach().abs().float()
+        if a.numel():
+            lows.append(float(a.min()))
+            highs.append(float(a.max()))
+            finite = finite and bool(torch.isfinite(a).all())
+    if not lows:
+        return None, True
+    nan = float("nan")
+    low = nan if any(v != v for v in lows) else min(lows)  # min()/max() of Python floats would skip a NaN
+    high = nan if any(v != v for v in highs) else max(highs)
+    return [_number(low), _number(high)], finite
+
+
+def check_nan_watch(case, frames=FRAMES):
+    """One forward (and, if finite, backward) with per-module abs-min/abs-max frames; names the first NaN/inf."""
+    with preserved(case["model"]):
+        model = _unwrap(case["model"])
+        model.train()
+        names = {m: n or type(model).__name__ for n, m in model.named_modules()}
+        inputs, targets = case["batch"]
+        bad_weights = [n for n, p in model.named_parameters() if not bool(torch.isfinite(p.detach()).all())]
+        _, inputs_finite = _span(_floats(inputs))
+        details = {"bad_weights": bad_weights, "inputs_finite": inputs_finite}
+        if bad_weights:
+            details["next"] = "reload the weights from the last good checkpoint; find the step that broke them (spikes on the log)"
+            return CheckResult("nan_watch", "fail", f"{len(bad_weights)} parameter(s) already hold NaN/inf: "
+                               f"{', '.join(bad_weights[:3])} (a corrupt checkpoint or an earlier bad step)", details)
+        if not inputs_finite:
+            details["next"] = "run data_sanity and fix the data pipeline"
+            return CheckResult("nan_watch", "fail", "the input batch already holds NaN/inf (run data_sanity)", details)
+        log = []  # frames in the order the hooks fire
+        grad_out_finite = {}  # module -> whether every gradient arriving at its outputs was finite
+
+        def frame(module, phase, ins, outs, origin_if_bad=True):
+            span_in, fin_in = _span(ins)
+            span_out, fin_out = _span(outs)
+            log.append({"phase": phase, "module": names[module], "class": type(module).__name__, "in": span_in,
+                        "out": span_out, "finite": fin_in and fin_out, "origin": origin_if_bad and fin_in and not fin_out})
+            return fin_in and fin_out
+
+        def on_grad_out(module):  # backward frame "in": the gradient arriving at the module's output
+            def hook(grad):
+                finite = frame(module, "backward", [grad], [], origin_if_bad=False)
+                grad_out_finite[module] = grad_out_finite.get(module, True) and finite
+            return hook
+
+        def on_grad_in(module):  # backward frame "out": the gradient the module sends back to its input
+            def hook(grad):
+                frame(module, "backward", [], [grad], origin_if_bad=grad_out_finite.get(module, True))
+            return hook
+
+        def on_forward(module, args, output):
+            ins, outs = _floats(args), _floats(output)
+            frame(module, "forward", ins, outs)
+            if torch.is_grad_enabled():
+                for t in outs:
+                    if t.requires_grad:
+                        t.register_hook(on_grad_out(module))
+                for t in ins:
+                    if t.requires_grad:
+                        t.register_hook(on_grad_in(module))
+
+        handles = [m.register_forward_hook(on_forward) for m in model.modules()]
+        try:
+            output = forward(model, inputs)
+            loss = case["loss_fn"](output, targets)
+            forward_finite = _span(_floats(output))[1] and bool(torch.isfinite(loss))
+            if forward_finite and loss.requires_grad:
+                loss.backward()
+        finally:
+            for handle in handles:
+                handle.remove()
+        return _verdict(log, loss, forward_finite, frames, details)
+
+
+def _verdict(log, loss, forward_finite, frames, details):
+    """Turn the frame log into a CheckResult."""
+    first_bad = next((i for i, f in enumerate(log) if not f["finite"]), None)
+    origin = next((f for f in log if f["origin"]), None)
+    if first_bad is None and forward_finite:
+        outputs = [f for f in log if f["phase"] == "forward" and f["out"]]
+        near = [f for f in outputs if f["out"][1] > FP16_HEADROOM]
+        details["fp16_risk"] = [{"module": f["module"], "class": f["class"], "abs_max": f["out"][1]} for f in near]
+        if near:
+            worst = max(near, key=lambda f: f["out"][1])
+            details["next"] = "under fp16 autocast: train in bf16, or keep these modules in fp32; else nothing to do"
+            return CheckResult("nan_watch", "warn", f"no NaN/inf, but {len(near)} module output(s) exceed {FP16_HEADROOM:g} "
+                               f"(fp16 max 65504): worst {worst['module']} at {worst['out'][1]:.3g}; harmless in fp32/bf16", details)
+        largest = max((f["out"][1] for f in outputs), default=0.0)
+        return CheckResult("nan_watch", "pass", f"forward and backward finite over {len(outputs)} module calls; "
+                           f"largest activation {largest:.3g} (fp16 headroom limit {FP16_HEADROOM:g})", details)
+    if first_bad is None:  # every module output finite, the loss is not: the loss function made it
+        details.update(origin={"module": "loss_fn", "phase": "forward"}, frames=log[-frames:], loss=float(loss.detach()),
+                       next="use the fused losses (F.cross_entropy on logits, F.log_softmax, BCEWithLogits); run labels")
+        return CheckResult("nan_watch", "fail", f"the model's outputs are finite but the loss is {float(loss.detach())}: "
+                           "the loss function produced it (e.g. every label ignored, log of 0)", details)
+    details["frames"] = log[max(0, first_bad + 1 - frames):first_bad + 1]
+    if origin is None:
+        origin = log[first_bad]
+    details["origin"] = {"module": origin["module"], "class": origin["class"], "phase": origin["phase"]}
+    where = f"{origin['module']} ({origin['class']})"
+    details["next"] = (f"read the forward of {origin['module']}: exp without max-subtraction, log/sqrt/division without eps"
+                       if origin["phase"] == "forward" else
+                       f"read the forward of {origin['module']}: sqrt/log/norm at exactly 0, a where() or mask hiding an inf")
+    if origin["origin"] and origin["phase"] == "forward":
+        summary = f"first NaN/inf in the forward pass: the output of {where}, whose inputs were finite"
+    elif origin["origin"]:
+        summary = (f"forward is finite; first NaN/inf in backward: {where} turned a finite gradient at its output "
+                   "into a non-finite gradient at its input")
+    else:
+        kind = "a gradient" if origin["phase"] == "backward" else "a value"
+        summary = f"first NaN/inf seen in {kind} at {where} (its source is not a module this check can hook)"
+    return CheckResult("nan_watch", "fail", summary, details)
+
+
+class _HandSoftmax(torch.nn.Module):
+    """Softmax with a temperature, written by hand."""
+
+    def __init__(self, temperature, broken):
+        super().__init__()
+        self.temperature = temperature
+        self.broken = broken
+
+    def forward(self, x):
+        x = x / self.temperature
+        if self.broken:
+            e = torch.exp(x)  # BUG: no max-subtraction: exp overflows to inf, and inf / inf is NaN
+        else:
+            e = torch.exp(x - x.amax(-1, keepdim=True))  # shifted so the largest exponent is 0
+        return e / e.sum(-1, keepdim=True)
+
+
+class _DemoNet(torch.nn.Module):
+    def __init__(self, broken):
+        super().__init__()
+        self.proj = torch.nn.Linear(16, 32)
+        self.attend = _HandSoftmax(temperature=0.01, broken=broken)
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.proj(x)
+        return self.head(self.attend(h) * h)
+
+
+def make_demo_case(broken):
+    """A small net with a hand-written low-temperature softmax; the broken twin forgets to subtract the max."""
+    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG stream
+        torch.manual_seed(0)
+        inputs = torch.randn(16, 16) * 3
+        targets = torch.randint(0, 4, (16,))
+        model = _DemoNet(broken)
+    return {"model": model, "batch": (inputs, targets), "loss_fn": torch.nn.CrossEntropyLoss(),
+            "task": {"kind": "classification", "num_classes": 4}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_nan_watch, make_demo_case, __doc__))

@@ -1,0 +1,424 @@
+"""overfit_one_batch: can the model drive one tiny batch to (near) zero loss?
+
+Symptom
+    The loss stays flat, stalls well above zero, or climbs, and you cannot tell whether the
+    model, the loss or the optimizer is to blame. Karpathy's recipe and cs231n put this test
+    before any real training: a model that cannot memorise a handful of examples has a bug.
+
+What it checks
+    Takes the first 8 rows of the case's batch, switches regularisation off (Dropout and
+    MultiheadAttention dropout modules to eval, weight decay 0 in the optimizer it builds), and
+    trains with the case's optimizer factory (Adam at lr 3e-4 when the case has none) for up to
+    300 steps, stopping as soon as the loss is below 5% of where it started (of ln C, the chance
+    level, when the task names C classes or a vocabulary and the start is above it: a bad init
+    must not make "near zero" easy). BatchNorm stays in train mode, as in real training. A
+    failure is classified (details["failure"]):
+
+      flat       the loss never moved: learning rate 0, an optimizer that holds none (or not
+                 all) of the model's parameters, a loss detached from the parameters.
+      diverging  the loss turned NaN/inf or ran away from zero: learning rate far too high, or
+                 a flipped sign (maximising the loss: it heads to -inf).
+      plateau    it went down and stalled above the target, and still does at 10x the learning
+                 rate: probabilities fed to a logits loss (double softmax), a capacity bug (a
+                 width-1 bottleneck), label smoothing, targets the inputs cannot explain.
+
+    Why the retry at 10x: the test should not fail a sound model only because your learning
+    rate (Adam 3e-4 is a forgiving baseline for a long run) is slow for a 300-step sprint, and it
+    must not hide your settings either. So the first run uses your optimizer exactly: a learning
+    rate of 0 stays 0, a runaway at your lr is a fail. Only a run whose loss fell but missed the
+    target is retried with every learning rate multiplied by 10; memorising the batch there is a
+    pass, and the summary says it needed 10x. Trainable parameters missing from the optimizer
+    are listed in details["not_in_optimizer"].
+
+    The model is trained in place and restored afterwards (parameters, buffers, .grad, modes,
+    hooks, RNG), so the case is exactly as it was when the check returns. A
+    DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: each rank trains
+    its own copy on its own rows, with no collective.
+
+Command
+    python diagnostics/overfit_one_batch.py                      # embedded demo (planted bug)
+    python diagnostics/overfit_one_batch.py --healthy            # its healthy twin
+    python diagnostics/overfit_one_batch.py --case my_case.py --json
+
+Output
+    $ python diagnostics/overfit_one_batch.py
+    [FAIL] overfit_one_batch: plateau: stalled at 0.9052 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
+    (exit code 1)
+    $ python diagnostics/overfit_one_batch.py --healthy
+    [PASS] overfit_one_batch: memorised 8 rows at 10x your learning rate (1.551 -> 0.07628 in 37 steps); at your lr the loss went 1.551 -> 0.1528 in 300 steps
+    (exit code 0)
+
+How to read it
+    pass: the batch was memorised (at your lr, or at 10x if the summary says so); the pipeline
+    can learn. It does not prove the model generalises: cs231n notes that random features
+    overfit too. warn: memorised, but some trainable parameters are not in the optimizer; or
+    inconclusive (fell at your lr, diverged at 10x). fail: read details["failure"] and
+    details["losses"] (the loss every 10 steps; details["retry_losses"] at 10x): flat, diverging
+    and plateau point at different bugs, listed above. details["outputs_are_probabilities"] is
+    true when the outputs are non-negative rows summing to 1 (a softmax before the loss).
+
+Next step
+    PLAYBOOK.md#overfit-one-batch. Flat: print the optimizer's lr and check that it was built
+    from this model's parameters. Diverging: check the loss sign, then lower the lr. Plateau:
+    remove the softmax before CrossEntropyLoss, remove bottlenecks, turn off label smoothing.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+# Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
+# (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
+ROWS = 8
+STEPS = 300  # our assumption, tuned on the test zoo: healthy cases get there in 60-200 steps at Adam 3e-4, or under 100 at 10x
+TARGET = 0.05  # "near zero" = 5% of the start (or of ln C) — our assumption, tuned on the test zoo (cs231n asks for zero cost)
+FLAT = 0.01  # the loss never moved by more than 1% of its start: nothing is learning — our assumption
+RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — our assumption
+RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
+DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
+                   torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention)
+
+
+def _unwrap(model):
+    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+def _first_tensor(obj):
+    """The first tensor in a tensor / tuple / list / dict, or None."""
+    if torch.is_tensor(obj):
+        return obj
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
+    for value in values:
+        found = _first_tensor(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _take_rows(obj, n, k):
+    """The first k rows of every tensor in obj whose first dimension is the batch size n."""
+    if torch.is_tensor(obj):
+        return obj[:k] if obj.dim() > 0 and obj.shape[0] == n else obj
+    if isinstance(obj, dict):
+        return {key: _take_rows(value, n, k) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_take_rows(value, n, k) for value in obj)
+    return obj
+
+
+def _looks_like_probabilities(output):
+    """True when the output is non-negative and each row along the last dim sums to 1 (a softmax)."""
+    if not (torch.is_tensor(output) and output.is_floating_point() and output.dim() >= 2 and output.shape[-1] > 1):
+        return False
+    output = output.detach()
+    sums = output.sum(-1)
+    return bool((output >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
+
+
+def _train(case, model, inputs, targets, lr_scale, steps, target):
+    """Train on one batch; returns (losses, optimizer). Stops on success (|loss| <= target) or runaway."""
+    optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
+    for group in optimizer.param_groups:
+        group["lr"] = group["lr"] * lr_scale
+        if "weight_decay" in group:
+            group["weight_decay"] = 0.0  # regularisation off: cs231n-nn3#overfit-tiny-subset
+    losses = []
+    for step in range(steps + 1):
+        model.zero_grad(set_to_none=True)
+        loss = case["loss_fn"](forward(model, inputs), targets)
+        value = float(loss.detach())
+        losses.append(value)
+        start = abs(losses[0])
+        if step == steps or not abs(value) < RUNAWAY * start or abs(value) <= target:  # budget, runaway (or NaN), done
+            break
+        loss.backward()
+        optimizer.step()
+    return losses, optimizer
+
+
+def _classify(losses):
+    """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau")."""
+    start = abs(losses[0])
+    if not all(abs(v) < float("inf") for v in losses) or abs(losses[-1]) > (1 + FLAT) * start:  # NaN fails `<` too
+        return "diverging"
+    if max(abs(v - losses[0]) for v in losses) <= FLAT * start:
+        return "flat"
+    return "plateau"
+
+
+def _every_10(losses):
+    """The loss at steps 0, 10, 20, ... and the last step, rounded for the report."""
+    picked = losses[::10] + ([losses[-1]] if (len(losses) - 1) % 10 else [])
+    return [round(v, 4) for v in picked]
+
+
+def _trace(losses):
+    return f"{losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses) - 1} steps"
+
+
+def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
+    """Train on the first `rows` rows of the case's batch until the loss is near zero; classify a failure."""
+    with preserved(case["model"]):
+        model = _unwrap(case["model"])
+        inputs, targets = case["batch"]
+        first = _first_tensor(inputs)
+        n = first.shape[0] if first is not None and first.dim() > 0 else 0
+        if n == 0:
+            return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
+        k = min(rows, n)
+        inputs, targets = _take_rows(inputs, n, k), _take_rows(targets, n, k)
+        model.train()
+        for module in model.modules():
+            if isinstance(module, DROPOUT_MODULES):
+                module.eval()
+        output = forward(model, inputs)
+        start = case["loss_fn"](output, targets)
+        start_value = float(start.detach())
+        reference = abs(start_value)
+        classes = case["task"].get("num_classes") or case["task"].get("vocab_size")
+        if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
+            reference = min(reference, float(torch.tensor(float(classes)).log()))
+        details = {"rows": k, "steps_budget": steps, "start_loss": start_value, "target": TARGET * reference,
+                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output))}
+        if not torch.isfinite(start):
+            details.update(failure="nonfinite_at_start", next="run nan_watch (where it first appears) and labels (all ignored?)")
+            return CheckResult("overfit_one_batch", "fail", f"the loss is {start_value} before any step: run nan_watch and labels",
+                               details)
+        if not start.requires_grad:
+            details.update(failure="flat", next="run gradient_flow: look for .detach(), torch.no_grad() or requires_grad=False")
+            return CheckResult("overfit_one_batch", "fail", "flat: the loss does not depend on any trainable parameter "
+                               "(a detached graph, or every parameter frozen)", details)
+        with preserved(model):
+            losses, optimizer = _train(case, model, inputs, targets, 1.0, steps, details["target"])
+        trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+        details.update(losses=_every_10(losses), steps=len(losses) - 1, not_in_optimizer=missing)
+        not_optimised = (f"; but {len(missing)} trainable parameter(s) are not in the optimizer: {', '.join(missing[:3])}"
+                         if missing else "")
+        if missing:
+            details["next"] = "build the optimizer from model.parameters() (after any layer is replaced)"
+        if abs(losses[-1]) <= details["target"]:
+            return CheckResult("overfit_one_batch", "warn" if missing else "pass",
+                               f"memorised {k} rows: loss {_trace(losses)}{not_optimised}", details)
+        failure = _classify(losses)
+        if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
+            retry, _ = _train(case, model, inputs, targets, RETRY_LR, steps, details["target"])
+            details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
+            if abs(retry[-1]) <= details["target"]:
+                return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
+                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}{not_optimised}",
+                                   details)
+            if _classify(retry) == "diverging":
+                details.update(failure="inconclusive", next="rerun with more steps: check_overfit_one_batch(case, steps=1000)")
+                return CheckResult("overfit_one_batch", "warn", f"the loss fell at your lr ({_trace(losses)}) but not to near "
+                                   f"zero, and diverged at {RETRY_LR:g}x: rerun with more steps{not_optimised}", details)
+        details["failure"] = failure
+        if failure == "flat":
+            hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
+                    else f"{len(missing)} of {len(trainable)} trainable parameters are not in the optimizer" if missing
+                    else "learning rate 0, or far too small for the scale of the loss (unstandardised targets?)")
+            summary = f"flat: the loss did not move ({_trace(losses)}): {hint}"
+            details["next"] = "print optimizer.param_groups: check the lr and that the optimizer was built from this model's parameters"
+        elif failure == "diverging" and losses[-1] < 0:
+            summary = f"diverging: the loss heads to -inf ({_trace(losses)}): is its sign flipped (maximising)?"
+            details["next"] = "check the sign of the loss (and of any term added to it)"
+        elif failure == "diverging":
+            blowup = "turns NaN/inf" if not abs(losses[-1]) < float("inf") else "grows"
+            summary = f"diverging: the loss {blowup} ({_trace(losses)}): learning rate too high, or a numerical bug"
+            details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"
+        else:
+            cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
+                     if details["outputs_are_probabilities"] else
+                     "a capacity bug (dead units, a bottleneck), label smoothing, or targets the inputs cannot explain")
+            summary = (f"plateau: stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, target {details['target']:.3g}) "
+                       f"even at {RETRY_LR:g}x lr: {cause}")
+            details["next"] = ("return logits, not softmax outputs, to CrossEntropyLoss" if details["outputs_are_probabilities"] else
+                               "run gradient_flow (dead or blocked layers); remove bottlenecks and label smoothing; check the labels")
+        return CheckResult("overfit_one_batch", "fail", summary, details)
+
+
+class _DemoNet(torch.nn.Module):
+    def __init__(self, broken):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2), torch.nn.Linear(64, 5))
+        self.broken = broken
+
+    def forward(self, x):
+        logits = self.body(x)
+        if self.broken:
+            return logits.softmax(-1)  # BUG: probabilities fed to CrossEntropyLoss, which applies log-softmax again
+        return logits
+
+
+def make_demo_case(broken):
+    """A 5-class MLP on 32 random rows; the broken twin returns softmax probabilities to CrossEntropyLoss."""
+    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG stream
+        torch.manual_seed(0)
+        inputs = torch.randn(32, 16)
+        targets = torch.randint(0, 5, (32,))
+        model = _DemoNet(broken)
+    return {"model": model, "batch": (inputs, targets), "loss_fn": torch.nn.CrossEntropyLoss(),
+            "task": {"kind": "classification", "num_classes": 5}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_overfit_one_batch, make_demo_case, __doc__))

@@ -1,0 +1,328 @@
+"""update_ratio: is each layer's step size sane for its weights (~1e-3 of their scale)?
+
+Symptom
+    The loss explodes or thrashes in the first steps (learning rate too high), or barely moves
+    for thousands of steps (too low), or one layer trains while another does not.
+
+What it checks
+    Builds an optimizer from the case's factory (Adam at lr 3e-4 when the case has none), does
+    one forward/backward/step on the case's batch in train mode, and measures per weight
+    matrix |update| / |weight| (Frobenius norms). cs231n's rule of thumb is ~1e-3. Biases and
+    norm gains (1-D tensors) are listed without a verdict: a zero-initialised bias makes the
+    ratio infinite without meaning anything. Parameters with no or all-zero gradient are left
+    to gradient_flow.
+
+    Note on Adam's first step: it moves every weight by about lr (m / sqrt(v) = +-1 when both
+    moments hold one gradient), so the ratio is about lr / rms(weight): 3e-4 on a weight with
+    rms 0.05 gives 6e-3 (derived). Later steps are usually smaller, so a first-step ratio is an
+    upper estimate.
+
+    A DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: local
+    gradients, one local step, no collective.
+
+Command
+    python diagnostics/update_ratio.py                           # embedded demo (planted bug)
+    python diagnostics/update_ratio.py --healthy
+    python diagnostics/update_ratio.py --case my_case.py --json
+
+Output
+    $ python diagnostics/update_ratio.py --json
+    {
+      "id": "update_ratio",
+      "status": "fail",
+      "summary": "3 weight(s) change by more than 0.1 of their norm per step (lr too high), worst 4.weight at 0.846",
+      "details": {
+        "ratios": {
+          "0.weight": 0.184,
+          "2.weight": 0.353,
+          "4.weight": 0.846
+        },
+        "other": {
+          "0.bias": 0.208,
+          "2.bias": 0.831,
+          "4.bias": 4.32
+        },
+        "target": 0.001,
+        "not_updated": [],
+        "nonfinite": [],
+        "next": "lower the lr by about the factor the ratio is above 1e-3; add warmup"
+      }
+    }
+    (exit code 1)
+    $ python diagnostics/update_ratio.py --healthy
+    [PASS] update_ratio: ratios 0.0018 .. 0.0085 over 3 weight matrices, all within 0.0001 .. 0.03 (~0.001)
+    (exit code 0)
+
+How to read it
+    details["ratios"] maps each weight matrix to its ratio. fail: a ratio above 1e-1 (the
+    weight changes by more than a tenth in one step: lr far too high for that layer), or a
+    weight that got a gradient but did not move at all (lr 0, or not in the optimizer), or a
+    ratio below 1e-6 (lr far too low). warn: outside 1e-4 .. 3e-2, more than an order of
+    magnitude from 1e-3. pass: every weight within 1e-4 .. 3e-2.
+
+Next step
+    PLAYBOOK.md#update-ratio. Too high: lower the lr (by the factor the ratio is above 1e-3 is
+    a first guess), add warmup, or check the init scale (a near-zero weight inflates the ratio).
+    Too low or zero: print optimizer.param_groups and check each layer's lr and that the
+    optimizer was built from this model's parameters. One layer out of line: a per-layer lr
+    multiplier or a mis-scaled init in that layer.
+"""
+import argparse
+import contextlib
+import copy
+import dataclasses
+import importlib.util
+import json
+import os
+import random
+import sys
+
+import torch
+
+# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
+@dataclasses.dataclass
+class CheckResult:
+    """One check's verdict, the shape `doctor --json` prints for each check."""
+
+    id: str
+    status: str  # "pass" | "warn" | "fail" | "skip"
+    summary: str
+    details: dict = dataclasses.field(default_factory=dict)
+
+    def to_dict(self):
+        return dataclasses.asdict(self)
+
+
+class CaseError(Exception):
+    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, _, factory_name = spec.partition(":")
+    factory_name = factory_name or "make_case"
+    if not os.path.isfile(path):
+        raise CaseError(f"case file not found: {path}")
+    case_dir = os.path.dirname(os.path.abspath(path))
+    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
+        sys.path.insert(0, case_dir)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    factory = getattr(module, factory_name, None)
+    if not callable(factory):
+        raise CaseError(f"case file {path} has no function {factory_name}()")
+    try:
+        case = factory()
+    except Exception as exc:
+        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return validate_case(case, f"{path}:{factory_name}")
+
+
+def validate_case(case, where="case"):
+    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    if not isinstance(case, dict):
+        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
+    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
+    if missing:
+        raise CaseError(f"{where} is missing {', '.join(missing)}")
+    if not isinstance(case["model"], torch.nn.Module):
+        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
+    batch = case["batch"]
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+        raise CaseError(f"{where}: batch must be (inputs, targets)")
+    if not callable(case["loss_fn"]):
+        raise CaseError(f"{where}: loss_fn is not callable")
+    if "optimizer" in case and not callable(case["optimizer"]):
+        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
+    task = case.get("task", {})
+    if not isinstance(task, dict):
+        raise CaseError(f"{where}: task must be a dict of hints")
+    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
+    if task.get("kind", "other") not in kinds:
+        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
+    case = dict(case)
+    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
+    case.setdefault("task", {})
+    return case
+
+
+def forward(model, inputs):
+    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
+    if isinstance(inputs, dict):
+        return model(**inputs)
+    if isinstance(inputs, (tuple, list)):
+        return model(*inputs)
+    return model(inputs)
+
+
+@contextlib.contextmanager
+def preserved(model, optimizer=None):
+    """Restore everything a check may touch, also when the check raises.
+
+    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
+    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
+    plus every CUDA device once CUDA is initialised).
+    """
+    modules = list(model.modules())
+    params = list(model.parameters())
+    tensors = params + list(model.buffers())
+    saved_values = [t.detach().clone() for t in tensors]
+    saved_requires_grad = [p.requires_grad for p in params]
+    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
+    saved_modes = [m.training for m in modules]
+    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
+    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
+    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
+    saved_python_rng = random.getstate()
+    saved_torch_rng = torch.get_rng_state()
+    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
+    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in zip(tensors, saved_values):
+                tensor.copy_(value)
+        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
+            p.requires_grad_(flag)
+            p.grad = grad
+        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
+            m.training = mode
+            for name, saved in hooks.items():
+                live = getattr(m, name)
+                live.clear()
+                live.update(saved)
+        if optimizer is not None:
+            optimizer.load_state_dict(saved_optimizer)
+        random.setstate(saved_python_rng)
+        torch.set_rng_state(saved_torch_rng)
+        if saved_cuda_rng is not None:
+            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+def cli_main(check, demo_case, description, argv=None):
+    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
+                        "without it, runs the embedded demo with a planted bug")
+    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    args = parser.parse_args(argv)
+    try:
+        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
+        result = check(case)
+    except CaseError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, default=str))
+    else:
+        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+    return 1 if result.status == "fail" else 0
+# --- end shared block ---
+
+TARGET = 1e-3  # cs231n: "this ratio should be somewhere around 1e-3" (evidence cs231n-nn3#update-ratio)
+HIGH_FAIL = 1e-1  # a tenth of the weight replaced per step: our assumption (cs231n gives no bound)
+LOW_FAIL = 1e-6  # a thousand times below 1e-3: our assumption
+HIGH_WARN = 3e-2  # our assumption, tuned on the test zoo: Adam 3e-4 on the healthy zoo measures 1.5e-3 .. 8.3e-3
+LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
+
+
+def _unwrap(model):
+    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return model.module if isinstance(model, wrappers) else model
+
+
+def check_update_ratio(case):
+    """One optimizer step from the case's factory; |update| / |weight| per weight matrix against ~1e-3."""
+    model = case["model"]
+    with preserved(model):
+        net = _unwrap(model)
+        net.train()
+        trainable = [(name, p) for name, p in net.named_parameters() if p.requires_grad]
+        if not trainable:
+            return CheckResult("update_ratio", "skip", "no trainable parameters")
+        optimizer = case["optimizer"]([p for _, p in trainable])
+        net.zero_grad(set_to_none=True)
+        inputs, targets = case["batch"]
+        loss = case["loss_fn"](forward(net, inputs), targets)
+        if not loss.requires_grad:
+            return CheckResult("update_ratio", "skip", "the loss does not depend on any trainable parameter (see gradient_flow)")
+        loss.backward()
+        before = {name: p.detach().clone() for name, p in trainable}
+        optimizer.step()
+        ratios, other = {}, {}
+        for name, p in trainable:
+            if p.grad is None or not bool(p.grad.any()) or not bool(before[name].any()):
+                continue  # no gradient (gradient_flow's job) or a zero tensor (no scale to compare with)
+            ratio = float((p.detach() - before[name]).norm() / before[name].norm())
+            (ratios if p.dim() >= 2 else other)[name] = float(f"{ratio:.3g}")
+        if not ratios:
+            return CheckResult("update_ratio", "skip", "no weight matrix got a non-zero gradient (see gradient_flow)",
+                               {"other": other})
+        nonfinite = [name for name, r in ratios.items() if not abs(r) < float("inf")]  # NaN fails `<` too
+        ratios = {name: r for name, r in ratios.items() if name not in nonfinite}
+        unmoved = [name for name, r in ratios.items() if r == 0]
+        high = {name: r for name, r in ratios.items() if r > HIGH_FAIL}
+        low = {name: r for name, r in ratios.items() if 0 < r < LOW_FAIL}
+        off = {name: r for name, r in ratios.items() if not LOW_WARN <= r <= HIGH_WARN and name not in high and name not in low
+               and name not in unmoved}
+        details = {"ratios": ratios, "other": other, "target": TARGET, "not_updated": unmoved, "nonfinite": nonfinite}
+        spread = (f"ratios {min(ratios.values()):.2g} .. {max(ratios.values()):.2g} over {len(ratios)} weight matrices"
+                  if ratios else "")
+        problems = []
+        if nonfinite:
+            problems.append(f"{len(nonfinite)} weight(s) got NaN/inf updates (non-finite gradients: run nan_watch): "
+                            f"{', '.join(nonfinite[:3])}")
+        if unmoved:
+            problems.append(f"{len(unmoved)} weight(s) got a gradient but did not move (lr 0, or not in the optimizer): "
+                            f"{', '.join(unmoved[:3])}")
+        if high:
+            worst = max(high, key=high.get)
+            problems.append(f"{len(high)} weight(s) change by more than {HIGH_FAIL:g} of their norm per step (lr too high), "
+                            f"worst {worst} at {high[worst]:.3g}")
+        if low:
+            worst = min(low, key=low.get)
+            problems.append(f"{len(low)} weight(s) move less than {LOW_FAIL:g} of their norm per step (lr too low), "
+                            f"worst {worst} at {low[worst]:.3g}")
+        if problems:
+            details["next"] = ("run nan_watch" if nonfinite else "print optimizer.param_groups: the lr of each group, and whether "
+                               "it holds this model's parameters" if unmoved else
+                               "lower the lr by about the factor the ratio is above 1e-3; add warmup" if high else
+                               "raise the lr; check per-layer lr multipliers")
+            return CheckResult("update_ratio", "fail", "; ".join(problems), details)
+        if off:
+            worst = max(off, key=lambda name: max(off[name] / TARGET, TARGET / off[name]))  # furthest from 1e-3 either way
+            details["next"] = ("that layer's lr is high for its weight scale: a lower lr, warmup, or a per-layer lr"
+                               if off[worst] > TARGET else "that layer barely moves: a higher lr for it, or check its lr multiplier")
+            return CheckResult("update_ratio", "warn", f"{len(off)} weight(s) outside {LOW_WARN:g} .. {HIGH_WARN:g} "
+                               f"(~{TARGET:g} is the rule of thumb), worst {worst} at {off[worst]:.3g}; {spread}", details)
+        return CheckResult("update_ratio", "pass", f"{spread}, all within {LOW_WARN:g} .. {HIGH_WARN:g} (~{TARGET:g})", details)
+
+
+def make_demo_case(broken):
+    """A 3-layer MLP trained with SGD; the broken twin's learning rate is 100x too high."""
+    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's RNG stream
+        torch.manual_seed(0)
+        inputs = torch.randn(64, 20)
+        targets = torch.randint(0, 10, (64,))
+        model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 10))
+    lr = 0.1
+    if broken:
+        lr = 10.0  # BUG: a hundred times too high for SGD on this model
+    return {"model": model, "batch": (inputs, targets), "loss_fn": torch.nn.CrossEntropyLoss(),
+            "optimizer": lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9),
+            "task": {"kind": "classification", "num_classes": 10}}
+
+
+if __name__ == "__main__":
+    sys.exit(cli_main(check_update_ratio, make_demo_case, __doc__))

@@ -1,0 +1,170 @@
+"""The training-dynamics checks (issue 3, part B): overfit_one_batch, gradient_flow, update_ratio,
+nan_watch, batch_independence, causal_dependency.
+
+Per check: the embedded demo's healthy twin passes and its broken twin fails; every healthy zoo case
+gets no `fail`; each broken twin in tests/zoo/broken_training.py gets its expected status from the
+right check; the model's state is unchanged after the check, also when the check raises mid-way;
+`--help` exits 0 and the CLI exits 1 on the broken demo.
+"""
+import importlib
+import json
+import runpy
+import sys
+
+import pytest
+import torch
+
+from conftest import DIAGNOSTICS, ROOT
+from state_snapshot import assert_unchanged, snapshot
+
+sys.path.insert(0, str(ROOT / "tests" / "zoo"))
+import broken_training  # noqa: E402  (needs tests/zoo on sys.path)
+import healthy  # noqa: E402
+
+CHECKS = ["overfit_one_batch", "gradient_flow", "update_ratio", "nan_watch", "batch_independence", "causal_dependency"]
+OVERFIT_FAILURE = {"make_lr_zero": "flat", "make_optimizer_on_other_model": "flat", "make_flipped_loss_sign": "diverging",
+                   "make_double_softmax": "plateau"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread for this module, restored afterwards. The zoo's tensors are tiny, and two OpenMP threads on a
+    busy 2-core runner spin against each other: one overfit run measured 0.9 s with one thread, 35 s with two."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(check_id, case, **kwargs):
+    module = importlib.import_module(check_id)
+    return getattr(module, f"check_{check_id}")(module.validate_case(case, check_id), **kwargs)
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_demo_twins(check_id):
+    module = importlib.import_module(check_id)
+    assert run(check_id, module.make_demo_case(broken=False)).status == "pass"
+    assert run(check_id, module.make_demo_case(broken=True)).status == "fail"
+
+
+@pytest.mark.parametrize("factory", healthy.HEALTHY)
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_healthy_zoo_gets_no_fail(check_id, factory):
+    result = run(check_id, getattr(healthy, factory)())
+    assert result.status != "fail", result.summary
+
+
+@pytest.mark.parametrize("factory", sorted(broken_training.EXPECTED))
+def test_broken_twin_flagged_by_its_check(factory):
+    check_id, status = broken_training.EXPECTED[factory]
+    result = run(check_id, getattr(broken_training, factory)())
+    assert result.status == status, result.summary
+    if factory in OVERFIT_FAILURE:
+        assert result.details["failure"] == OVERFIT_FAILURE[factory]
+
+
+def test_overfit_warns_when_some_parameters_are_not_optimised():
+    case = healthy.make_mlp_classifier()
+    head = case["model"].net[-1]
+    case["optimizer"] = lambda params: torch.optim.Adam(head.parameters(), lr=3e-3)
+    result = run("overfit_one_batch", case)
+    assert result.status == "warn"
+    assert result.details["not_in_optimizer"] == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
+
+
+def test_gradient_flow_frozen_on_purpose_is_info():
+    case = healthy.make_mlp_classifier()
+    case["model"].net[0].requires_grad_(False)
+    result = run("gradient_flow", case)
+    assert result.status == "pass" and result.details["frozen"] == ["net.0.weight", "net.0.bias"]
+
+
+def test_gradient_flow_zero_init_head_is_info():
+    case = healthy.make_mlp_classifier()
+    torch.nn.init.zeros_(case["model"].net[-1].weight)  # zero-init output layer: upstream grads are 0 until one step
+    result = run("gradient_flow", case)
+    assert result.status == "pass", result.summary
+    assert "net.2.weight" in result.details["zero_at_init"]
+
+
+def test_batch_independence_notes_batchnorm():
+    result = run("batch_independence", healthy.make_cnn_classifier())
+    assert result.status == "pass" and result.details["batchnorm"] == ["features.1", "features.5"]
+
+
+def test_nan_watch_names_origin_and_frames():
+    forward = run("nan_watch", broken_training.make_log_of_negative())
+    assert forward.details["origin"] == {"module": "1", "class": "LogLink", "phase": "forward"}
+    assert [f["module"] for f in forward.details["frames"]][-2:] == ["0", "1"]  # the MLP, then the log link
+    backward = run("nan_watch", broken_training.make_sqrt_at_zero())
+    assert backward.details["origin"] == {"module": "distance", "class": "Distance", "phase": "backward"}
+
+
+def _dirty(case):
+    """Give the model state a careless check would lose: grads, mixed train/eval modes, a hook."""
+    model = case["model"]
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    model.eval()
+    next(iter(model.children())).train()
+    model.register_forward_hook(lambda module, args, output: None)
+    return model
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_state_unchanged(check_id):
+    case = healthy.make_causal_lm() if check_id == "causal_dependency" else healthy.make_cnn_classifier()
+    model = _dirty(case)
+    before = snapshot(model)
+    run(check_id, case)
+    assert_unchanged(before, snapshot(model))
+
+
+class RaisesOnCall(torch.nn.Module):
+    """Delegates to `inner` and raises on the k-th forward call: a check interrupted mid-way."""
+
+    def __init__(self, inner, k):
+        super().__init__()
+        self.inner, self.k, self.calls = inner, k, 0
+
+    def forward(self, *args):
+        self.calls += 1
+        if self.calls == self.k:
+            raise RuntimeError("boom")
+        return self.inner(*args)
+
+
+# the forward call to fail on: after the check has changed something (a training step, modes, hooks, grads)
+RAISE_AT = {"overfit_one_batch": 4, "gradient_flow": 1, "update_ratio": 1, "nan_watch": 1, "batch_independence": 3,
+            "causal_dependency": 4}
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_state_unchanged_when_check_raises(check_id):
+    case = healthy.make_causal_lm() if check_id == "causal_dependency" else healthy.make_cnn_classifier()
+    case["model"] = RaisesOnCall(case["model"], RAISE_AT[check_id])
+    model = _dirty(case)
+    before = snapshot(model)
+    with pytest.raises(RuntimeError, match="boom"):
+        run(check_id, case)
+    assert_unchanged(before, snapshot(model))
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_help(check_id, capsys, monkeypatch):
+    """The file run as __main__ with --help, in-process (tests/test_diagnostic_conventions.py runs it in a fresh interpreter)."""
+    monkeypatch.setattr(sys, "argv", [f"{check_id}.py", "--help"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(DIAGNOSTICS / f"{check_id}.py"), run_name="__main__")
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Symptom" in out and f"PLAYBOOK.md#{check_id.replace('_', '-')}" in out
+
+
+@pytest.mark.parametrize("check_id", CHECKS)
+def test_cli_on_broken_demo(check_id, capsys):
+    """The CLI in-process: exit 1 and the fail as JSON."""
+    module = importlib.import_module(check_id)
+    assert module.cli_main(getattr(module, f"check_{check_id}"), module.make_demo_case, module.__doc__, ["--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "fail"
