@@ -249,7 +249,7 @@ def check_init_scale(case):
     with preserved(model):
         for module_name, module in model.named_modules():
             for param_name, weight in module.named_parameters(recurse=False):
-                if id(weight) in seen or isinstance(weight, torch.nn.parameter.UninitializedParameter) or weight.ndim < 2:
+                if id(weight) in seen or isinstance(weight, torch.nn.parameter.UninitializedParameter) or weight.ndim < 2 or weight.numel() < 2:
                     continue
                 seen.add(id(weight))
                 name = f"{module_name}.{param_name}" if module_name else param_name
