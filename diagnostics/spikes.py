@@ -1,0 +1,1353 @@
+"""Loss-spike forensics: read a training log, find and classify every spike, draft the post-mortem.
+
+Symptom
+-------
+The loss curve jumped, crept upwards, turned NaN, or looked suspiciously good after a restart, and
+you need to know which known pattern it is before you choose: carry on, skip some batches, roll
+back, lower the learning rate, swap a dataset, or fix the resume code.
+
+What it checks
+--------------
+It reads the log once, as a stream: CSV or TSV, JSONL, a TensorBoard event file or directory, or
+the HF Trainer's `trainer_state.json`. Columns are matched by name: `step` (else the row order), the
+loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`, `lr`/`learning_rate`,
+and every other column with "loss" in its name (validation losses and the fp16 loss scale aside),
+taken as the loss of one dataset of a mix.
+
+Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
+its last 64 healthy values. A value above median + max(6 sigma, 5%) opens a spike. Values inside a
+spike never enter the window, as in llm.c's outlier detector and ZClip, so a burst of spikes cannot
+raise the bar for the next one. The spike is followed until it can be classified (DESIGN.md; steps
+come from the `step` column; the noise band is baseline + max(3 sigma, 1%)):
+
+  fast_recovery   back in the band within 20 steps of the peak (the first value back and the median
+                  of it and the next four are in the band)
+  slow_recovery   back in the band, later than that
+  no_recovery     stops coming down above the band (block medians of 32 values level off, or fall
+                  so slowly that the band is more than 4x the time since the peak away), below 1.5x
+  divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
+                  ends (or rolls back) at the peak
+
+Each spike in --json: step (of the peak), start, end, type, baseline, peak, recovery_steps,
+grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 50 steps
+earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
+nonfinite, resume, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
+Events, each with "kind" and "step":
+
+  resume                the step went backwards (restart, rollback): from_step, rollback_steps
+  resume_spike          a spike starting within 64 rows of a resume: resume_step, rows_after_resume, type
+  resume_drop           the first 32 losses after a resume sit 2 sigma and 1% or more below the last 32
+                        before it: before, after, drop_pct (step: the resume)
+  repeat_data           after a resume_drop the loss climbs back by half the drop and stays there: the
+                        low stretch was data seen before (step: the jump; resume_step, before, low, high)
+  non_spike_divergence  healthy block medians 10% above the lowest so far, twice running, no spike in
+                        between (step: where the rise began; detected_step, last_step, from, to)
+  nonfinite             a run of NaN/inf values: last_step, count, series
+  series_spike          two or more dataset losses: series (those that spiked), quiet, scope ("shared"
+                        or "confined"), in_main, types
+  unparsed              cells that were not numbers, read as missing: column, count, first_line (step null)
+
+Command
+-------
+    python diagnostics/synthetic_curves.py --scenario mixed --seed 8 --rows 6000 --out run.csv
+    python diagnostics/spikes.py run.csv [--json] [--plot run.png] [--postmortem run.md] [--loss COLUMN]
+
+Output
+------
+    run.csv (csv): 6000 values of 'loss', steps 0..4489; grad norm: grad_norm; dataset series: none
+    spikes: 5 (2 fast_recovery, 1 slow_recovery, 1 no_recovery, 1 divergence)
+       peak step  type            baseline      peak  x base  recovery grad lead
+            1500  no_recovery         3.91     8.844   2.262         -         3
+            1833  fast_recovery      3.788     4.805   1.268         3         2
+            2324  divergence         3.688     10.35   2.805         -         0
+            2625  fast_recovery      3.584     4.387   1.224         3         3
+            3007  slow_recovery      3.506     8.427   2.404       478         0
+    events: 2
+      resume at step 1430: from_step=2298, rollback_steps=868
+      resume at step 2156: from_step=2796, rollback_steps=640
+    nan_step: none
+
+On a real log, the public modded-nanogpt 1B run in ../shared/data/modded-nanogpt/:
+
+    scaleup1b_ad8d7ae5.csv (csv): 20344 values of 'train_loss', steps 1..20344; grad norm: not logged; dataset series: none
+    spikes: 124 (124 fast_recovery)
+       peak step  type            baseline      peak  x base  recovery grad lead
+             536  fast_recovery      3.757      5.69   1.515         1         -
+
+How to read it
+--------------
+`x base` is the peak over the pre-spike baseline; `recovery` counts steps from the peak back into
+the noise band; `grad lead` says a grad-norm spike started that many steps before the loss spike
+(0: the same step; -: none, or grad norm not logged). In the example, the spike at 1500 settled
+22% above its baseline and the run was rolled back (the resume at 1430); the one at 2324 climbed to
+2.8x and was rolled back too; the one at 3007 took 478 steps to come back. The real log holds over a hundred
+one-step spikes that are gone at the next step: fast recoveries, nothing to act on one by one.
+
+Next step
+---------
+- Run it again with --plot and look: the types are measured, and the picture shows what they miss.
+- fast_recovery: carry on. If the same steps spike in a second run with the same data order, the
+  batches at those steps are the suspects.
+- slow_recovery: let it run while it comes down; if such spikes recur, restart before one and skip
+  the batches around its start.
+- no_recovery or divergence: roll back to a checkpoint well before the spike, skip those batches,
+  and lower the learning rate if it happens again; numerics (fp16) and data quality come next.
+- resume_spike, resume_drop, repeat_data: check the resume itself (RNG states, data loader position).
+- series_spike confined to one dataset: inspect or swap that dataset.
+- --postmortem writes a markdown draft with all these numbers, one section per spike that is not a
+  fast recovery; refs/loss_patterns.md shows every pattern as this tool draws it.
+
+Exit codes: 0 whenever the log was read, whatever it holds: NaN/inf values are data (nan_step,
+nonfinite events) and cells that are not numbers are counted in an unparsed event and read as
+missing, so the half-written last line of a crashed run does no harm. 2 when it cannot be read: no
+such file, unknown extension, empty file, header only, no loss column, no numeric loss, binary junk,
+tensorboard missing for an event file, matplotlib missing for --plot, an output that cannot be
+written. Then one line on stderr and no traceback.
+
+Limits: the baseline is the pre-spike level, not an extrapolated trend, so early in training, while
+the loss still falls fast, a small lasting offset can pass for a slow recovery. Two spikes fewer
+than five values apart merge unless the loss was back in the band between them. For JSONL and event
+files the first 1000 records decide the columns; trainer_state.json is one JSON document and is
+loaded whole. Memory is one 64-value window per series plus what is found (every spike and event is
+kept); --plot keeps at most 4000 min/max buckets per series.
+
+Speed and memory, measured with benchmarks/spikes_throughput.py on a 2-core AMD EPYC VM (Linux,
+Python 3.11.7, load average about 2 from other work): a 10-million-step CSV (step, loss, grad_norm,
+lr) in 25 s (0.40 M steps per CPU second) at a peak RSS of 15.6 MB, the same as for 1 million steps;
+a 10-million-step log holding 14,373 spikes and 4,745 events in 26.5 s at 36 MB, the findings being
+what grows.
+"""
+import argparse
+import bisect
+import csv
+import itertools
+import json
+import math
+import re
+import statistics
+import sys
+from collections import deque
+from pathlib import Path
+
+# --- column names (DESIGN.md, "A training log"); matched without regard to case ---------------
+STEP_NAME = "step"
+LOSS_NAMES = ("loss", "train_loss", "train/loss")
+GRAD_NAMES = ("grad_norm", "train/grad_norm")  # train/...: the HF Trainer's TensorBoard tags
+LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
+# Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
+# nor is an fp16 loss scale.
+VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
+PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
+
+# --- detection thresholds ------------------------------------------------------------------------
+WINDOW = 64  # values in the rolling baseline; llm.c's loss and grad-norm outlier detector uses 64 too
+MIN_POINTS = 32  # values before detection starts: order statistics need some mass (our assumption)
+REFRESH = 16  # healthy values between two recomputations of the threshold: it lags a little, the
+# median lags half a window anyway, and sorting 64 values for every row would halve the throughput
+IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
+SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
+# the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
+SPIKE_REL = 0.05  # ...and at least 5% above the baseline: smaller bumps are noise for this purpose (ours)
+BAND_Z = 3.0  # the pre-spike noise band: baseline + 3 robust sigma (our assumption)
+BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption)
+CONFIRM = 5  # the first value back in the band and the median of it and the next 4 must be in the band
+FAST_STEPS = 20  # DESIGN.md: back in the band within 20 steps of the peak is a fast recovery
+DIVERGE_RATIO = 1.5  # DESIGN.md: settling at 1.5x the pre-spike level or more is a divergence
+BLOCK = 32  # values per block median: settling, creeping and resume checks compare block medians
+MIN_SETTLE_BLOCKS = 4  # follow a spike for at least 4 blocks before calling its level settled (ours)
+SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median of 32 moves ~0.2 sigma)
+SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
+# the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
+MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
+CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
+CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
+DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
+DROP_REL = 0.01  # ...and at least 1% lower is a suspicious drop (our assumption)
+JUMP_CONFIRM = 16  # values whose median must stay above the midpoint to call the jump back up
+RESUME_NEAR = 64  # rows: a spike starting this soon after a resume is a resume spike (one window)
+LEAD_STEPS = 50  # a grad-norm spike at most this many steps before a loss spike may have led it
+SHARED_GAP = 3  # rows: spikes in two dataset series this close together are one event
+
+
+class CliError(Exception):
+    """A problem the user can fix: printed as one line, exit code 2."""
+
+
+# --- reading logs --------------------------------------------------------------------------------
+
+
+class Columns:
+    """Which column plays which role: names as written in the log, None when absent."""
+
+    def __init__(self, names, loss_name=None):
+        lower = {}
+        for name in names:
+            lower.setdefault(name.strip().lower(), name)
+        wanted = (loss_name.lower(),) if loss_name else LOSS_NAMES
+        self.loss = next((lower[n] for n in wanted if n in lower), None)
+        if self.loss is None:
+            hints = [n for n in names if "loss" in n.lower()]
+            seen = ", ".join(hints or names[:8]) or "none"
+            asked = f"'{loss_name}'" if loss_name else "loss, train_loss or train/loss"
+            raise CliError(f"no loss column named {asked} (columns: {seen}); pick one with --loss COLUMN")
+        self.step = lower.get(STEP_NAME)
+        self.grad = next((lower[n] for n in GRAD_NAMES if n in lower), None)
+        self.lr = next((lower[n] for n in LR_NAMES if n in lower), None)
+        aliases = {n.lower() for n in LOSS_NAMES} | {self.loss.lower()}
+        self.extras = [  # every other loss is taken for one dataset's loss (cm4, pmd, ...)
+            name for low, name in lower.items()
+            if "loss" in low and low not in aliases and not VALIDATION.search(low) and "scale" not in low
+        ]
+
+    def order(self):
+        """Column names in row-tuple order: step, loss, grad, lr, extras (None where absent)."""
+        return [self.step, self.loss, self.grad, self.lr, *self.extras]
+
+
+class Unparsed:
+    """Cells that are present but not numbers: counted per column, then treated as missing."""
+
+    def __init__(self):
+        self.columns = {}  # name -> [count, first line]
+
+    def add(self, name, line):
+        entry = self.columns.setdefault(name, [0, line])
+        entry[0] += 1
+
+
+def _number(value, name, line, unparsed):
+    """A float, None for an empty cell; text that is not a number is counted and treated as empty."""
+    if isinstance(value, str):
+        value = value.strip()
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        unparsed.add(name, line)
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        unparsed.add(name, line)
+        return None
+
+
+def _convert(line, cells, names, unparsed):
+    """Row tuple (step, loss, grad, lr, extras) from cells aligned with `names`."""
+    values = [None if name is None else _number(cell, name, line, unparsed) for name, cell in zip(names, cells)]
+    step = values[0]
+    if step is not None and step.is_integer():
+        step = int(step)
+    return step, values[1], values[2], values[3], tuple(values[4:])
+
+
+def _csv_rows(path, delimiter, loss_name, unparsed):
+    handle = open(path, newline="", encoding="utf-8")
+    try:
+        first = handle.readline()
+        header = next(csv.reader([first], delimiter=delimiter), None) if first.strip() else None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        handle.close()
+        raise CliError(f"not a readable CSV file ({exc})") from None
+    if header is None:
+        handle.close()
+        raise CliError("the file is empty")
+    header = [h.strip() for h in header]
+    cols = Columns(header, loss_name)
+    names = cols.order()
+    position = {name: i for i, name in reversed(list(enumerate(header)))}
+    idx = [None if name is None else position[name] for name in names]
+    width = len(header)
+
+    def rows():
+        # Roles the log lacks read the loss cell instead: analyze() ignores them, and the fast path
+        # stays free of per-cell tests.
+        li = idx[1]
+        si, gi, ri = (li if i is None else i for i in (idx[0], idx[2], idx[3]))
+        to_step = float if idx[0] is None else int
+        ex = idx[4:]
+        line = 1
+        with handle:
+            try:
+                for text in handle:
+                    line += 1
+                    if '"' in text:  # quoted cells: let the csv module handle them (and any line breaks inside)
+                        cells = next(csv.reader(itertools.chain([text], handle), delimiter=delimiter))
+                    else:  # plain numbers: splitting is a third faster than csv.reader
+                        cells = text.split(delimiter)
+                    try:  # fast path: every wanted cell is a number (float() ignores the trailing newline)
+                        yield (to_step(cells[si]), float(cells[li]), float(cells[gi]), float(cells[ri]),
+                               tuple([float(cells[i]) for i in ex]) if ex else ())
+                    except (ValueError, IndexError):
+                        cells = cells + [""] * (width - len(cells))
+                        yield _convert(line, [None if i is None else cells[i] for i in idx], names, unparsed)
+            except (csv.Error, UnicodeDecodeError) as exc:
+                raise CliError(f"line {line}: not readable as CSV ({exc})") from None
+
+    return cols, rows()
+
+
+def _dict_rows(records, loss_name, unparsed):
+    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns."""
+    preview = []
+    for record in records:
+        preview.append(record)
+        if len(preview) >= PREVIEW_ROWS:
+            break
+    if not preview:
+        raise CliError("no records with values found")
+    names = []
+    for _, record in preview:
+        names.extend(k for k in record if k not in names)
+    cols = Columns(names, loss_name)
+    wanted = cols.order()
+
+    def rows():
+        for line, record in itertools.chain(preview, records):
+            yield _convert(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
+
+    return cols, rows()
+
+
+def _jsonl_records(path, unparsed):
+    with open(path, encoding="utf-8") as handle:
+        try:
+            for line, text in enumerate(handle, 1):
+                if not text.strip():
+                    continue
+                try:
+                    record = json.loads(text)
+                except ValueError:
+                    unparsed.add("<line>", line)
+                    continue
+                if isinstance(record, dict):
+                    yield line, record
+                else:
+                    unparsed.add("<line>", line)
+        except UnicodeDecodeError as exc:
+            raise CliError(f"not a UTF-8 text file ({exc})") from None
+
+
+def _json_records(path):
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except UnicodeDecodeError as exc:
+        raise CliError(f"not a UTF-8 text file ({exc})") from None
+    except ValueError as exc:
+        raise CliError(f"not valid JSON ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("log_history"), list):
+        data = data["log_history"]  # HF Trainer's trainer_state.json
+    if not isinstance(data, list):
+        raise CliError("JSON log must be a trainer_state.json (with log_history) or a list of records")
+    return ((i, record) for i, record in enumerate(data, 1) if isinstance(record, dict))
+
+
+def _event_records(path):
+    try:  # lazy: only event files need tensorboard
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
+    except ImportError:
+        raise CliError("reading TensorBoard event files needs tensorboard: pip install tensorboard") from None
+    files = sorted(p for p in path.iterdir() if "tfevents" in p.name) if path.is_dir() else [path]
+    if not files:
+        raise CliError("directory holds no TensorBoard event file (*tfevents*)")
+    last, current, number = None, {}, 0  # scalars logged at the same step make one row
+    for file in files:  # event file names start with a timestamp: sorted means chronological
+        try:
+            for event in EventFileLoader(str(file)).Load():
+                for value in event.summary.value:
+                    if value.metadata.plugin_data.plugin_name != "scalars":
+                        continue
+                    if event.step != last and current:
+                        number += 1
+                        yield number, current
+                        current = {}
+                    last = event.step
+                    current["step"] = event.step
+                    current[value.tag] = tensor_util.make_ndarray(value.tensor).item()
+        except Exception as exc:  # the reader raises protobuf and TF-stub errors of many kinds on junk
+            raise CliError(f"{file.name}: not a readable TensorBoard event file ({type(exc).__name__})") from None
+    if current:
+        yield number + 1, current
+
+
+def open_log(path, loss_name=None):
+    """(format, Columns, row iterator, Unparsed) for a log file; raises CliError when unreadable."""
+    path = Path(path)
+    if not path.exists():
+        raise CliError("no such file or directory")
+    unparsed = Unparsed()
+    suffix = path.suffix.lower()
+    if path.is_dir() or "tfevents" in path.name:
+        fmt, (cols, rows) = "tensorboard", _dict_rows(_event_records(path), loss_name, unparsed)
+    elif suffix in (".csv", ".tsv"):
+        fmt, (cols, rows) = suffix[1:], _csv_rows(path, "\t" if suffix == ".tsv" else ",", loss_name, unparsed)
+    elif suffix in (".jsonl", ".ndjson"):
+        fmt, (cols, rows) = "jsonl", _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
+    elif suffix == ".json":
+        fmt, (cols, rows) = "json", _dict_rows(_json_records(path), loss_name, unparsed)
+    else:
+        raise CliError(
+            f"unknown log format '{path.suffix or path.name}': expected .csv, .tsv, .jsonl, .json "
+            "(trainer_state.json) or a TensorBoard event file or directory"
+        )
+    return fmt, cols, rows, unparsed
+
+
+# --- one series: robust baseline and spike episodes -----------------------------------------------
+
+
+class Spike:
+    """A finished spike. Steps come from the log; rows count data rows of the file."""
+
+    __slots__ = ("step", "start", "end", "type", "baseline", "peak", "recovery_steps", "grad_norm_lead",
+                 "level_after", "ended_by", "grad_norm_peak", "lr", "start_row", "peak_row", "end_row")
+
+    def __init__(self, episode, kind, end, level_after, ended_by, end_row):
+        self.step = episode.peak_step
+        self.start = episode.start
+        self.end = end
+        self.type = kind
+        self.baseline = episode.baseline
+        self.peak = episode.peak
+        self.recovery_steps = None if kind in ("no_recovery", "divergence") or end is None else end - episode.peak_step
+        self.grad_norm_lead = None
+        self.level_after = level_after
+        self.ended_by = ended_by
+        self.grad_norm_peak = episode.grad_peak
+        self.lr = episode.lr
+        self.start_row, self.peak_row, self.end_row = episode.start_row, episode.peak_row, end_row
+
+    def to_json(self):
+        return {
+            "step": _int(self.step), "start": _int(self.start), "end": _int(self.end), "type": self.type,
+            "baseline": _float(self.baseline), "peak": _float(self.peak),
+            "recovery_steps": _int(self.recovery_steps), "grad_norm_lead": _int(self.grad_norm_lead),
+            "level_after": _float(self.level_after), "ended_by": self.ended_by,
+            "grad_norm_peak": _float(self.grad_norm_peak), "lr": _float(self.lr),
+        }
+
+
+class Episode:
+    """A spike from the value that crossed the threshold until it is classified."""
+
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot):
+        self.start, self.start_row = step, row
+        self.baseline, self.threshold = baseline, threshold
+        self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
+        self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
+        self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
+        self.peak, self.peak_step, self.peak_row = x, step, row
+        self.tail = []  # (step, row, value) after the peak, CONFIRM at most: the recovery test
+        self.recent = deque(maxlen=BLOCK)  # (row, step, value): the latest values, for a verdict by level
+        self.recent.append((row, step, x))
+        self.block, self.block_step = [x], step
+        self.blocks = []  # (first step, median) of each full block since the start
+        self.last_block = None  # the values of the latest full block: the new baseline after settling
+        self.count = 1
+        self.grad_peak = None
+        self.lr = None
+
+    def add(self, step, row, x):
+        """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
+        self.count += 1
+        self.recent.append((row, step, x))
+        tail = self.tail
+        if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
+            level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
+            tail.append((step, row, x))
+            return self._recovered(tail[0][0], level)
+        if x > self.peak:
+            self.peak, self.peak_step, self.peak_row = x, step, row
+            self.tail.clear()
+        else:
+            tail.append((step, row, x))
+            if len(tail) == CONFIRM:
+                values = [v for _, _, v in tail]
+                if values[0] <= self.band and statistics.median(values) <= self.band:
+                    return self._recovered(tail[0][0], statistics.median(values))
+                del tail[0]
+        if not self.block:
+            self.block_step = step
+        self.block.append(x)
+        if len(self.block) == BLOCK:
+            self.blocks.append((self.block_step, statistics.median(self.block)))
+            self.last_block, self.block = self.block, []
+            verdict = self._settled(step)
+            if verdict:
+                return verdict
+        if self.count >= MAX_FOLLOW:
+            return self.by_level("horizon")
+        return None
+
+    def _recovered(self, step, level):
+        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS else "slow_recovery"
+        return kind, step, level, "recovered"
+
+    def _settled(self, step):
+        """At the end of a block: has the level stopped coming down above the band?"""
+        if len(self.blocks) < MIN_SETTLE_BLOCKS:
+            return None
+        first_step, level = self.blocks[-1]
+        earlier_step, earlier = self.blocks[(len(self.blocks) - 1) // 2]
+        if level <= self.band:
+            return None  # on its way back: the tail test will call the recovery
+        tol = SETTLE_TOL * self.noise
+        descent = earlier - level
+        if descent > tol:
+            rate = descent / max(first_step - earlier_step, 1)
+            if (level - self.band) / rate <= SETTLE_FACTOR * max(step - self.peak_step, 1):
+                return None  # still coming down at a pace that brings it back: keep following
+        if descent < -tol or self._diverged(level):
+            return "divergence", None, level, "settled"
+        return "no_recovery", first_step, level, "settled"
+
+    def _diverged(self, level):
+        return self.baseline > 0 and level >= DIVERGE_RATIO * self.baseline
+
+    def by_level(self, ended_by):
+        """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
+        after = [(step, x) for row, step, x in self.recent if row > self.peak_row]
+        if not after:
+            return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
+        level = statistics.median(x for _, x in after)
+        if level <= self.band:
+            return self._recovered(next(s for s, x in after if x <= self.band), level)[:3] + (ended_by,)
+        if self._diverged(level):
+            return "divergence", None, level, ended_by
+        return "no_recovery", after[-1][0], level, ended_by
+
+
+class Series:
+    """One logged series: a rolling window that spike values never enter, and its spike episodes.
+
+    Like llm.c's outlier detector (which takes a flagged value back out of its window) and ZClip
+    (which does not let a spike update its running statistics), values inside a spike never reach
+    the baseline, so a spike cannot lift the threshold for the next one. Unlike them we use the
+    median and the interquartile range, which a few outliers cannot move, instead of mean and variance.
+    """
+
+    def __init__(self, name, on_block=None, on_reset=None):
+        self.name = name
+        self.on_block, self.on_reset = on_block, on_reset  # hooks: a block median; the baseline was rebuilt (why)
+        self.window = deque(maxlen=WINDOW)
+        self.med = self.sigma = None
+        self.threshold = math.inf
+        self.until_refresh = 1
+        self.refreshes = 0
+        self.episode = None
+        self.spikes = []
+        self.snapshot = None  # (start step, window) before the last spike that re-based the window
+        self.last_step = -math.inf
+        self.nonfinite = []  # [first step, last step, count, first row] per run of NaN/inf values
+
+    def _refresh(self, step, row):
+        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values)."""
+        w = sorted(self.window)
+        n = len(w)
+        if n < MIN_POINTS:
+            self.med = self.sigma = None
+            self.threshold, self.until_refresh = math.inf, 1
+            return
+        self.med, self.sigma = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA
+        self.threshold = self.med + max(SPIKE_Z * self.sigma, SPIKE_REL * abs(self.med))
+        self.until_refresh = REFRESH
+        self.refreshes += 1
+        if self.on_block is not None and self.refreshes % (BLOCK // REFRESH) == 0:
+            self.on_block(step, row, statistics.median(list(self.window)[-BLOCK:]))
+
+    def feed(self, step, row, x):
+        """Take one value of the series at `step` (`row`: the row of the file, a clock shared by all series)."""
+        previous = self.last_step
+        if step <= previous:
+            self.rollback(step, row)
+            previous = -math.inf
+        self.last_step = step
+        if x - x != 0:  # NaN or inf
+            self._nonfinite(step, row, previous)
+            return
+        episode = self.episode
+        if episode is None:
+            if x > self.threshold:
+                self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window))
+                return
+            self.window.append(x)
+            self.until_refresh -= 1
+            if not self.until_refresh:
+                self._refresh(step, row)
+            return
+        verdict = episode.add(step, row, x)
+        if verdict:
+            self._close(verdict, row)
+            if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
+                self.last_step = -math.inf  # may hold the next spike: take them again as new values
+                for later in episode.tail[1:]:
+                    self.feed(*later)
+
+    def _nonfinite(self, step, row, previous):
+        if self.nonfinite and self.nonfinite[-1][1] == previous:  # the run goes on
+            run = self.nonfinite[-1]
+            run[1] = step
+            run[2] += 1
+        else:
+            self.nonfinite.append([step, step, 1, row])
+        if self.episode is not None:
+            self._close(("divergence", None, None, "nonfinite"), row)
+
+    def _close(self, verdict, row):
+        kind, end, level, ended_by = verdict
+        episode = self.episode
+        self.spikes.append(Spike(episode, kind, end, level, ended_by, row))
+        self.episode = None
+        if kind in ("no_recovery", "divergence") and ended_by in ("settled", "horizon"):
+            self.snapshot = (episode.start, episode.snapshot)  # the level moved: rebuild the baseline there
+            self._reset(episode.last_block, row, kind)
+
+    def _reset(self, values, row, why):
+        self.window = deque(values, maxlen=WINDOW)
+        self.refreshes = 0
+        self._refresh(self.last_step, row)
+        if self.on_reset is not None:
+            self.on_reset(why)
+
+    def rollback(self, step, row):
+        """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
+        self.last_step = -math.inf
+        if self.episode is not None:
+            self._close(self.episode.by_level("resume"), row)
+        if self.snapshot is not None and step <= self.snapshot[0]:
+            self._reset(self.snapshot[1], row, "rollback")
+            self.snapshot = None
+
+    def finish(self, row):
+        if self.episode is not None:
+            self._close(self.episode.by_level("log_end"), row)
+
+
+# --- the whole log: spikes plus events --------------------------------------------------------------
+
+
+class Creep:
+    """Divergence without a spike: healthy block medians climbing well above their lowest level."""
+
+    def __init__(self, events):
+        self.events = events
+        self.reset()
+
+    def reset(self, why=None):
+        """Start afresh after a resume or a re-based baseline; after a divergence, stay quiet until a resume."""
+        self.low, self.low_step, self.above, self.event = None, None, 0, None
+        self.paused = why == "divergence"  # its further climb is the divergence already reported
+
+    def add_block(self, step, row, level):
+        if self.paused:
+            return
+        if self.low is None or level < self.low:
+            self.low, self.low_step, self.above = level, step, 0
+            return
+        if level <= self.low + CREEP_REL * abs(self.low):
+            self.above = 0
+            return
+        self.above += 1
+        if self.event is None and self.above >= CREEP_BLOCKS:
+            self.event = {"kind": "non_spike_divergence", "step": self.low_step, "detected_step": step,
+                          "last_step": step, "from": self.low, "to": level, "_row": row}
+            self.events.append(self.event)
+        if self.event is not None:
+            self.event["last_step"] = step
+            self.event["to"] = max(self.event["to"], level)
+
+
+class ResumeWatch:
+    """After a resume: is the loss suspiciously lower than before it, and does it then jump back up?"""
+
+    def __init__(self, step, row, ref, sigma, events):
+        self.step, self.row, self.ref, self.sigma, self.events = step, row, ref, sigma, events
+        self.after = []  # the first BLOCK values after the resume
+        self.gap = None  # how much lower they were, once the drop is seen; then we watch for the jump back
+        self.recent = deque(maxlen=JUMP_CONFIRM)  # (step, row, value, threshold)
+
+    def add(self, step, row, x, level_now):
+        """Take one loss value; True once there is nothing more to watch for.
+
+        `level_now` is the current baseline median, which follows the curve while the data repeats.
+        """
+        if x - x != 0 or level_now is None:
+            return False
+        if self.gap is None:
+            self.after.append(x)
+            if len(self.after) < BLOCK:
+                return False
+            low = statistics.median(self.after)
+            drop = self.ref - low
+            if drop < max(DROP_Z * self.sigma, DROP_REL * abs(self.ref)):
+                return True
+            self.gap, self.low = drop, low
+            self.events.append({"kind": "resume_drop", "step": self.step, "before": self.ref, "after": low,
+                                "drop_pct": 100.0 * drop / abs(self.ref), "_row": self.row})
+            return False
+        self.recent.append((step, row, x, level_now + self.gap / 2))  # half the drop back up
+        first_step, first_row, first, threshold = self.recent[0]
+        if len(self.recent) == JUMP_CONFIRM and first > threshold:
+            level = statistics.median(v for _, _, v, _ in self.recent)
+            if level > threshold:
+                self.events.append({"kind": "repeat_data", "step": first_step, "resume_step": self.step,
+                                    "before": self.ref, "low": self.low, "high": level, "_row": first_row})
+                return True
+        return False
+
+
+class Curve:
+    """A bounded copy of one series for the plot: buckets keep their lowest and highest value."""
+
+    LIMIT = 4000  # buckets; two points each is plenty for a 10-inch wide figure
+
+    def __init__(self):
+        self.buckets = []  # [segment, step_lo, lo, step_hi, hi, count]
+        self.size = 1
+
+    def add(self, segment, step, x):
+        b = self.buckets[-1] if self.buckets else None
+        if b is None or b[0] != segment or b[5] >= self.size:
+            self.buckets.append([segment, step, x, step, x, 1])
+            if len(self.buckets) > self.LIMIT:
+                self._halve()
+            return
+        if x < b[2]:
+            b[1], b[2] = step, x
+        if x > b[4]:
+            b[3], b[4] = step, x
+        b[5] += 1
+
+    def _halve(self):
+        merged = []
+        for b in self.buckets:
+            last = merged[-1] if merged else None
+            if last is not None and last[0] == b[0] and last[5] < 2 * self.size:
+                if b[2] < last[2]:
+                    last[1], last[2] = b[1], b[2]
+                if b[4] > last[4]:
+                    last[3], last[4] = b[3], b[4]
+                last[5] += b[5]
+            else:
+                merged.append(list(b))
+        self.buckets = merged
+        self.size *= 2
+
+    def segments(self):
+        """{segment: (steps, values)} in step order."""
+        out = {}
+        for seg, s_lo, lo, s_hi, hi, _ in self.buckets:
+            steps, values = out.setdefault(seg, ([], []))
+            for s, v in sorted({(s_lo, lo), (s_hi, hi)}):
+                steps.append(s)
+                values.append(v)
+        return out
+
+
+class Report:
+    """Everything found in one log; `to_json()` is the DESIGN.md contract (plus a `log` summary)."""
+
+    def __init__(self, path, fmt, cols):
+        self.path, self.format, self.columns = Path(path), fmt, cols
+        self.spikes, self.events, self.nan_step = [], [], None
+        self.values = 0
+        self.first_step = self.last_step = None
+        self.curves = {}
+        self.resumes = []  # (row, step, step before the resume)
+        self.dataset_spikes = {}  # series name -> its own spikes, when there are per-dataset losses
+
+    def to_json(self):
+        events = sorted(self.events, key=lambda e: e["_row"])
+        return {
+            "spikes": [s.to_json() for s in self.spikes],
+            "events": [{k: _clean(v) for k, v in e.items() if k != "_row"} for e in events],
+            "nan_step": _int(self.nan_step),
+            "log": {"path": str(self.path), "format": self.format, "loss_column": self.columns.loss,
+                    "grad_norm_column": self.columns.grad, "lr_column": self.columns.lr,
+                    "dataset_columns": self.columns.extras, "values": self.values,
+                    "first_step": _int(self.first_step), "last_step": _int(self.last_step)},
+        }
+
+
+def analyze(path, loss_name=None, keep_curves=False):
+    """Read one log and return its Report. Memory: one window per series plus what is found."""
+    fmt, cols, rows, unparsed = open_log(path, loss_name)
+    report = Report(path, fmt, cols)
+    events = report.events
+    creep = Creep(events)
+    main = Series(cols.loss, on_block=creep.add_block, on_reset=creep.reset)
+    grad = Series(cols.grad)
+    extras = [Series(name) for name in cols.extras]
+    curves = report.curves
+    if keep_curves:
+        curves.update((name, Curve()) for name in [cols.loss, cols.grad, *cols.extras] if name)
+    watch = None  # the ResumeWatch of the latest resume, while it still has something to say
+    has_step, has_grad, has_lr = cols.step is not None, cols.grad is not None, cols.lr is not None
+    first_step = None
+    last_step = -math.inf
+    values = segment = 0
+    row = -1
+    for row, (step, loss, gnorm, lr, extra) in enumerate(rows):
+        if not has_step:
+            step = row
+        elif step is None:
+            step = last_step + 1 if values else row
+        if loss is not None:
+            if step <= last_step:  # a resume or a rollback
+                events.append({"kind": "resume", "step": step, "from_step": last_step,
+                               "rollback_steps": last_step - step, "_row": row})
+                report.resumes.append((row, step, last_step))
+                main.rollback(step, row)
+                creep.reset()
+                segment += 1
+                recent = list(main.window)[-BLOCK:]  # the level just before the resume
+                watch = None
+                if recent and main.med is not None:
+                    watch = ResumeWatch(step, row, statistics.median(recent), main.sigma, events)
+            elif first_step is None:
+                first_step = step
+            last_step = step
+            values += 1
+            main.feed(step, row, loss)
+            if watch is not None and watch.add(step, row, loss, main.med):
+                watch = None
+            episode = main.episode
+            if episode is not None:
+                if episode.count == 1 and has_lr:
+                    episode.lr = lr
+                if has_grad and gnorm is not None and gnorm - gnorm == 0:
+                    episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
+            if curves and loss - loss == 0:
+                curves[cols.loss].add(segment, step, loss)
+        if has_grad and gnorm is not None:
+            grad.feed(step, row, gnorm)
+            if curves and gnorm - gnorm == 0:
+                curves[cols.grad].add(segment, step, gnorm)
+        if extra:
+            for series, x in zip(extras, extra):
+                if x is not None:
+                    series.feed(step, row, x)
+                    if curves and x - x == 0:
+                        curves[series.name].add(segment, step, x)
+    if values == 0:
+        bad = unparsed.columns.get(cols.loss)
+        why = (" (header only)" if row < 0 else
+               f" ({bad[0]} cells are not numbers, the first on line {bad[1]})" if bad else "")
+        raise CliError(f"no numeric values in loss column '{cols.loss}'{why}")
+    report.values, report.first_step, report.last_step = values, first_step, last_step
+    for series in (main, grad, *extras):
+        series.finish(row)
+    report.spikes = main.spikes
+    report.dataset_spikes = {series.name: series.spikes for series in extras}
+    report.nan_step = main.nonfinite[0][0] if main.nonfinite else None
+    _link_grad_leads(main.spikes, grad.spikes, report.resumes)
+    _resume_spikes(main.spikes, report.resumes, events)
+    _series_spikes(main, extras, events)
+    for series in (main, grad, *extras):
+        for first, last, count, first_row in series.nonfinite:
+            events.append({"kind": "nonfinite", "step": first, "last_step": last, "count": count,
+                           "series": series.name, "_row": first_row})
+    for name, (count, line) in unparsed.columns.items():
+        events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
+                       "_row": -1})
+    return report
+
+
+def _link_grad_leads(spikes, grad_spikes, resumes):
+    """grad_norm_lead: steps from the start of the latest grad-norm spike to the start of the loss spike."""
+    grad_spikes = sorted(grad_spikes, key=lambda g: g.start_row)
+    grad_rows = [g.start_row for g in grad_spikes]
+    resume_rows = [r for r, _, _ in resumes]
+    for spike in spikes:
+        k = bisect.bisect_right(resume_rows, spike.start_row)
+        since = resume_rows[k - 1] if k else -1  # a grad-norm spike before the last resume belongs elsewhere
+        i = bisect.bisect_right(grad_rows, spike.start_row) - 1
+        while i >= 0 and grad_rows[i] >= since:
+            lead = spike.start - grad_spikes[i].start
+            if lead > LEAD_STEPS:
+                break
+            if lead >= 0:
+                spike.grad_norm_lead = lead
+                break
+            i -= 1
+
+
+def _resume_spikes(spikes, resumes, events):
+    resume_rows = [r for r, _, _ in resumes]
+    for spike in spikes:
+        i = bisect.bisect_right(resume_rows, spike.start_row) - 1
+        if i >= 0 and spike.start_row - resume_rows[i] <= RESUME_NEAR:
+            row, step, _ = resumes[i]
+            events.append({"kind": "resume_spike", "step": spike.step, "resume_step": step,
+                           "rows_after_resume": spike.start_row - row, "type": spike.type, "_row": spike.start_row})
+
+
+def _series_spikes(main, extras, events):
+    """With two or more dataset series: is each spike shared by several or confined to one?"""
+    extras = [s for s in extras if s.med is not None or s.spikes]  # the series that had a baseline
+    if len(extras) < 2:
+        return
+    found = sorted((sp.start_row, sp.end_row, s.name, sp) for s in extras for sp in s.spikes)
+    clusters = []
+    for start_row, end_row, name, spike in found:
+        if clusters and start_row <= clusters[-1]["end_row"] + SHARED_GAP:
+            cluster = clusters[-1]
+            cluster["end_row"] = max(cluster["end_row"], end_row)
+            cluster["spikes"][name] = spike
+        else:
+            clusters.append({"start_row": start_row, "end_row": end_row, "spikes": {name: spike}})
+    names = [s.name for s in extras]
+    for c in clusters:
+        spiked = [n for n in names if n in c["spikes"]]
+        in_main = any(sp.start_row <= c["end_row"] + SHARED_GAP and c["start_row"] <= sp.end_row + SHARED_GAP
+                      for sp in main.spikes)
+        events.append({"kind": "series_spike", "step": min(sp.step for sp in c["spikes"].values()),
+                       "series": spiked, "quiet": [n for n in names if n not in spiked],
+                       "scope": "shared" if len(spiked) > 1 else "confined", "in_main": in_main,
+                       "types": {n: c["spikes"][n].type for n in spiked}, "_row": c["start_row"]})
+
+
+def _int(value):
+    return None if value is None else int(value)
+
+
+def _float(value):
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _clean(value):
+    return _float(value) if isinstance(value, float) else value
+
+
+# --- output ---------------------------------------------------------------------------------------
+
+
+def _fmt(value):
+    return "-" if value is None else f"{value:.4g}"
+
+
+def summary(report, limit=40):
+    """The plain-text report the CLI prints without --json."""
+    cols = report.columns
+    out = [
+        f"{report.path.name} ({report.format}): {report.values} values of '{cols.loss}', "
+        f"steps {_int(report.first_step)}..{_int(report.last_step)}; "
+        f"grad norm: {cols.grad or 'not logged'}; dataset series: {', '.join(cols.extras) or 'none'}"
+    ]
+    kinds = _counts(report.spikes)
+    out.append(f"spikes: {len(report.spikes)}" + (f" ({kinds})" if kinds else ""))
+    shown = sorted(report.spikes, key=_height, reverse=True)[:limit]
+    if shown:
+        out.append(f"  {'peak step':>10}  {'type':<14}{'baseline':>10}{'peak':>10}{'x base':>8}"
+                   f"{'recovery':>10}{'grad lead':>10}")
+        for s in sorted(shown, key=lambda s: s.peak_row):
+            ratio = s.peak / s.baseline if s.baseline > 0 else None
+            out.append(f"  {_int(s.step):>10}  {s.type:<14}{_fmt(s.baseline):>10}{_fmt(s.peak):>10}"
+                       f"{_fmt(ratio):>8}{_fmt(s.recovery_steps):>10}{_fmt(s.grad_norm_lead):>10}")
+        if len(report.spikes) > limit:
+            out.append(f"  ... {len(report.spikes) - limit} smaller spikes not shown (all are in --json)")
+    events = report.to_json()["events"]
+    out.append(f"events: {len(events) or 'none'}")
+    for event in events[:limit]:
+        details = ", ".join(f"{k}={_fmt(v) if isinstance(v, float) else v}" for k, v in event.items()
+                            if k not in ("kind", "step"))
+        out.append(f"  {event['kind']} at step {event['step']}: {details}")
+    if len(events) > limit:
+        out.append(f"  ... {len(events) - limit} more events (all are in --json)")
+    out.append(f"nan_step: {_int(report.nan_step) if report.nan_step is not None else 'none'}")
+    return "\n".join(out)
+
+
+TYPES = ("fast_recovery", "slow_recovery", "no_recovery", "divergence")
+
+
+def _counts(spikes):
+    """'3 fast_recovery, 1 divergence': how many spikes of each type, in a fixed order."""
+    return ", ".join(f"{n} {k}" for k in TYPES for n in [sum(s.type == k for s in spikes)] if n)
+
+
+def _height(spike):
+    return (spike.peak - spike.baseline) / abs(spike.baseline) if spike.baseline else spike.peak
+
+
+TYPE_COLORS = {"fast_recovery": "tab:green", "slow_recovery": "tab:orange",
+               "no_recovery": "tab:purple", "divergence": "tab:red"}
+MAX_LABELS = 12  # more text labels than this hide the curve
+
+
+def plot(report, out):
+    """Write a PNG: the loss with every spike marked by type; grad norm below it when logged."""
+    try:  # lazy: only --plot needs matplotlib
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib import ticker
+    except ImportError:
+        raise CliError("--plot needs matplotlib: pip install matplotlib") from None
+    cols = report.columns
+    grad_curve = report.curves.get(cols.grad) if cols.grad else None
+    has_grad = bool(grad_curve and grad_curve.buckets)
+    fig, axes = plt.subplots(2 if has_grad else 1, 1, figsize=(9, 5.4 if has_grad else 4), sharex=True,
+                             squeeze=False, gridspec_kw={"height_ratios": [3, 1] if has_grad else [1]})
+    ax = axes[0][0]
+    shown = []
+    for n, name in enumerate([cols.loss, *cols.extras]):
+        color = "tab:blue" if n == 0 else f"C{n + 1}"
+        shown += _draw(ax, report.curves[name], color, name)
+        marked = report.dataset_spikes.get(name)
+        if marked:  # a dataset's own spikes: shared with the other datasets or confined to this one
+            ax.scatter([s.step for s in marked], [s.peak for s in marked], s=14, marker="v", color=color, zorder=3)
+    for _, step, _ in report.resumes:
+        ax.axvline(step, color="grey", ls=":", lw=1)
+    if report.resumes:
+        ax.plot([], [], color="grey", ls=":", label="resume (steps go back; faded: rolled-back data)")
+    if report.nan_step is not None:
+        ax.axvline(report.nan_step, color="red", ls="--", lw=1, label=f"first NaN/inf (step {_int(report.nan_step)})")
+    for kind, color in TYPE_COLORS.items():
+        marked = [s for s in report.spikes if s.type == kind]
+        if marked:
+            ax.scatter([s.step for s in marked], [s.peak for s in marked], s=26, color=color, zorder=3,
+                       edgecolor="black", linewidth=0.5, label=f"{kind} ({len(marked)})")
+    for n, s in enumerate(_labelled(report.spikes)):
+        ax.annotate(s.type.replace("_", " "), (s.step, s.peak), textcoords="offset points",
+                    xytext=(4, 5 if n % 2 else -10), fontsize=7, color=TYPE_COLORS[s.type])
+    shades = {"non_spike_divergence": ("tab:red", "divergence without a spike"),
+              "repeat_data": ("tab:cyan", "repeated data after a resume")}
+    for e in report.events:
+        if e["kind"] in shades:
+            color, label = shades[e["kind"]]
+            creep = e["kind"] == "non_spike_divergence"
+            start, end = (e["step"], e["last_step"]) if creep else (e["resume_step"], e["step"])
+            ax.axvspan(start, end, color=color, alpha=0.12, label=label)
+            shades[e["kind"]] = (color, None)
+    _scale(ax, shown, 5, ticker)  # early training and big spikes can span a decade
+    ax.set_ylabel(cols.loss)
+    ax.set_title(f"{report.path.name}: {len(report.spikes)} spikes", fontsize=10)
+    ax.legend(fontsize=7, loc="best", framealpha=0.85)
+    ax.grid(alpha=0.3)
+    if has_grad:
+        gax = axes[1][0]
+        _scale(gax, _draw(gax, grad_curve, "tab:gray", None), 10, ticker)
+        gax.set_ylabel(cols.grad)
+        gax.grid(alpha=0.3)
+    axes[-1][0].set_xlabel("step")
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=90)
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+def _draw(ax, curve, color, label):
+    """Plot each resume segment; data a later rollback went back over is drawn faded. Returns the values."""
+    segments = sorted(curve.segments().items())
+    values = []
+    for i, (seg, (steps, vals)) in enumerate(segments):
+        cut = min((s[0] for _, (s, _) in segments[i + 1:] if s), default=math.inf)
+        live = [(s, v) for s, v in zip(steps, vals) if s < cut]
+        dead = [(s, v) for s, v in zip(steps, vals) if s >= cut]
+        if live:
+            ax.plot(*zip(*live), lw=0.7, color=color, label=label)
+            label = None
+        if dead:
+            ax.plot(*zip(*dead), lw=0.6, color=color, alpha=0.25)
+        values += vals
+    return values
+
+
+def _scale(ax, values, ratio, ticker):
+    """Log scale when all values are positive and span `ratio` or more, with 1-2-5 ticks labelled plainly."""
+    if values and min(values) > 0 and max(values) / min(values) >= ratio:
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _labelled(spikes):
+    """Which spikes get a text label: all of a few; of many, the tallest that are not fast recoveries."""
+    if len(spikes) <= 6:
+        return spikes
+    return sorted((s for s in spikes if s.type != "fast_recovery"), key=_height, reverse=True)[:MAX_LABELS]
+
+
+# --- post-mortem draft -------------------------------------------------------------------------------
+
+TEMPLATE_TYPE = {"fast_recovery": "1, recoverable", "slow_recovery": "1, recoverable",  # the template's types
+                 "no_recovery": "2, lingering", "divergence": "3, divergent"}
+
+CAUSE = {
+    "slow_recovery": "a bad pocket of data (badly shuffled, or garbage left in) pushed the optimizer far "
+                     "off course; it found its way back on its own",
+    "no_recovery": "the optimizer state was knocked into a worse region and did not return: a bad batch "
+                   "hitting an Adam second moment that adapts too slowly, or a learning rate too high for "
+                   "this point of training",
+    "divergence": "the run left its stable region: learning rate too high, numerics (fp16 range, loss "
+                  "scaling) or data full of garbage, as in the failed 104B attempts before BLOOM",
+}
+
+ACTION = {
+    "slow_recovery": "Let it run while the loss keeps coming down and look again a couple of hundred steps "
+                     "later. If spikes like this recur, restart from a checkpoint before the spike and skip "
+                     "the batches around its start (5 to 20 batches is the range commonly used).",
+    "no_recovery": "The run will not catch up on its own: restart from a checkpoint well before the spike "
+                   "(a common rule of thumb is 1000 steps or more earlier), skipping the batches around "
+                   "its start. If it happens again after the restart, lower the learning rate 2 to 3 times.",
+    "divergence": "Stop the run. Restart from a checkpoint before the spike with the batches around its "
+                  "start skipped and a learning rate 2 to 3 times lower. If it keeps diverging, check the "
+                  "numerics (bf16 rather than fp16) and the cleanliness of the data.",
+}
+
+
+def postmortem(report):
+    """A markdown draft after the post-mortem template of seed 001, filled with measured numbers."""
+    cols = report.columns
+    events = report.to_json()["events"]
+    counts = _counts(report.spikes)
+    significant = [s for s in report.spikes if s.type != "fast_recovery"]
+    fast = [s for s in report.spikes if s.type == "fast_recovery"]
+    lines = [
+        f"# Post-mortem draft: {report.path.name}",
+        "",
+        f"Drafted by `python diagnostics/spikes.py {report.path.name} --postmortem` from {report.values} "
+        f"values of `{cols.loss}` (steps {_int(report.first_step)} to {_int(report.last_step)}). Every number "
+        "is measured from the log; lines marked *fill in* need facts the log does not hold. Causes and "
+        "actions are suggestions to check, not findings.",
+        "",
+        "## Summary",
+        "",
+        f"- Spikes: {len(report.spikes)}" + (f" ({counts})" if counts else ""),
+        f"- First NaN/inf loss: {'step ' + str(_int(report.nan_step)) if report.nan_step is not None else 'none'}",
+        f"- Resumes (steps going backwards): {len(report.resumes)}",
+        f"- Other events: {', '.join(sorted({e['kind'] for e in events if e['kind'] != 'resume'})) or 'none'}",
+        "- Grad norm: " + (f"`{cols.grad}`" if cols.grad else "not logged (log it: a grad-norm spike often comes first)"),
+    ]
+    for number, spike in enumerate(significant, 1):
+        lines += _spike_section(number, spike, report, events)
+    if fast:
+        lines += _fast_section(fast)
+    lines += _event_sections(events, report)
+    return "\n".join(lines) + "\n"
+
+
+def _spike_section(number, s, report, events):
+    ratio = f" ({s.peak / s.baseline:.2f}x the baseline)" if s.baseline > 0 else ""
+    if s.type == "slow_recovery":
+        after = f"{_fmt(s.level_after)}, back inside the pre-spike noise band {s.recovery_steps} steps after the peak"
+        cost = f"{_int(s.end - s.start)} steps from the start of the spike until the loss was back in its band."
+    elif s.ended_by == "nonfinite":
+        after = "none: the loss turned NaN/inf"
+        cost = _lost_steps(s, report)
+    else:
+        after = f"settled at {_fmt(s.level_after)}" if s.level_after is not None else "none: the log ends at the peak"
+        cost = _lost_steps(s, report)
+    grad = ("not logged" if not report.columns.grad else
+            f"{_fmt(s.grad_norm_peak)}" + (f", its spike started {s.grad_norm_lead} steps before the loss spike"
+                                           if s.grad_norm_lead is not None else ", no grad-norm spike led it"))
+    related = _related(s, report, events)
+    return [
+        "",
+        f"## Spike #{number}: step {_int(s.step)} ({s.type})",
+        "",
+        "### Symptoms",
+        "",
+        f"- Pre-spike loss (median of the last {WINDOW} healthy values): {_fmt(s.baseline)}",
+        f"- Peak loss: {_fmt(s.peak)} at step {_int(s.step)}{ratio}; the spike started at step {_int(s.start)}",
+        f"- Loss after the spike: {after}",
+        f"- Grad norm peak during the spike: {grad}",
+        f"- Learning rate when it started: {_fmt(s.lr) if report.columns.lr else 'not logged'}",
+        "",
+        "### Evidence",
+        "",
+        f"- Log: `{report.path}`, steps {_int(s.start)} to {_int(s.end) if s.end is not None else 'end of segment'}",
+        f"- Batches to pull: the data fed at steps {_int(s.start) - 5} to {_int(s.step)} *(fill in sample "
+        "indices from the data loader)*; the trouble may have started earlier than the batch before the spike",
+        *[f"- {text}" for text in related],
+        "",
+        "### Classification",
+        "",
+        f"- Type: {s.type} (template type {TEMPLATE_TYPE[s.type]}); the follow-up ended by: {s.ended_by}",
+        f"- Likely cause (to check): {CAUSE[s.type]}",
+        "",
+        "### Recovery action (suggested)",
+        "",
+        f"- {ACTION[s.type]}",
+        "",
+        "### Cost",
+        "",
+        f"- {cost}",
+        "",
+        "### Lessons / follow-ups",
+        "",
+        "- *fill in*",
+    ]
+
+
+def _lost_steps(s, report):
+    later = [(step, before) for row, step, before in report.resumes if row > s.start_row]
+    if later:
+        step, before = later[0]
+        return (f"{_int(before - s.start)} steps from the start of the spike to the rollback at step {_int(before)} "
+                f"(resumed at step {_int(step)}), plus the steps between the checkpoint restored and the spike.")
+    return (f"{_int(report.last_step - s.start)} steps from the spike to the end of the log are suspect, plus "
+            "the steps between the checkpoint you restart from and the spike.")
+
+
+def _related(s, report, events):
+    notes = []
+    for e in events:
+        if e["kind"] == "resume_spike" and e["step"] == _int(s.step):
+            notes.append(f"Came {e['rows_after_resume']} rows after the resume at step {e['resume_step']}: "
+                         "check that RNG states and the data loader position were restored.")
+        if e["kind"] == "repeat_data" and abs(e["step"] - s.start) <= JUMP_CONFIRM:
+            notes.append(f"Matches the repeated-data signature after the resume at step {e['resume_step']}: "
+                         "the loss was low on data seen before and came back to its true level here, so this "
+                         "may be no spike at all.")
+    resumes_before = [step for row, step, _ in report.resumes if row <= s.start_row]
+    if s.type == "no_recovery" and resumes_before and not any("repeated-data" in n for n in notes):
+        notes.append(f"A resume (step {_int(resumes_before[-1])}) came before this shift to a higher level: rule "
+                     "out repeated data (a sampler restarting from the beginning) before rolling back.")
+    return notes
+
+
+def _fast_section(fast):
+    rows = sorted(fast, key=_height, reverse=True)[:20]
+    lines = [
+        "",
+        f"## Fast-recovering spikes ({len(fast)})",
+        "",
+        f"Back inside the pre-spike noise band within {FAST_STEPS} steps of the peak. Largest first"
+        + (f" (20 of {len(fast)}):" if len(fast) > 20 else ":"),
+        "",
+        "| peak step | baseline | peak | x baseline | recovery steps | grad lead |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for s in rows:
+        ratio = _fmt(s.peak / s.baseline) if s.baseline > 0 else "-"
+        lines.append(f"| {_int(s.step)} | {_fmt(s.baseline)} | {_fmt(s.peak)} | {ratio} | {s.recovery_steps} | "
+                     f"{_fmt(s.grad_norm_lead)} |")
+    lines += [
+        "",
+        "Suggested action: none needed while they stay short; training carries on as before. If the same "
+        "steps spike again in another run with the same data order, the batches at those steps are the "
+        "suspects: pull them and inspect or filter them.",
+        "",
+        f"Cost: {sum(s.end - s.start for s in fast if s.end is not None):g} steps spent above the band in total.",
+    ]
+    return lines
+
+
+EVENT_SECTIONS = {
+    "non_spike_divergence": (
+        "Divergence without a spike",
+        "Roll back to before the rise and restart with a lower learning rate; if each restart makes a little "
+        "progress and then climbs again, look at the data and the numerics rather than at single batches.",
+    ),
+    "nonfinite": (
+        "NaN or inf values",
+        "Find the first bad step: run it again with anomaly detection and look for an overflow (fp16 range, "
+        "loss scaling) or a division by zero. Restart from the last checkpoint with finite values.",
+    ),
+    "resume_drop": (
+        "Lower loss right after a resume",
+        "A loss that improves at a resume is suspicious: check that the data sampler continued where it "
+        "stopped instead of starting the data stream again, and that the RNG states were restored.",
+    ),
+    "repeat_data": (
+        "Repeated data after a resume",
+        "The low stretch after the resume was the model seeing data it had already memorised; the jump back "
+        "is the loss returning to its real level. Fix the sampler's resume (or change the seed, which only "
+        "hides the repetition) and do a couple of test resumes before a long run.",
+    ),
+    "resume_spike": (
+        "Spikes right after a resume",
+        "A spike after each resume that then recovers points at state that was not restored: the data "
+        "loader position and mix, the RNG states. Compare a few batches before and after a test resume.",
+    ),
+    "series_spike": (
+        "Spikes per dataset",
+        "A spike confined to one dataset points at that dataset: inspect the shard it came from, filter it "
+        "or swap it out. A spike shared by all datasets points at the optimizer or the learning rate.",
+    ),
+}
+
+
+def _event_sections(events, report):
+    lines = []
+    for kind, (title, action) in EVENT_SECTIONS.items():
+        found = [e for e in events if e["kind"] == kind]
+        if not found:
+            continue
+        lines += ["", f"## {title} ({len(found)})", ""]
+        for e in found[:20]:
+            lines.append(f"- {_describe(e)}")
+        if len(found) > 20:
+            lines.append(f"- ... {len(found) - 20} more in `--json`")
+        lines += ["", f"Suggested action: {action}"]
+    return lines
+
+
+def _describe(e):
+    kind = e["kind"]
+    if kind == "non_spike_divergence":
+        return (f"The loss crept from {_fmt(e['from'])} (lowest, around step {e['step']}) to {_fmt(e['to'])} by step "
+                f"{e['last_step']} without a spike ({100 * (e['to'] - e['from']) / abs(e['from']):.0f}% higher).")
+    if kind == "nonfinite":
+        return (f"{e['series']}: {e['count']} non-finite values from step {e['step']} to step {e['last_step']}.")
+    if kind == "resume_drop":
+        return (f"Resume at step {e['step']}: the loss fell from {_fmt(e['before'])} to {_fmt(e['after'])} "
+                f"({e['drop_pct']:.1f}% lower) over the first {BLOCK} values.")
+    if kind == "repeat_data":
+        return (f"Resumed at step {e['resume_step']} {_fmt(e['low'])} instead of {_fmt(e['before'])}, then jumped "
+                f"back to {_fmt(e['high'])} at step {e['step']}.")
+    if kind == "resume_spike":
+        return (f"{e['type']} spike at step {e['step']}, {e['rows_after_resume']} rows after the resume at step "
+                f"{e['resume_step']}.")
+    scope = "shared by " + ", ".join(e["series"]) if e["scope"] == "shared" else "confined to " + e["series"][0]
+    return f"Step {e['step']}: {scope}" + (f"; quiet: {', '.join(e['quiet'])}" if e["quiet"] else "") + "."
+
+
+# --- command line ----------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
+                    "HF trainer_state.json); optionally plot them and draft a post-mortem.")
+    parser.add_argument("log", help="the training log: .csv, .tsv, .jsonl, .json or a TensorBoard event file/dir")
+    parser.add_argument("--json", action="store_true", help="print one JSON object (spikes, events, nan_step)")
+    parser.add_argument("--plot", metavar="OUT.png", help="write a PNG of the curve with the spikes marked")
+    parser.add_argument("--postmortem", metavar="OUT.md", help="write a markdown post-mortem draft")
+    parser.add_argument("--loss", metavar="COLUMN", help="the loss column when it is not loss/train_loss/train/loss")
+    args = parser.parse_args(argv)
+    try:
+        report = analyze(args.log, args.loss, keep_curves=bool(args.plot))
+        if args.plot:
+            plot(report, args.plot)
+        if args.postmortem:
+            try:
+                Path(args.postmortem).write_text(postmortem(report), encoding="utf-8")
+            except OSError as exc:
+                raise CliError(f"cannot write {args.postmortem}: {exc.strerror or exc}") from None
+    except CliError as exc:
+        print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.json:
+            json.dump(report.to_json(), sys.stdout, indent=1, allow_nan=False)  # written as it is encoded
+            print()
+        else:
+            print(summary(report))
+    except BrokenPipeError:  # `spikes.py log.csv | head`: the reader left, which is fine
+        sys.stdout = None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

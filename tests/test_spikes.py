@@ -1,0 +1,477 @@
+"""spikes.py: scored against synthetic curves with known spikes, run on a real log, fed every format and
+every kind of bad input."""
+import json
+import math
+import os
+import subprocess
+import sys
+import tracemalloc
+
+import pytest
+
+import spikes
+import synthetic_curves
+from conftest import ROOT, assert_one_line_error, run_cli
+
+MIXED_SEEDS = range(12)  # 12 curves, about 180 planted spikes of all four types
+TOLERANCE = 5  # steps: "spike positions within a few steps"
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def synthetic(tmp_path, scenario, seed, rows=None):
+    curve = synthetic_curves.make_curve(scenario, seed, rows)
+    path = tmp_path / f"{scenario}-{seed}.csv"
+    curve.write_csv(path)
+    return curve, path
+
+
+def match(found, planted):
+    """Pairs (planted, found) whose starts are within TOLERANCE steps, greedily in planted order."""
+    pairs, used = [], set()
+    for truth in planted:
+        near = [s for s in found if id(s) not in used and abs(s.start - truth["start"]) <= TOLERANCE]
+        if near:
+            used.add(id(near[0]))
+            pairs.append((truth, near[0]))
+    return pairs
+
+
+@pytest.fixture(scope="module")
+def mixed_scores(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mixed")
+    planted = found = 0
+    pairs, kinds = [], set()
+    for seed in MIXED_SEEDS:
+        curve, path = synthetic(tmp, "mixed", seed)
+        report = spikes.analyze(path)
+        planted += len(curve.truth["spikes"])
+        found += len(report.spikes)
+        pairs += match(report.spikes, curve.truth["spikes"])
+        kinds |= {e["kind"] for e in report.to_json()["events"]}
+    return planted, found, pairs, kinds
+
+
+def test_synthetic_spikes_are_found_with_high_precision_and_recall(mixed_scores):
+    planted, found, pairs, kinds = mixed_scores
+    assert planted > 150
+    precision, recall = len(pairs) / found, len(pairs) / planted
+    assert precision >= 0.95 and recall >= 0.95, (precision, recall)
+    assert kinds == {"resume", "nonfinite"}  # rollbacks and NaN were planted; nothing else was
+
+
+def test_synthetic_spike_types_are_right_at_least_9_in_10(mixed_scores):
+    _, _, pairs, _ = mixed_scores
+    right = sum(truth["type"] == spike.type for truth, spike in pairs)
+    assert right / len(pairs) >= 0.9, [(t, s.to_json()) for t, s in pairs if t["type"] != s.type]
+    for kind in spikes.TYPES:  # and no type is sacrificed to the others
+        planted = [s for t, s in pairs if t["type"] == kind]
+        assert len(planted) >= 10 and sum(s.type == kind for s in planted) / len(planted) >= 0.85, kind
+
+
+def test_synthetic_peaks_are_within_a_few_steps(mixed_scores):
+    _, _, pairs, _ = mixed_scores
+    settled = [(t, s) for t, s in pairs if t["type"] != "divergence"]  # a divergence keeps rising: no one peak
+    close = sum(abs(s.step - t["step"]) <= TOLERANCE for t, s in settled)
+    assert close / len(settled) >= 0.95
+
+
+def test_grad_norm_lead_is_measured(mixed_scores):
+    _, _, pairs, _ = mixed_scores
+    # the planted loss spike rises over up to 2 rows, so the measured lead may exceed the planted one by 2
+    right = sum(s.grad_norm_lead is not None and 0 <= s.grad_norm_lead - t["grad_norm_lead"] <= 2 for t, s in pairs)
+    assert right / len(pairs) >= 0.9
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_clean_noisy_curve_has_no_spike_and_no_event(tmp_path, seed):
+    _, path = synthetic(tmp_path, "clean", seed)
+    report = spikes.analyze(path)
+    assert report.spikes == [] and report.to_json()["events"] == [] and report.nan_step is None
+
+
+def test_outliers_do_not_poison_the_baseline(tmp_path):
+    """A burst of 80 one-step spikes, 3 steps apart: with spike values kept out of the window, all are found."""
+    lines = ["step,loss"]
+    burst = set(range(600, 840, 3))
+    for step in range(1200):
+        loss = 3.0 * (1 + 0.01 * math.sin(step * 1.7))  # deterministic wiggle, no spike
+        lines.append(f"{step},{loss * (1.6 if step in burst else 1.0):.5f}")
+    report = spikes.analyze(write(tmp_path, "burst.csv", "\n".join(lines) + "\n"))
+    assert sorted(s.step for s in report.spikes) == sorted(burst)
+    assert {s.type for s in report.spikes} == {"fast_recovery"}
+
+
+def test_a_log_that_ends_at_the_peak_or_on_the_way_down(tmp_path):
+    flat = [f"{i},3.0" for i in range(100)]
+    at_peak = spikes.analyze(write(tmp_path, "peak.csv", "step,loss\n" + "\n".join(flat + ["100,6.0"]))).spikes
+    assert [(s.type, s.end, s.ended_by) for s in at_peak] == [("divergence", None, "log_end")]
+    descending = flat + [f"{100 + i},{3.0 + 3.0 * 0.95 ** i:.4f}" for i in range(40)]
+    on_way = spikes.analyze(write(tmp_path, "down.csv", "step,loss\n" + "\n".join(descending))).spikes
+    assert [(s.type, s.ended_by) for s in on_way] == [("no_recovery", "log_end")]  # 13% up when the log ends
+
+
+def test_a_lone_low_value_does_not_end_a_slow_recovery(tmp_path):
+    """Real logs have heavy tails: one value back at the baseline mid-recovery is not the recovery."""
+    lines = [f"{i},{3.0 + 0.01 * math.sin(i * 1.7):.4f}" for i in range(200)]
+    for i in range(300):
+        loss = 3.0 + 3.0 * math.exp(-i / 60)  # back within 1% after about 330 steps
+        lines.append(f"{200 + i},{3.0 if i % 25 == 24 else loss:.4f}")  # every 25th value dips to the baseline
+    lines += [f"{500 + i},3.0" for i in range(200)]
+    found = spikes.analyze(write(tmp_path, "dips.csv", "step,loss\n" + "\n".join(lines))).spikes
+    assert [(s.step, s.type) for s in found] == [(200, "slow_recovery")]
+    assert found[0].recovery_steps > 200
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_divergence_without_a_spike(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "creep", seed)
+    report = spikes.analyze(path)
+    events = report.to_json()["events"]
+    assert report.spikes == []
+    assert [e["kind"] for e in events] == ["non_spike_divergence"]
+    assert abs(events[0]["step"] - curve.truth["events"][0]["step"]) <= 150  # the rise starts gently
+    assert events[0]["to"] > 1.2 * events[0]["from"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nan_after_a_diverging_spike(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "nan", seed)
+    out = spikes.analyze(path).to_json()
+    assert out["nan_step"] == curve.truth["nan_step"]
+    assert out["spikes"][-1]["type"] == "divergence" and out["spikes"][-1]["ended_by"] == "nonfinite"
+    nonfinite = [e for e in out["events"] if e["kind"] == "nonfinite"]
+    assert nonfinite[0]["step"] == out["nan_step"] and nonfinite[0]["series"] == "loss"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_resumes_and_the_spikes_right_after_them(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "resume", seed)
+    events = spikes.analyze(path).to_json()["events"]
+    resumes = [(e["step"], e["from_step"]) for e in events if e["kind"] == "resume"]
+    assert resumes == [(e["step"], e["from_step"]) for e in curve.truth["events"] if e["kind"] == "resume"]
+    found = [(e["resume_step"], e["step"]) for e in events if e["kind"] == "resume_spike"]
+    planted = [(e["resume_step"], e["step"]) for e in curve.truth["events"] if e["kind"] == "resume_spike"]
+    assert len(found) == len(planted)
+    assert all(r == pr and abs(s - ps) <= TOLERANCE for (r, s), (pr, ps) in zip(found, planted))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lower_loss_after_a_resume_then_a_jump_back_is_repeated_data(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "repeat_data", seed)
+    events = {e["kind"]: e for e in spikes.analyze(path).to_json()["events"]}
+    planted = {e["kind"]: e for e in curve.truth["events"]}
+    assert events["resume_drop"]["step"] == planted["resume_drop"]["step"]
+    assert events["resume_drop"]["drop_pct"] > 3
+    assert abs(events["repeat_data"]["step"] - planted["repeat_data"]["step"]) <= TOLERANCE
+    assert events["repeat_data"]["resume_step"] == planted["repeat_data"]["resume_step"]
+
+
+def test_a_plain_rollback_is_not_taken_for_repeated_data(tmp_path):
+    curve, path = synthetic(tmp_path, "mixed", 3)  # five rollbacks to before a spike, no repeated data
+    kinds = [e["kind"] for e in spikes.analyze(path).to_json()["events"]]
+    assert kinds.count("resume") >= 3
+    assert "resume_drop" not in kinds and "repeat_data" not in kinds
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_spikes_shared_by_datasets_or_confined_to_one(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "datasets", seed)
+    report = spikes.analyze(path)
+    assert report.columns.extras == ["loss/cm4", "loss/pmd"]
+    found = [(e["step"], e["scope"], e["series"]) for e in report.to_json()["events"] if e["kind"] == "series_spike"]
+    planted = [(e["step"], e["scope"], e["series"]) for e in curve.truth["events"]]
+    assert len(found) == len(planted)
+    for (step, scope, series), (p_step, p_scope, p_series) in zip(found, planted):
+        assert abs(step - p_step) <= TOLERANCE and scope == p_scope and series == p_series
+
+
+# --- the real log --------------------------------------------------------------------------------
+
+
+def test_real_modded_nanogpt_log_has_recurring_one_step_spikes_that_recover_fast(shared_dir):
+    log = shared_dir / "data" / "modded-nanogpt" / "scaleup1b_ad8d7ae5.csv"
+    proc = run_cli("spikes.py", log, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["log"]["loss_column"] == "train_loss" and out["log"]["values"] > 20000
+    found = {s["step"]: s for s in out["spikes"]}
+    assert 536 in found and found[536]["recovery_steps"] <= 2
+    assert len(out["spikes"]) >= 50  # many, all through the run
+    assert {s["type"] for s in out["spikes"]} == {"fast_recovery"}
+    assert sum(s["recovery_steps"] <= 2 for s in out["spikes"]) / len(out["spikes"]) >= 0.9
+    assert out["nan_step"] is None and out["events"] == []
+
+
+# --- readers ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_curve():
+    """A 3000-step mixed curve: two fast spikes, the first with a grad-norm spike 3 steps ahead."""
+    curve = synthetic_curves.make_curve("mixed", seed=1, rows=3000)
+    return curve, list(curve.rows())
+
+
+def spike_summary(report):
+    return [(s.step, s.type, s.grad_norm_lead) for s in report.spikes]
+
+
+@pytest.fixture(scope="module")
+def csv_result(small_curve, tmp_path_factory):
+    path = tmp_path_factory.mktemp("csv") / "run.csv"
+    small_curve[0].write_csv(path)
+    report = spikes.analyze(path)
+    assert len(report.spikes) == 2 and report.spikes[0].grad_norm_lead == 3
+    return spike_summary(report)
+
+
+def test_jsonl_reads_like_csv(small_curve, csv_result, tmp_path):
+    lines = [json.dumps(r) for r in small_curve[1]]
+    path = write(tmp_path, "run.jsonl", "\n".join(lines) + "\n")
+    assert spike_summary(spikes.analyze(path)) == csv_result
+
+
+def test_tsv_reads_like_csv(small_curve, csv_result, tmp_path):
+    rows = ["step\tloss\tgrad_norm"] + [f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}" for r in small_curve[1]]
+    assert spike_summary(spikes.analyze(write(tmp_path, "run.tsv", "\n".join(rows)))) == csv_result
+
+
+def test_hf_trainer_state_reads_like_csv(small_curve, csv_result, tmp_path):
+    history = []
+    for r in small_curve[1]:
+        history.append({"epoch": r["step"] / 1000, "grad_norm": r["grad_norm"], "learning_rate": r["lr"],
+                        "loss": r["loss"], "step": r["step"]})
+        if r["step"] % 500 == 499:  # the Trainer interleaves evaluation records at the same step
+            history.append({"epoch": r["step"] / 1000, "eval_loss": 3.1, "eval_runtime": 1.0, "step": r["step"]})
+    history.append({"epoch": 3.0, "step": 2999, "total_flos": 1e15, "train_loss": 3.3, "train_runtime": 99.0})
+    path = write(tmp_path, "trainer_state.json", json.dumps({"global_step": 2999, "log_history": history}))
+    report = spikes.analyze(path)
+    assert (report.columns.loss, report.columns.grad, report.columns.lr) == ("loss", "grad_norm", "learning_rate")
+    assert spike_summary(report) == csv_result
+    assert [e["kind"] for e in report.to_json()["events"]] == []  # eval rows at the same step are no resume
+
+
+def write_events(directory, rows, tags):
+    """A TensorBoard event file written with tensorboard's own writer, as SummaryWriter does."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    writer = EventFileWriter(str(directory))
+    for r in rows:
+        for tag, key in tags.items():
+            value = summary_pb2.Summary.Value(tag=tag, simple_value=r[key])
+            writer.add_event(event_pb2.Event(step=r["step"], summary=summary_pb2.Summary(value=[value])))
+    writer.close()
+    return next(directory.glob("*tfevents*"))
+
+
+def test_tensorboard_event_file_and_directory_read_like_csv(small_curve, csv_result, tmp_path):
+    event_file = write_events(tmp_path, small_curve[1], {"train/loss": "loss", "train/grad_norm": "grad_norm"})
+    for target in (event_file, tmp_path):
+        report = spikes.analyze(target)
+        assert (report.format, report.columns.loss, report.columns.grad) == ("tensorboard", "train/loss",
+                                                                              "train/grad_norm")
+        assert spike_summary(report) == csv_result  # float32 in the event file changes nothing here
+
+
+def run_without(package, tmp_path, *args):
+    """Run spikes.py with `package` made unimportable, as on a machine where it is not installed."""
+    blocker = tmp_path / "blocker" / package
+    blocker.mkdir(parents=True)
+    (blocker / "__init__.py").write_text(f"raise ImportError('{package} is not installed')\n")
+    env = dict(os.environ, PYTHONPATH=str(blocker.parent))
+    return subprocess.run([sys.executable, str(spikes.__file__), *map(str, args)], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_tensorboard_missing_is_a_one_line_error(small_curve, tmp_path):
+    event_file = write_events(tmp_path, small_curve[1][:50], {"loss": "loss"})
+    proc = run_without("tensorboard", tmp_path, event_file)
+    assert_one_line_error(proc)
+    assert "pip install tensorboard" in proc.stderr
+
+
+def test_matplotlib_missing_is_a_one_line_error_for_plot_only(tmp_path):
+    log = write(tmp_path, "log.csv", "step,loss\n" + "\n".join(f"{i},3.0" for i in range(50)))
+    proc = run_without("matplotlib", tmp_path, log, "--plot", tmp_path / "x.png")
+    assert_one_line_error(proc)
+    assert "pip install matplotlib" in proc.stderr
+    assert run_without("matplotlib", tmp_path / "again", log).returncode == 0  # the rest needs no matplotlib
+
+
+def test_columns_are_matched_by_name(tmp_path):
+    rows = ["Step,Train_Loss,val_loss,loss/cm4,loss/pmd,loss_scale,lr"]
+    rows += [f"{i},{3 + 0.01 * (i % 3)},,{3.5},{2.5},65536,0.001" for i in range(100)]
+    cols = spikes.analyze(write(tmp_path, "named.csv", "\n".join(rows))).columns
+    assert (cols.step, cols.loss, cols.grad, cols.lr) == ("Step", "Train_Loss", None, "lr")
+    assert cols.extras == ["loss/cm4", "loss/pmd"]  # not the validation loss, not the fp16 loss scale
+
+
+def test_loss_option_picks_any_column_and_without_step_rows_count(tmp_path):
+    path = write(tmp_path, "custom.csv", "nll\n" + "\n".join(["2.0"] * 80 + ["9.0"] + ["2.0"] * 40) + "\n")
+    proc = run_cli("spikes.py", path, "--json", "--loss", "nll")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [(s["step"], s["type"]) for s in out["spikes"]] == [(80, "fast_recovery")]
+
+
+# --- the CLI: output, plot, post-mortem -------------------------------------------------------------------
+
+
+def test_the_output_shown_in_the_docstring_is_what_the_command_prints(tmp_path):
+    assert run_cli("synthetic_curves.py", "--scenario", "mixed", "--seed", "8", "--rows", "6000",
+                   "--out", tmp_path / "run.csv").returncode == 0
+    proc = run_cli("spikes.py", "run.csv", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    shown = spikes.__doc__.split("Output\n------\n")[1].split("\nOn a real log")[0]
+    assert [line[4:] for line in shown.strip("\n").splitlines()] == proc.stdout.strip("\n").splitlines()
+
+
+def test_gallery_page_shows_the_commands_and_pictures_of_the_gallery_tool():
+    import make_pattern_gallery
+
+    page = (ROOT / "refs" / "loss_patterns.md").read_text()
+    for name, scenario, seed in make_pattern_gallery.PATTERNS:
+        for line in make_pattern_gallery.commands(name, scenario, seed):
+            assert line in page, line
+        assert f"(img/loss_patterns/{name}.png)" in page
+        assert 20_000 < (make_pattern_gallery.OUT / f"{name}.png").stat().st_size < 100_000  # small PNGs
+    tool = ROOT / "tools" / "make_pattern_gallery.py"
+    assert subprocess.run([sys.executable, str(tool), "--help"], capture_output=True).returncode == 0
+
+
+def test_help_exits_0():
+    proc = run_cli("spikes.py", "--help")
+    assert proc.returncode == 0 and "--postmortem" in proc.stdout
+
+
+def test_json_output_follows_the_design_contract(tmp_path):
+    _, path = synthetic(tmp_path, "mixed", 5)
+    proc = run_cli("spikes.py", path, "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert {"spikes", "events", "nan_step"} <= set(out)
+    assert out["nan_step"] is None or isinstance(out["nan_step"], int)
+    for spike in out["spikes"]:
+        assert spike["type"] in spikes.TYPES
+        assert all(isinstance(spike[k], int) for k in ("step", "start"))
+        assert all(isinstance(spike[k], float) for k in ("baseline", "peak"))
+        assert all(spike[k] is None or isinstance(spike[k], int) for k in ("end", "recovery_steps", "grad_norm_lead"))
+        assert (spike["recovery_steps"] is None) == (spike["type"] in ("no_recovery", "divergence"))
+    assert all("kind" in e and "step" in e for e in out["events"])
+
+
+def test_text_output_lists_spikes_and_events(tmp_path):
+    _, path = synthetic(tmp_path, "nan", 0)
+    proc = run_cli("spikes.py", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "divergence" in proc.stdout and "nonfinite at step" in proc.stdout and "nan_step: " in proc.stdout
+
+
+def test_plot_writes_a_small_png(tmp_path):
+    _, path = synthetic(tmp_path, "mixed", 2)
+    out = tmp_path / "curve.png"
+    proc = run_cli("spikes.py", path, "--plot", out)
+    assert proc.returncode == 0, proc.stderr
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and 10_000 < len(data) < 150_000
+
+
+def test_postmortem_has_a_section_per_significant_spike(tmp_path):
+    curve, path = synthetic(tmp_path, "mixed", 4)
+    out = tmp_path / "pm.md"
+    proc = run_cli("spikes.py", path, "--json", "--postmortem", out)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["spikes"]
+    text = out.read_text()
+    significant = [s for s in found if s["type"] != "fast_recovery"]
+    assert text.count("\n## Spike #") == len(significant) > 3
+    for n, s in enumerate(significant, 1):
+        section = text.split(f"## Spike #{n}: step {s['step']} ({s['type']})")[1].split("\n## ")[0]
+        for heading in ("### Symptoms", "### Evidence", "### Classification", "### Recovery action (suggested)",
+                        "### Cost", "### Lessons / follow-ups"):
+            assert heading in section
+        assert f"{s['baseline']:.4g}" in section and f"{s['peak']:.4g}" in section
+        assert f"Grad norm peak during the spike: {s['grad_norm_peak']:.4g}" in section
+    fast = [s for s in found if s["type"] == "fast_recovery"]
+    assert f"## Fast-recovering spikes ({len(fast)})" in text
+    assert text.count("\n| ") - 2 == min(len(fast), 20)  # one table row per fast spike, header excluded
+    assert '"' not in text  # no quotation marks: the draft is in our own words
+
+
+def test_postmortem_of_a_log_without_spikes_is_just_the_summary(tmp_path):
+    _, path = synthetic(tmp_path, "clean", 0)
+    out = tmp_path / "pm.md"
+    assert run_cli("spikes.py", path, "--postmortem", out).returncode == 0
+    assert "- Spikes: 0" in out.read_text() and "## Spike #" not in out.read_text()
+
+
+def test_unwritable_outputs_are_one_line_errors(tmp_path):
+    _, path = synthetic(tmp_path, "clean", 0, rows=300)
+    assert_one_line_error(run_cli("spikes.py", path, "--plot", tmp_path / "no" / "such" / "dir.png"))
+    assert_one_line_error(run_cli("spikes.py", path, "--postmortem", tmp_path / "no" / "such" / "dir.md"))
+
+
+def test_memory_is_bounded_by_the_window_not_the_log(tmp_path):
+    peaks = []
+    for rows in (10_000, 100_000):
+        lines = [f"{i},{3 + 0.01 * math.sin(i * 1.7):.5f},{1 + 0.1 * math.cos(i):.4f}" for i in range(rows)]
+        path = write(tmp_path, f"{rows}.csv", "step,loss,grad_norm\n" + "\n".join(lines) + "\n")
+        tracemalloc.start()
+        spikes.analyze(path)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    assert peaks[1] < peaks[0] + 100_000, peaks  # ten times the log, (almost) the same memory
+
+
+# --- bad input ---------------------------------------------------------------------------------------
+
+BAD = {
+    "empty.csv": b"",
+    "header-only.csv": b"step,loss\n",
+    "words.csv": b"step,loss\n1,abc\n2,def\n",
+    "no-loss-column.csv": b"step,accuracy\n1,0.5\n2,0.6\n",
+    "junk.csv": bytes(range(128, 256)) * 20,
+    "junk.json": bytes(range(128, 256)) * 20,
+    "junk.jsonl": bytes(range(128, 256)) * 20,
+    "events.out.tfevents.1700000000.host": bytes(range(256)) * 20,
+    "not-json.json": b"{this is not json",
+    "object.json": b'{"no": "log_history"}',
+    "empty.jsonl": b"\n\n",
+    "run.log": b"step:1 loss:3.0\n",
+    "noext": b"step,loss\n1,2\n",
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_unreadable_input_is_a_one_line_error(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(BAD[name])
+    assert_one_line_error(run_cli("spikes.py", path))
+
+
+def test_missing_file_and_empty_directory_are_one_line_errors(tmp_path):
+    assert_one_line_error(run_cli("spikes.py", tmp_path / "missing.csv"))
+    assert_one_line_error(run_cli("spikes.py", tmp_path))
+
+
+def test_nan_and_inf_are_data(tmp_path):
+    rows = ["step,loss"] + [f"{i},3.0" for i in range(50)] + ["50,nan", "51,inf", "52,3.0", "53,-inf"]
+    out = json.loads(run_cli("spikes.py", write(tmp_path, "nan.csv", "\n".join(rows)), "--json").stdout)
+    assert out["nan_step"] == 50
+    assert [(e["step"], e["count"]) for e in out["events"] if e["kind"] == "nonfinite"] == [(50, 2), (53, 1)]
+
+
+def test_odd_cells_and_a_truncated_last_line_give_a_partial_result(tmp_path):
+    rows = ["step,loss,grad_norm"] + [f"{i},3.0,1.0" for i in range(60)] + ["60,oops,1.0", "61,3.0,", "62,3."]
+    proc = run_cli("spikes.py", write(tmp_path, "crashed.csv", "\n".join(rows)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["log"]["values"] == 62  # the unreadable cell is left out; the truncated "3." still reads
+    assert [e for e in out["events"] if e["kind"] == "unparsed"] == [
+        {"kind": "unparsed", "step": None, "column": "loss", "count": 1, "first_line": 62}]
