@@ -149,9 +149,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -235,12 +251,6 @@ def cli_main(check, demo_case, description, argv=None):
 TOLERANCE = 1e-5  # relative change allowed in other rows' outputs; independent rows are bitwise equal on the zoo — our assumption
 GRAD_TOLERANCE = 1e-6  # gradient on other rows relative to row i's own; independent rows get exact zeros — our assumption
 BATCH_STAT_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
-
-
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
 
 
 def _flat(obj):
@@ -333,8 +343,9 @@ def _gradient_leaks(model, inputs, n, i):
 
 def check_batch_independence(case):
     """Poison row i and backprop row i's outputs: no other row may be affected (eval mode)."""
+    case = validate_case(case)
     with preserved(case["model"]):
-        model = _unwrap(case["model"])
+        model = case["model"]
         model.eval()
         inputs, _ = case["batch"]
         first = _first_tensor(inputs)

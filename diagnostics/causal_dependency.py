@@ -128,9 +128,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -215,12 +231,6 @@ TOLERANCE = 1e-5  # relative change allowed in earlier outputs; a correct mask l
 GRAD_TOLERANCE = 1e-6  # future-position gradient relative to the largest past one; a correct mask gives exact zeros — our assumption
 
 
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def _flat(obj):
     """All tensors in a tensor / tuple / list / dict (ModelOutput included), in order."""
     if torch.is_tensor(obj):
@@ -300,11 +310,12 @@ def _positions(ps):
 
 def check_causal_dependency(case):
     """Outputs at t must not depend on inputs after t: perturb future tokens, and backprop output[t]."""
+    case = validate_case(case)
     with preserved(case["model"]):
         if case["task"].get("kind") != "causal_lm":
             kind = case["task"].get("kind", "unspecified")
             return CheckResult("causal_dependency", "skip", f"applies to task kind causal_lm; this case is {kind!r}")
-        model = _unwrap(case["model"])
+        model = case["model"]
         model.eval()
         inputs, _ = case["batch"]
         seq = _sequence(inputs)

@@ -133,9 +133,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -223,12 +239,6 @@ DEPTH_FAIL = 1e4  # first/last relative grad norm beyond 1e-4 or 1e4: vanishing/
 DEPTH_WARN = 1e2  # beyond 1e-2 or 1e2 — our assumption: healthy zoo cases measure 0.08-0.4, 12 stacked sigmoids 3e-11
 
 
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def _unit_dim(output):
     """Which dimension holds the units: channels for 2-D/4-D/5-D outputs, the last dim otherwise."""
     return 1 if output.dim() in (2, 4, 5) else output.dim() - 1
@@ -270,17 +280,17 @@ def _all_zero(p):
 
 def check_gradient_flow(case):
     """One backward pass: None/zero grads, frozen params, dead ReLUs, vanishing/exploding norms across depth."""
+    case = validate_case(case)
     model = case["model"]
     with preserved(model):
-        net = _unwrap(model)
-        net.train()
-        named = list(net.named_parameters())
+        model.train()
+        named = list(model.named_parameters())
         frozen = [name for name, p in named if not p.requires_grad]
         trainable = [(name, p) for name, p in named if p.requires_grad]
         if not trainable:
             return CheckResult("gradient_flow", "skip", "no trainable parameters (every parameter has requires_grad False)",
                                {"frozen": frozen})
-        ran = _backward(case, net)
+        ran = _backward(case, model)
         if ran is None:
             return CheckResult("gradient_flow", "fail", "the loss does not depend on any trainable parameter "
                                "(a detached graph, or an output built outside autograd)",
@@ -303,7 +313,7 @@ def check_gradient_flow(case):
         if zero_grad:  # zero only because of a zero-init? one optimizer step, then look again
             optimizer = case["optimizer"]([p for _, p in trainable])
             optimizer.step()
-            _backward(case, net)
+            _backward(case, model)
             zero_at_init = [name for name in zero_grad if not _all_zero(dict(trainable)[name])]
             zero_grad = [name for name in zero_grad if name not in zero_at_init]
         dead = {}

@@ -162,9 +162,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -250,17 +266,6 @@ LOW_RATIO = 0.75  # our assumption, tuned on the test zoo: a random-init model c
 TRAIN_MODE_PASSES = 3  # dropout makes a train-mode loss noisy; 3 passes keep the check cheap
 LOSS_FN_TOLERANCE = 0.1  # a standard mean loss scores an all-zero output at chance to float precision; 10% leaves room for auxiliary terms
 CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
-
-
-def to_device(obj, device):
-    """Move a tensor, or the tensors inside a tuple/list/dict, to the model's device."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {key: to_device(value, device) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(to_device(value, device) for value in obj)
-    return obj
 
 
 def main_tensor(output):
@@ -351,13 +356,13 @@ def task_reference(out, targets, task, zero_loss):
 
 def check_init_loss(case):
     """Compare the loss at initialisation with chance and with the best input-blind constant."""
+    case = validate_case(case)
     model, loss_fn, task = case["model"], case["loss_fn"], case["task"]
     if task.get("pretrained"):
         return CheckResult("init_loss", "skip", "task says the weights are pretrained: the loss is not at chance by design")
     mode = "train" if model.training else "eval"
     with preserved(model):
-        device = next(model.parameters(), torch.empty(0)).device
-        inputs, targets = to_device(case["batch"], device)
+        inputs, targets = case["batch"]
         with torch.no_grad():
             losses = []
             for _ in range(TRAIN_MODE_PASSES if model.training else 1):

@@ -133,9 +133,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -242,6 +258,7 @@ def reference(module, weight, std):
 
 def check_init_scale(case):
     """Compare each weight's std with 1/sqrt(fan_in) and flag large factors."""
+    case = validate_case(case)
     model = case["model"]
     if case["task"].get("pretrained"):
         return CheckResult("init_scale", "skip", "task says the weights are pretrained: they are not at their init scale")

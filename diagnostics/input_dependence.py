@@ -128,9 +128,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -215,17 +231,6 @@ ROUNDING = 0.5  # derived: a mean change below half a rounding step of the outpu
 WEAK = 1e-2  # our assumption, tuned on the test zoo: healthy cases measure 0.06 (the CNN, mostly bias at init) to 0.9
 
 
-def to_device(obj, device):
-    """Move a tensor, or the tensors inside a tuple/list/dict, to the model's device."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {key: to_device(value, device) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(to_device(value, device) for value in obj)
-    return obj
-
-
 def main_tensor(output):
     """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
     if isinstance(output, torch.Tensor):
@@ -285,11 +290,11 @@ def mean_change(model, inputs, paths, base):
 
 def check_input_dependence(case):
     """Compare outputs on the real inputs with outputs on rolled (or random) inputs."""
+    case = validate_case(case)
     model = case["model"]
     with preserved(model):
         model.eval()
-        device = next(model.parameters(), torch.empty(0)).device
-        inputs = to_device(case["batch"][0], device)
+        inputs = case["batch"][0]
         paths = leaves(inputs)
         if not paths:
             return CheckResult("input_dependence", "skip", "the inputs hold no tensor")

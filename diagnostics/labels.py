@@ -125,9 +125,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -214,17 +230,6 @@ SHOWN = 5  # most-confident wrong predictions listed
 CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
 
 
-def to_device(obj, device):
-    """Move a tensor, or the tensors inside a tuple/list/dict, to the model's device."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {key: to_device(value, device) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(to_device(value, device) for value in obj)
-    return obj
-
-
 def main_tensor(output):
     """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
     if isinstance(output, torch.Tensor):
@@ -257,6 +262,7 @@ def confident_wrong(probs, labels, positions):
 
 def check_labels(case):
     """Range, masking and balance of the labels, and the most-confident wrong predictions."""
+    case = validate_case(case)
     model, task = case["model"], case["task"]
     kind = task.get("kind")
     targets = case["batch"][1]
@@ -269,9 +275,8 @@ def check_labels(case):
                            + ("" if kind else " (for 0/1 targets set task kind classification)"))
     with preserved(model):
         model.eval()
-        device = next(model.parameters(), torch.empty(0)).device
         with torch.no_grad():
-            out = main_tensor(forward(model, to_device(case["batch"][0], device)))
+            out = main_tensor(forward(model, case["batch"][0]))
     if out is None:
         return CheckResult("labels", "skip", "cannot find the prediction tensor in the model's output")
     out, targets = out.detach().float().cpu(), targets.cpu()  # the rest is bookkeeping: CPU is fine

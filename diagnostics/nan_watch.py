@@ -177,9 +177,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -266,12 +282,6 @@ FRAMES = 8  # frames reported up to the first NaN/inf; the peer tool DebugUnderf
 FP16_HEADROOM = 1e4
 
 
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def _floats(obj):
     """The floating-point tensors in a tensor / tuple / list / dict (ModelOutput included), in order."""
     if torch.is_tensor(obj):
@@ -304,8 +314,9 @@ def _span(tensors):
 
 def check_nan_watch(case, frames=FRAMES):
     """One forward (and, if finite, backward) with per-module abs-min/abs-max frames; names the first NaN/inf."""
+    case = validate_case(case)
     with preserved(case["model"]):
-        model = _unwrap(case["model"])
+        model = case["model"]
         model.train()
         names = {m: n or type(model).__name__ for n, m in model.named_modules()}
         inputs, targets = case["batch"]

@@ -140,9 +140,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -235,12 +251,6 @@ DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, tor
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention)
 
 
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def _first_tensor(obj):
     """The first tensor in a tensor / tuple / list / dict, or None."""
     if torch.is_tensor(obj):
@@ -316,8 +326,9 @@ def _trace(losses):
 
 def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
     """Train on the first `rows` rows of the case's batch until the loss is near zero; classify a failure."""
+    case = validate_case(case)
     with preserved(case["model"]):
-        model = _unwrap(case["model"])
+        model = case["model"]
         inputs, targets = case["batch"]
         first = _first_tensor(inputs)
         n = first.shape[0] if first is not None and first.dim() > 0 else 0

@@ -145,9 +145,25 @@ def validate_case(case, where="case"):
     if task.get("kind", "other") not in kinds:
         raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
     case = dict(case)
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    if isinstance(case["model"], wrappers):
+        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
+    device = next(case["model"].parameters(), torch.empty(0)).device
+    case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
     case.setdefault("task", {})
     return case
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, dict):
+        return {key: to_device(value, device) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(to_device(value, device) for value in obj)
+    return obj
 
 
 def forward(model, inputs):
@@ -235,25 +251,19 @@ HIGH_WARN = 3e-2  # our assumption, tuned on the test zoo: Adam 3e-4 on the heal
 LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
 
 
-def _unwrap(model):
-    """The module inside a DistributedDataParallel / DataParallel wrapper (local gradients, no collectives)."""
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    return model.module if isinstance(model, wrappers) else model
-
-
 def check_update_ratio(case):
     """One optimizer step from the case's factory; |update| / |weight| per weight matrix against ~1e-3."""
+    case = validate_case(case)
     model = case["model"]
     with preserved(model):
-        net = _unwrap(model)
-        net.train()
-        trainable = [(name, p) for name, p in net.named_parameters() if p.requires_grad]
+        model.train()
+        trainable = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not trainable:
             return CheckResult("update_ratio", "skip", "no trainable parameters")
         optimizer = case["optimizer"]([p for _, p in trainable])
-        net.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
         inputs, targets = case["batch"]
-        loss = case["loss_fn"](forward(net, inputs), targets)
+        loss = case["loss_fn"](forward(model, inputs), targets)
         if not loss.requires_grad:
             return CheckResult("update_ratio", "skip", "the loss does not depend on any trainable parameter (see gradient_flow)")
         loss.backward()

@@ -246,7 +246,8 @@ def test_data_sanity_nan_rows_and_identical_samples():
 def test_init_scale_judges_rnn_against_hidden_size_and_skips_embeddings():
     torch.manual_seed(0)
     model = torch.nn.ModuleDict({"emb": torch.nn.Embedding(50, 8), "rnn": torch.nn.LSTM(1000, 16)})
-    result = init_scale.check_init_scale({"model": model, "task": {}})
+    case = {"model": model, "batch": (torch.zeros(1, 1000), torch.zeros(1)), "loss_fn": torch.nn.functional.mse_loss}
+    result = init_scale.check_init_scale(case)  # init_scale reads only the weights; the batch is there for the contract
     assert result.status == "pass", result  # PyTorch's LSTM init is uniform(+-1/sqrt(hidden)), not fan-in based
     assert [row["name"] for row in result.details["embeddings"]] == ["emb.weight"]
 
