@@ -39,7 +39,11 @@ Events, each with "kind" and "step":
   resume_drop           the first 32 losses after a resume sit 2 sigma and 1% or more below the last 32
                         before it: before, after, drop_pct (step: the resume)
   repeat_data           after a resume_drop the loss climbs back by half the drop and stays there: the
-                        low stretch was data seen before (step: the jump; resume_step, before, low, high)
+                        low stretch was data seen before, under-reported (step: the jump; resume_step,
+                        before, low; high: the median of the 16 values from the jump on; expected: the level
+                        the pre-resume trend predicts there, baseline + drop; spike). The jump is no spike: a
+                        spike open at the jump is measured from `expected` and kept (spike: true) only if its
+                        peak clears the spike threshold of that level
   non_spike_divergence  healthy block medians 10% above the lowest so far, twice running, no spike in
                         between (step: where the rise began; detected_step, last_step, from, to)
   nonfinite             a run of NaN/inf values: last_step, count, series
@@ -93,6 +97,7 @@ Next step
 - no_recovery or divergence: roll back to a checkpoint well before the spike, skip those batches,
   and lower the learning rate if it happens again; numerics (fp16) and data quality come next.
 - resume_spike, resume_drop, repeat_data: check the resume itself (RNG states, data loader position).
+  After repeat_data do not roll back for the jump: the loss was under-reported before it, not worse after.
 - series_spike confined to one dataset: inspect or swap that dataset.
 - --postmortem writes a markdown draft with all these numbers, one section per spike that is not a
   fast recovery; refs/loss_patterns.md shows every pattern as this tool draws it.
@@ -105,11 +110,13 @@ tensorboard missing for an event file, matplotlib missing for --plot, an output 
 written. Then one line on stderr and no traceback.
 
 Limits: the baseline is the pre-spike level, not an extrapolated trend, so early in training, while
-the loss still falls fast, a small lasting offset can pass for a slow recovery. Two spikes fewer
-than five values apart merge unless the loss was back in the band between them. For JSONL and event
-files the first 1000 records decide the columns; trainer_state.json is one JSON document and is
-loaded whole. Memory is one 64-value window per series plus what is found (every spike and event is
-kept); --plot keeps at most 4000 min/max buckets per series.
+the loss still falls fast, a small lasting offset can pass for a slow recovery. A spike on top of the
+jump that ends a repeated stretch is measured from the true level only once the jump is confirmed (16
+values), so its recovery can be counted up to 16 steps late. Two spikes fewer than five values apart
+merge unless the loss was back in the band between them. For JSONL and event files the first 1000
+records decide the columns; trainer_state.json is one JSON document and is loaded whole. Memory is
+one 64-value window per series plus what is found (every spike and event is kept); --plot keeps at
+most 4000 min/max buckets per series.
 
 Speed and memory, measured with benchmarks/spikes_throughput.py on a 2-core AMD EPYC VM (Linux,
 Python 3.11.7, load average about 2 from other work): a 10-million-step CSV (step, loss, grad_norm,
@@ -610,6 +617,25 @@ class Series:
         if self.on_reset is not None:
             self.on_reset(why)
 
+    def repeat_ended(self, gap, row):
+        """The data stopped repeating: the values before the jump read `gap` too low.
+
+        An open spike is measured from the level the loss really had, its baseline plus the gap. If its
+        peak stays under the threshold of that level, it was only the jump back up and is no spike.
+        The window, held at the repeated level since the spike opened, moves up by the gap as well.
+        Returns whether a spike stays open.
+        """
+        episode = self.episode
+        if episode is None:  # the jump stayed under the threshold: the window follows it on its own
+            return False
+        episode.baseline += gap
+        episode.threshold += gap
+        episode.band += gap
+        if episode.peak <= episode.threshold:
+            self.episode = None
+        self._reset([x + gap for x in self.window], row, "repeat_data")  # the pre-spike window, corrected
+        return self.episode is not None
+
     def rollback(self, step, row):
         """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
         self.last_step = -math.inf
@@ -661,17 +687,16 @@ class Creep:
 class ResumeWatch:
     """After a resume: is the loss suspiciously lower than before it, and does it then jump back up?"""
 
-    def __init__(self, step, row, ref, sigma, events):
-        self.step, self.row, self.ref, self.sigma, self.events = step, row, ref, sigma, events
+    def __init__(self, step, row, ref, series, events):
+        self.step, self.row, self.ref, self.series, self.events = step, row, ref, series, events
+        self.sigma = series.sigma
         self.after = []  # the first BLOCK values after the resume
         self.gap = None  # how much lower they were, once the drop is seen; then we watch for the jump back
         self.recent = deque(maxlen=JUMP_CONFIRM)  # (step, row, value, threshold)
 
-    def add(self, step, row, x, level_now):
-        """Take one loss value; True once there is nothing more to watch for.
-
-        `level_now` is the current baseline median, which follows the curve while the data repeats.
-        """
+    def add(self, step, row, x):
+        """Take one loss value (after the series took it); True once there is nothing more to watch for."""
+        level_now = self.series.med  # the baseline median follows the curve while the data repeats
         if x - x != 0 or level_now is None:
             return False
         if self.gap is None:
@@ -691,8 +716,10 @@ class ResumeWatch:
         if len(self.recent) == JUMP_CONFIRM and first > threshold:
             level = statistics.median(v for _, _, v, _ in self.recent)
             if level > threshold:
+                spike = self.series.repeat_ended(self.gap, row)
                 self.events.append({"kind": "repeat_data", "step": first_step, "resume_step": self.step,
-                                    "before": self.ref, "low": self.low, "high": level, "_row": first_row})
+                                    "before": self.ref, "low": self.low, "high": level,
+                                    "expected": level_now + self.gap, "spike": spike, "_row": first_row})
                 return True
         return False
 
@@ -804,13 +831,13 @@ def analyze(path, loss_name=None, keep_curves=False):
                 recent = list(main.window)[-BLOCK:]  # the level just before the resume
                 watch = None
                 if recent and main.med is not None:
-                    watch = ResumeWatch(step, row, statistics.median(recent), main.sigma, events)
+                    watch = ResumeWatch(step, row, statistics.median(recent), main, events)
             elif first_step is None:
                 first_step = step
             last_step = step
             values += 1
             main.feed(step, row, loss)
-            if watch is not None and watch.add(step, row, loss, main.med):
+            if watch is not None and watch.add(step, row, loss):
                 watch = None
             episode = main.episode
             if episode is not None:
@@ -1021,6 +1048,9 @@ def plot(report, out):
             start, end = (e["step"], e["last_step"]) if creep else (e["resume_step"], e["step"])
             ax.axvspan(start, end, color=color, alpha=0.12, label=label)
             shades[e["kind"]] = (color, None)
+            if not creep and not e["spike"]:  # the jump back up is marked as what it is, not as a spike
+                ax.annotate("new data: back to the true level, no spike", (e["step"], e["high"]),
+                            textcoords="offset points", xytext=(6, 8), fontsize=7, color="teal")
     _scale(ax, shown, 5, ticker)  # early training and big spikes can span a decade
     ax.set_ylabel(cols.loss)
     ax.set_title(f"{report.path.name}: {len(report.spikes)} spikes", fontsize=10)
@@ -1202,12 +1232,13 @@ def _related(s, report, events):
         if e["kind"] == "resume_spike" and e["step"] == _int(s.step):
             notes.append(f"Came {e['rows_after_resume']} rows after the resume at step {e['resume_step']}: "
                          "check that RNG states and the data loader position were restored.")
-        if e["kind"] == "repeat_data" and abs(e["step"] - s.start) <= JUMP_CONFIRM:
-            notes.append(f"Matches the repeated-data signature after the resume at step {e['resume_step']}: "
-                         "the loss was low on data seen before and came back to its true level here, so this "
-                         "may be no spike at all.")
+    repeat = [e for e in events if e["kind"] == "repeat_data" and abs(e["step"] - s.start) <= JUMP_CONFIRM]
+    for e in repeat:
+        notes.append(f"Came where the repeated data after the resume at step {e['resume_step']} ran out, and rose "
+                     f"clearly above the {_fmt(e['expected'])} the pre-resume trend predicts: the pre-spike loss "
+                     "given above is that level, so this is a spike on top of the jump back, not the jump itself.")
     resumes_before = [step for row, step, _ in report.resumes if row <= s.start_row]
-    if s.type == "no_recovery" and resumes_before and not any("repeated-data" in n for n in notes):
+    if s.type == "no_recovery" and resumes_before and not repeat:
         notes.append(f"A resume (step {_int(resumes_before[-1])}) came before this shift to a higher level: rule "
                      "out repeated data (a sampler restarting from the beginning) before rolling back.")
     return notes
@@ -1258,9 +1289,11 @@ EVENT_SECTIONS = {
     ),
     "repeat_data": (
         "Repeated data after a resume",
-        "The low stretch after the resume was the model seeing data it had already memorised; the jump back "
-        "is the loss returning to its real level. Fix the sampler's resume (or change the seed, which only "
-        "hides the repetition) and do a couple of test resumes before a long run.",
+        "The loss never went up: during the low stretch the model was scored on data it had already seen "
+        "and partly memorised, and the jump is the loss coming back to its real level when new data arrived, "
+        "so it is not listed as a spike and gives no reason to roll back. Fix the sampler's resume (or change "
+        "the seed, which only hides the repetition) and do a couple of test resumes before a long run. The "
+        "steps of the low stretch were spent on repeated data.",
     ),
     "resume_spike": (
         "Spikes right after a resume",
@@ -1301,8 +1334,12 @@ def _describe(e):
         return (f"Resume at step {e['step']}: the loss fell from {_fmt(e['before'])} to {_fmt(e['after'])} "
                 f"({e['drop_pct']:.1f}% lower) over the first {BLOCK} values.")
     if kind == "repeat_data":
-        return (f"Resumed at step {e['resume_step']} {_fmt(e['low'])} instead of {_fmt(e['before'])}, then jumped "
-                f"back to {_fmt(e['high'])} at step {e['step']}.")
+        level = (f"clearly above the {_fmt(e['expected'])} the pre-resume trend predicts: a spike on top of the "
+                 "jump, in its own section" if e["spike"] else
+                 f"about the {_fmt(e['expected'])} the pre-resume trend predicts: under-reported until then, not a spike")
+        return (f"After the resume at step {e['resume_step']} the loss read {_fmt(e['low'])} instead of "
+                f"{_fmt(e['before'])}; at step {e['step']}, {e['step'] - e['resume_step']} steps later, it jumped back "
+                f"to {_fmt(e['high'])}, {level}.")
     if kind == "resume_spike":
         return (f"{e['type']} spike at step {e['step']}, {e['rows_after_resume']} rows after the resume at step "
                 f"{e['resume_step']}.")

@@ -12,7 +12,7 @@ of what it planted, so that `spikes.py` can be scored against it:
 | `creep` | the loss climbs slowly without a spike (divergence without a spike) |
 | `nan` | a spike that diverges and turns into NaN until the end of the log |
 | `resume` | crash-resumes, each followed by a small spike (a data loader restored badly) |
-| `repeat_data` | a rollback after which the loss is lower (memorised, repeated data), then jumps back up |
+| `repeat_data` | a rollback after which the loss is lower (memorised, repeated data), then jumps back up to the trend: no spike, the truth lists none |
 | `datasets` | per-dataset losses `loss/cm4` and `loss/pmd` with shared and confined spikes; `loss` is their mean |
 
 Use it from Python:

@@ -171,6 +171,47 @@ def test_lower_loss_after_a_resume_then_a_jump_back_is_repeated_data(tmp_path, s
     assert events["repeat_data"]["resume_step"] == planted["repeat_data"]["resume_step"]
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_jump_back_after_repeated_data_is_no_spike(tmp_path, seed):
+    """Bekman's repeat-data puzzle: the loss never went up, it was under-reported while the data repeated."""
+    _, path = synthetic(tmp_path, "repeat_data", seed)
+    pm = tmp_path / "pm.md"
+    proc = run_cli("spikes.py", path, "--json", "--postmortem", pm)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["spikes"] == []
+    jump = next(e for e in out["events"] if e["kind"] == "repeat_data")
+    assert jump["spike"] is False and abs(jump["high"] / jump["expected"] - 1) < 0.02  # back to the trend
+    text = pm.read_text()
+    assert "## Spike #" not in text and "## Repeated data after a resume (1)" in text
+    assert f"at step {jump['step']}" in text and "not a spike" in text
+
+
+def repeat_data_with_spike(tmp_path, excess):
+    """The repeat_data curve of seed 1 with `excess(steps since the jump)` added on top from the jump on."""
+    curve = synthetic_curves.make_curve("repeat_data", 1)
+    jump = next(e for e in curve.truth["events"] if e["kind"] == "repeat_data")["step"]
+    rows = list(curve.rows())
+    resumed = next(i for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
+    lines = ["step,loss"]
+    for i, r in enumerate(rows):
+        d = r["step"] - jump
+        lines.append(f"{r['step']},{r['loss'] * (1 + excess(d) if i >= resumed and d >= 0 else 1):.6g}")
+    return jump, spikes.analyze(write(tmp_path, "spiked.csv", "\n".join(lines) + "\n"))
+
+
+@pytest.mark.parametrize("kind, excess", [
+    ("no_recovery", lambda d: 0.2 + 0.4 * math.exp(-d / 5)),  # settles 20% above the pre-resume trend
+    ("fast_recovery", lambda d: 0.5 * math.exp(-d / 1.5)),  # back on the trend within a few steps
+])
+def test_a_real_spike_where_repeated_data_ends_is_still_a_spike(tmp_path, kind, excess):
+    jump, report = repeat_data_with_spike(tmp_path, excess)
+    event = next(e for e in report.to_json()["events"] if e["kind"] == "repeat_data")
+    assert [(s.type, s.start) for s in report.spikes] == [(kind, jump)] and event["spike"] is True
+    assert report.spikes[0].baseline == pytest.approx(event["expected"])  # measured from the true level,
+    assert report.spikes[0].baseline == pytest.approx(synthetic_curves.trend(jump), rel=0.02)  # not the repeat's
+
+
 def test_a_plain_rollback_is_not_taken_for_repeated_data(tmp_path):
     curve, path = synthetic(tmp_path, "mixed", 3)  # five rollbacks to before a spike, no repeated data
     kinds = [e["kind"] for e in spikes.analyze(path).to_json()["events"]]

@@ -63,6 +63,7 @@ def test_nan_scenario_turns_nan_at_the_truth_step_and_stays_nan():
 def test_repeat_data_is_lower_until_the_truth_says_it_ends():
     curve = synthetic_curves.make_curve("repeat_data", 0)
     rows = list(curve.rows())
+    assert curve.truth["spikes"] == []  # the jump back up is the true loss showing again, not a spike
     jump = next(e for e in curve.truth["events"] if e["kind"] == "repeat_data")
     resumed_at = next(i for i in range(1, len(rows)) if rows[i]["step"] <= rows[i - 1]["step"])
     assert rows[resumed_at]["step"] == jump["resume_step"]
