@@ -224,3 +224,9 @@ def test_quote_text_is_dedented_consistently(tmp_path, line):
         [^x]: [e](evidence/s.md#second-excerpt)
         """))
     assert [str(p) for p in check_pack.Checker(root, shared=None).run()] == []
+
+
+def test_inline_quote_spanning_lines_is_checked(pack):
+    edit(pack / "SKILL.md", '"a wrong [...] value points at a bug"', '"a wrong [...] value\npoints at a fault"')
+    found, _ = problems(pack)
+    assert any(p.startswith("SKILL.md:9: quote") for p in found), found

@@ -47,7 +47,7 @@ EVIDENCE_REQUIRED = ("id", "title", "author", "url", "retrieved", "obtained_via"
 EVIDENCE_STATUSES = ("verbatim", "verbatim-excerpts", "abridged")
 PAGE_GLOBS = ("SKILL.md", "PLAYBOOK.md", "README.md", "CONTRIBUTING.md", "refs/**/*.md", "evidence/*.md", "site/**/*.md")
 ELISION = re.compile(r"\[(?:\.\.\.|…)\]")
-INLINE_QUOTE = re.compile(r"[\"“]([^\"“”\n]+)[\"”][\s.,;:!?)]*\[\^([^\]\s]+)\]")
+INLINE_QUOTE = re.compile(r"[\"“]([^\"“”]+)[\"”][\s.,;:!?)]*\[\^([^\]\s]+)\]")  # may span lines of a paragraph
 DIAGNOSTIC_PATH = re.compile(r"\bdiagnostics/[\w./-]*\w\.py\b")
 UNDEFINED_REF = re.compile(r"\[\^([^\]\s]+)\]")
 
