@@ -2,7 +2,7 @@
 
 Symptom
     The model trains badly or not at all and nothing in the code looks wrong. Karpathy's
-    recipe starts with the data ("thoroughly inspecting your data") and the Hugging Face
+    recipe starts with the data ("thoroughly inspecting your data" (evidence/karpathy-recipe.md#inspect-data)) and the Hugging Face
     course's debugging chapter tells you to double-check decoded inputs and labels before
     anything else. This check does the mechanical part of that inspection on one batch.
 

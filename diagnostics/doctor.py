@@ -3,7 +3,7 @@
 Symptom
     The model "doesn't learn", learns too slowly, or the loss does something odd, and you do not
     know where to start. As Karpathy's recipe puts it, a misconfigured net "will train but
-    silently work a bit worse": a wrong init, label or mask rarely crashes. The doctor runs
+    silently work a bit worse" (evidence/karpathy-recipe.md#fails-silently): a wrong init, label or mask rarely crashes. The doctor runs
     the classic checks for those silent bugs on one batch and one model, in seconds, before
     you spend a real run.
 

@@ -3,8 +3,9 @@
 Symptom
     The first logged loss is far from what a model that knows nothing should score (e.g. 23.5
     on a 10-class problem instead of ln 10 = 2.30), the curve has a long "hockey stick" start,
-    or the loss at step 0 is suspiciously low. Karpathy's recipe ("verify loss @ init") and
-    cs231n ("Look for correct loss at chance performance") both make this the first check.
+    or the loss at step 0 is suspiciously low. Karpathy's recipe ("verify loss @ init" (evidence/karpathy-recipe.md#verify-loss-at-init)) and
+    cs231n ("Look for correct loss at chance performance"
+    (evidence/cs231n-nn3.md#loss-at-chance)) both make this the first check.
 
 What it checks
     Runs the model on the case's batch (no gradients, in the mode the model is in: train mode,

@@ -4,9 +4,9 @@ Symptom
     The loss at init is far above chance, the loss spikes or diverges in the first few thousand
     steps, activations or gradients grow layer by layer. Seed 000's story: the BLOOM team
     "couldn't break past the first few thousands iterations until we figured out that the 0.02
-    default `--init-method-std` in Megatron-LM was a way too big for our model" (Bekman,
-    ml-engineering); for their hidden size of 14336 they used sqrt(1/(14336*3)) = 0.00482.
-    The right std "depends on the hidden dimension size": a std copied from another model,
+    default `--init-method-std` in Megatron-LM was a way too big for our model"
+    (evidence/bekman-instabilities.md#init-std-too-big); for their hidden size of 14336 they used sqrt(1/(14336*3)) = 0.00482.
+    The right std "depends on the hidden dimension size" (evidence/bekman-instabilities.md#init-std): a std copied from another model,
     or nn.init.normal_ with its default std of 1.0, is off by a large factor.
 
 What it checks

@@ -4,7 +4,7 @@ Symptom
     The loss falls to the level of always predicting the most common answer and stays there;
     every sample gets the same prediction; the model "learns" only the bias. Karpathy's recipe
     asks the question directly: "does your model learn to extract any information out of the
-    input at all?" A mask of zeros, an input overwritten in forward, a wrong tensor passed
+    input at all?" (evidence/karpathy-recipe.md#input-independent-baseline). A mask of zeros, an input overwritten in forward, a wrong tensor passed
     along or a layer that flattens everything to one value give a model that ignores its input.
 
 What it checks

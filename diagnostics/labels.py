@@ -1,9 +1,9 @@
 """labels: are the class labels usable, and which ones does the model find least believable?
 
 Symptom
-    Training crashes with "Target 10 is out of bounds" (or a CUDA device-side assert), the loss
+    Training crashes with `Target 10 is out of bounds` (or a CUDA device-side assert), the loss
     is exactly 0 or NaN from the first step ("All labels in your dataset are -100. Training
-    losses will be all 0." in Unsloth's troubleshooting), the model predicts one class for
+    losses will be all 0." (evidence/unsloth-troubleshooting.md#all-labels-masked)), the model predicts one class for
     everything, or accuracy plateaus below what the data should allow (bad labels).
 
 What it checks

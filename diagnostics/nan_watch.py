@@ -6,7 +6,7 @@ Symptom
 
 What it checks
     The idea of DebugUnderflowOverflow (transformers debug_utils, described in Bekman's
-    ml-engineering "Underflow and Overflow Detection"): a hook on every module records, after
+    ml-engineering, section Underflow and Overflow Detection): a hook on every module records, after
     each forward call, the abs-min and abs-max of its floating inputs and outputs (a frame).
     The first module whose inputs are finite and whose output is not is the forward origin;
     the frames recorded just before the first non-finite value are returned with it.

@@ -41,7 +41,7 @@ PY_MENTION = re.compile(r"(?<![\[`])`(diagnostics/[\w-]+\.py)`(?![`\]])")
 # A diagnostic's docstring sections (CONTRIBUTING.md, "Diagnostics"); Command and Output are code.
 SECTION_TITLES = ("Symptom", "What it checks", "Command", "Output", "How to read it", "Next step")
 CODE_SECTIONS = {"Command": "bash", "Output": "text"}
-PROSE_TOKEN = re.compile(r"(`[^`\n]*`)|\b((?:PLAYBOOK|SKILL)\.md|refs/[\w-]+\.md)(#[\w-]+)?|([<*_\\])")
+PROSE_TOKEN = re.compile(r"(`[^`\n]*`)|\b((?:PLAYBOOK|SKILL)\.md|refs/[\w-]+\.md|evidence/[\w.-]+\.md)(#[\w-]+)?|([<*_\\])")
 
 log = logging.getLogger("mkdocs.hooks.ml-debug")
 generated = {}  # src_uri -> markdown of the pages this hook writes, filled by on_files

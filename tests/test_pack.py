@@ -230,3 +230,31 @@ def test_inline_quote_spanning_lines_is_checked(pack):
     edit(pack / "SKILL.md", '"a wrong [...] value points at a bug"', '"a wrong [...] value\npoints at a fault"')
     found, _ = problems(pack)
     assert any(p.startswith("SKILL.md:9: quote") for p in found), found
+
+
+DOCSTRING = '''"""tool: a diagnostic.
+
+Symptom
+    As the source says, "Overfit one batch first." (evidence/source-a.md#second-excerpt)
+
+Output
+    [FAIL] tool: "loss went up over the first steps" (a captured run, never a quote)
+"""
+'''
+
+
+def test_docstring_quote_with_its_reference_verifies(pack):
+    (pack / "diagnostics" / "tool.py").write_text(DOCSTRING)
+    found, checker = problems(pack)
+    assert found == [] and checker.quotes_verified == 4
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("Overfit one batch first.", "Overfit two batches first.", "diagnostics/tool.py:4: quote"),
+    (" (evidence/source-a.md#second-excerpt)", "", "diagnostics/tool.py:4: quoted text"),
+    ("#second-excerpt", "#no-excerpt", "diagnostics/tool.py:4: reference evidence/source-a.md#no-excerpt holds no excerpt"),
+])
+def test_docstring_quote_defects_are_caught(pack, old, new, expected):
+    (pack / "diagnostics" / "tool.py").write_text(DOCSTRING.replace(old, new))
+    found, _ = problems(pack)
+    assert any(p.startswith(expected) for p in found), found

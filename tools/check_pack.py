@@ -14,7 +14,10 @@ refs/, evidence/, site/) it checks that:
 - when the shared folder is present, every excerpt is found in the text `obtained_via` names;
 - SKILL.md passes the Agent Skills validator (`skills-ref`) on a copy installed as `ml-debug/`,
   and stays within its budget (500 body lines, 5,000 tokens counted as below);
-- every `diagnostics/...` path a page mentions exists.
+- every `diagnostics/...` path a page mentions exists;
+- in the prose sections of a diagnostic's docstring (all but Command and Output, which hold
+  commands and captured runs), quoted text of four words or more carries an
+  `(evidence/<file>.md#<excerpt>)` reference right after it, and its words are in that excerpt.
 
 Prints one `path:line: message` per problem; exit 0 when clean, 1 on problems, 2 on bad usage.
 
@@ -24,6 +27,7 @@ English BPE vocabularies (assumed, not measured against a tokenizer); the larger
 keeps the estimate on the safe side.
 """
 import argparse
+import ast
 import dataclasses
 import datetime
 import html
@@ -48,6 +52,9 @@ EVIDENCE_STATUSES = ("verbatim", "verbatim-excerpts", "abridged")
 PAGE_GLOBS = ("SKILL.md", "PLAYBOOK.md", "README.md", "CONTRIBUTING.md", "refs/**/*.md", "evidence/*.md", "site/**/*.md")
 ELISION = re.compile(r"\[(?:\.\.\.|…)\]")
 INLINE_QUOTE = re.compile(r"[\"“]([^\"“”]+)[\"”][\s.,;:!?)]*\[\^([^\]\s]+)\]")  # may span lines of a paragraph
+DOCSTRING_QUOTE = re.compile(r"[\"“]([^\"“”]+)[\"”][\s.,;:!?]*(?:\((evidence/[\w.-]+\.md#[\w-]+)\))?")
+DOCSTRING_SECTIONS = ("Symptom", "What it checks", "Command", "Output", "How to read it", "Next step")  # CONTRIBUTING.md
+DOCSTRING_VERBATIM_SECTIONS = ("Command", "Output")  # commands and captured runs, not prose
 DIAGNOSTIC_PATH = re.compile(r"\bdiagnostics/[\w./-]*\w\.py\b")
 UNDEFINED_REF = re.compile(r"\[\^([^\]\s]+)\]")
 
@@ -198,6 +205,8 @@ class Checker:
         for page in self.pages.values():
             if page.rel.startswith("evidence/") and page.path.resolve() not in self.cited_evidence:
                 self.report(page, 1, "evidence file is not cited by any page of the pack")
+        for path in sorted(self.root.glob("diagnostics/*.py")):
+            self.check_docstring_quotes(path)
         skill = self.root / "SKILL.md"
         if skill.resolve() in self.pages:
             self.check_skill_budget(self.pages[skill.resolve()])
@@ -271,6 +280,47 @@ class Checker:
             self.report(page, line, f'quote "{shown}" is not found word for word in {target}#{anchor}')
         else:
             self.quotes_verified += 1
+
+    def check_docstring_quotes(self, path):
+        """Quotes in a diagnostic's tutorial docstring must name their evidence excerpt and match it."""
+        rel = path.relative_to(self.root).as_posix()
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except SyntaxError as exc:
+            self.problems.append(Problem(rel, exc.lineno or 1, f"cannot parse: {exc.msg}"))
+            return
+        node = tree.body[0] if tree.body else None
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return
+        lines = node.value.value.splitlines()
+        prose = "\n".join("" if self._docstring_section(lines, i) in DOCSTRING_VERBATIM_SECTIONS else line for i, line in enumerate(lines))
+        for match in DOCSTRING_QUOTE.finditer(prose):
+            quote, reference = match.group(1), match.group(2)
+            if len(quote.split()) < 4:
+                continue  # a term or a name, not somebody's words
+            line = node.lineno + prose.count("\n", 0, match.start())
+            if reference is None:
+                self.problems.append(Problem(rel, line, f'quoted text "{plain(quote)[:60]}" needs an (evidence/<file>.md#<excerpt>) reference after it'))
+                continue
+            target, _, anchor = reference.partition("#")
+            evidence = self.pages.get((self.root / target).resolve())
+            excerpts = evidence.sections.get(anchor) if evidence else None
+            if not excerpts:
+                self.problems.append(Problem(rel, line, f"reference {reference} holds no excerpt"))
+            elif not found_in_order(quote, plain(" ".join(excerpts))):
+                self.problems.append(Problem(rel, line, f'quote "{plain(quote)[:60]}" is not found word for word in {reference}'))
+            else:
+                self.quotes_verified += 1
+            if evidence:
+                self.cited_evidence.add(evidence.path.resolve())
+
+    @staticmethod
+    def _docstring_section(lines, index):
+        """The tutorial section (a heading alone at column 0) that line `index` of a docstring is in."""
+        for line in reversed(lines[: index + 1]):
+            if line and not line[0].isspace() and line.strip() in DOCSTRING_SECTIONS:
+                return line.strip()
+        return None
 
     # -- links -----------------------------------------------------------------------------
 
