@@ -12,7 +12,9 @@ $(VENV)/.installed: requirements.txt constraints.txt
 	touch $@
 
 demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model with a planted bug)
-	$(PYTHON) diagnostics/doctor.py
+	@$(PYTHON) diagnostics/doctor.py; status=$$?; \
+	if [ $$status -eq 1 ]; then echo "(the doctor exits 1 when a check fails: here it found the planted bug, as it should)"; \
+	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
 test: $(VENV)/.installed  ## the whole test suite, pack checker included
 	$(PYTHON) -m pytest -q
