@@ -1,0 +1,271 @@
+"""spike_guard.py: skips the planted bad batch and nothing in a healthy run, keeps its statistics clean,
+gives up after K skips in a row, and takes the same decision on every rank (2 gloo processes, with the
+monitor logging the same run)."""
+import datetime
+import json
+import math
+import os
+import socket
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import spike_guard
+from conftest import DIAGNOSTICS, assert_one_line_error, run_cli
+from state_snapshot import differences, snapshot
+
+BAD = spike_guard.BAD_STEP
+
+
+@pytest.fixture(scope="module")
+def broken_demo():
+    return spike_guard.demo(broken=True)
+
+
+def test_broken_demo_skips_the_planted_batch_and_stays_on_its_curve(broken_demo):
+    events, unguarded, guarded = broken_demo["events"], broken_demo["unguarded"], broken_demo["guarded"]
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip")]
+    assert events[0]["reason"] in ("loss_outlier", "grad_norm_outlier") and events[0]["value"] > events[0]["threshold"]
+    assert guarded[:BAD + 1] == unguarded[:BAD + 1]  # the same run up to and including the bad batch
+    before = sorted(unguarded[BAD - 50:BAD])[25]  # median loss of the 50 steps before it
+    assert max(guarded[BAD + 1:]) < 1.5 * before < max(unguarded[BAD + 1:]) / 2
+
+
+def test_healthy_demo_flags_nothing():
+    result = spike_guard.demo(broken=False)
+    assert result["events"] == [] and result["skipped"] == 0
+    assert result["guarded"] == result["unguarded"]
+    assert result["peak_z"]["loss"] < 6 and result["peak_z"]["grad_norm"] < 6
+
+
+def feed(guard, values, start=0):
+    """(loss, grad norm) pairs through should_skip; returns the decisions."""
+    return [guard.should_skip(start + i, loss, grad_norm=norm) for i, (loss, norm) in enumerate(values)]
+
+
+def healthy(n, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    noise = torch.randn(n, 2, generator=gen).mul(0.05).add(1.0).tolist()
+    return [(2.0 * a, b) for a, b in noise]
+
+
+def stats(guard):
+    return [(s.mean, s.var, len(s.buffer)) for s in (guard.loss_stat, guard.norm_stat)]
+
+
+def test_nan_or_inf_is_skipped_even_during_warmup():
+    guard = spike_guard.SpikeGuard(warmup=25)
+    assert feed(guard, [(math.nan, 1.0), (2.0, math.inf), (math.inf, 1.0), (2.0, 1.0)]) == [True, True, True, False]
+    assert [e["reason"] for e in guard.events] == ["nonfinite_loss", "nonfinite_grad_norm", "nonfinite_loss"]
+
+
+def test_outliers_do_not_poison_the_statistics():
+    values = healthy(60)
+    clean, spiked = spike_guard.SpikeGuard(), spike_guard.SpikeGuard()
+    assert not any(feed(clean, values))
+    decisions = feed(spiked, values[:40] + [(50.0, 1.0), (2.0, 80.0)] + values[40:])
+    assert decisions[40:42] == [True, True] and not any(decisions[:40] + decisions[42:])
+    assert [e["reason"] for e in spiked.events] == ["loss_outlier", "grad_norm_outlier"]
+    assert stats(spiked) == stats(clean)  # as if the two outliers had never been seen
+
+
+def test_k_consecutive_skips_raise_restart_from_checkpoint():
+    guard = spike_guard.SpikeGuard(max_consecutive=3)
+    feed(guard, healthy(30))
+    assert feed(guard, [(9.0, 1.0), (9.0, 1.0), (2.0, 1.0), (9.0, 1.0), (9.0, 1.0)], start=30) == [True, True, False,
+                                                                                                   True, True]
+    with pytest.raises(spike_guard.RestartFromCheckpoint, match="3 consecutive steps skipped") as info:
+        guard.should_skip(35, 9.0, grad_norm=1.0)
+    assert info.value.step == 35 and [e["step"] for e in info.value.events] == [33, 34, 35]
+    assert guard.events[-1]["event"] == "restart" and "PLAYBOOK.md#loss-spikes" in str(info.value)
+    guard.reset()
+    assert guard.consecutive == 0 and not guard.should_skip(36, 9.0, grad_norm=1.0)  # warming up again
+
+
+def test_demo_with_a_skip_z_too_low_stops_with_the_restart_verdict(capsys):
+    assert spike_guard.main(["--skip-z", "0.5"]) == 1
+    assert "RestartFromCheckpoint: step" in capsys.readouterr().out
+
+
+def test_with_a_grad_scaler_an_inf_grad_norm_is_the_scalers_business():
+    guard = spike_guard.SpikeGuard(scaler=torch.amp.GradScaler("cpu"))
+    feed(guard, healthy(30))
+    before = stats(guard)
+    assert feed(guard, [(2.0, math.inf)], start=30) == [False] and len(guard.events) == 0
+    assert stats(guard) == before and guard.consecutive == 0
+
+
+def _tiny():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    gen = torch.Generator().manual_seed(1)
+    return model, gen
+
+
+def _backward(model, gen, grad_scale=1.0):
+    x, y = torch.randn(16, 4, generator=gen), torch.randn(16, 1, generator=gen)
+    model.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    for p in model.parameters():
+        p.grad.mul_(grad_scale)
+    return loss
+
+
+def grad_norm(model):
+    return torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
+
+
+def test_a_decision_leaves_model_grads_and_rng_alone():
+    model, gen = _tiny()
+    guard = spike_guard.SpikeGuard(model, warmup=5)
+    decisions = []
+    for step in range(8):
+        loss = _backward(model, gen, grad_scale=1e3 if step == 7 else 1.0)
+        before = snapshot(model)
+        decisions.append(guard.should_skip(step, loss))
+        assert differences(before, snapshot(model)) == []
+    assert decisions == [False] * 7 + [True]  # a skip changes nothing either
+
+
+def test_adaptive_clip_scales_the_gradients_to_zclips_threshold():
+    model, gen = _tiny()
+    guard = spike_guard.SpikeGuard(model, clip_z=2.5, warmup=5)
+    for step in range(6):
+        _backward(model, gen)
+        assert not guard.should_skip(step, 1.0)
+    stat = guard.norm_stat
+    _backward(model, gen)
+    factor = (stat.mean + 4 * stat.std()) / grad_norm(model)
+    for p in model.parameters():
+        p.grad.mul_(factor)  # now z = 4
+    norm, mean_before = grad_norm(model), stat.mean
+    z = stat.z(norm)
+    expected = stat.mean + 2.5 * stat.std() / (z / 2.5)  # ZClip's adaptive_scaling threshold
+    assert not guard.should_skip(6, 1.0)
+    assert grad_norm(model) == pytest.approx(expected, rel=1e-4) and expected < norm
+    assert guard.events[-1]["event"] == "clip" and guard.grad_norm == pytest.approx(norm)
+    assert stat.mean == pytest.approx(0.97 * mean_before + 0.03 * expected)  # the clipped norm enters the stats
+
+
+def test_help(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        spike_guard.main(["--help"])
+    assert exit_info.value.code == 0 and "--healthy" in capsys.readouterr().out
+
+
+def test_bad_option_values_are_one_line_and_exit_2(capsys):
+    for args in (["--skip-z", "0"], ["--warmup", "0"], ["--steps", "10"]):
+        with pytest.raises(SystemExit) as exit_info:
+            spike_guard.main(args)
+        assert exit_info.value.code == 2 and capsys.readouterr().err.count("\n") == 1, args
+
+
+def test_bad_usage_on_the_real_command_line():
+    assert_one_line_error(run_cli("spike_guard.py", "--skip-z", "-1"))
+
+
+# --- under torch.distributed: 2 gloo processes ---------------------------------------------------
+
+DEADLINE = 60  # seconds for both ranks; a hang (ranks waiting in different collectives) fails here
+STEPS, WARMUP = 40, 10
+HUGE, INF, NAN = 20, 26, 32  # steps where rank 1 alone sees a huge grad, an inf grad, a NaN loss
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank, world, port, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
+    sys.path.insert(0, str(DIAGNOSTICS))
+    import monitor
+    import spike_guard as guard_module
+
+    torch.manual_seed(0)  # the same initial replica on both ranks
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    gen = torch.Generator().manual_seed(100 + rank)  # each rank its own data
+    calls = []
+    all_reduce = dist.all_reduce
+
+    def counting_all_reduce(*args, **kwargs):
+        calls.append(1)
+        return all_reduce(*args, **kwargs)
+
+    dist.all_reduce = counting_all_reduce  # DDP's gradient sync does not go through this function
+    mon = monitor.TrainingMonitor(os.path.join(out_dir, f"log_rank{rank}.jsonl"), model, optimizer)
+    guard = guard_module.SpikeGuard(model, warmup=WARMUP, monitor=mon)
+    local_losses, skipped, grad_norms, param_norms = [], [], {}, {}
+    for step in range(STEPS):
+        x = torch.randn(32, 8, generator=gen)
+        y = x[:, :1] * 0.5
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()  # DDP averages the gradients: both replicas hold the same ones
+        checked = loss
+        if rank == 1 and step == HUGE:
+            for p in model.parameters():
+                p.grad.mul_(1e4)  # a rank-local fault after the sync: only rank 1 sees it
+        if rank == 1 and step == INF:
+            next(model.parameters()).grad[0, 0] = math.inf
+        if rank == 1 and step == NAN:
+            checked = torch.tensor(math.nan)
+        local_losses.append(loss.item())
+        if guard.should_skip(step, checked):
+            skipped.append(step)
+            optimizer.zero_grad(set_to_none=True)
+            continue
+        grad_norms[step] = torch.nn.utils.get_total_norm([p.grad for p in model.parameters()]).item()
+        optimizer.step()
+        param_norms[step] = torch.nn.utils.get_total_norm([p.detach() for p in model.parameters()]).item()
+        mon.log(step, loss, grad_norm=guard.grad_norm)
+        optimizer.zero_grad(set_to_none=True)
+    mon.close()
+    dist.all_reduce = all_reduce
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+        json.dump({"skipped": skipped, "losses": local_losses, "calls": len(calls), "grad_norms": grad_norms,
+                   "param_norms": param_norms,
+                   "params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()}, f)
+
+
+def test_every_rank_skips_what_one_rank_sees_and_the_monitor_logs_the_mean(tmp_path):
+    world = 2
+    context = mp.start_processes(_rank_main, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=False,
+                                 start_method="spawn")
+    deadline = time.monotonic() + DEADLINE
+    try:
+        while not context.join(timeout=1):
+            assert time.monotonic() < deadline, "the ranks did not finish: a collective hangs"
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    assert ranks[0]["skipped"] == ranks[1]["skipped"] == [HUGE, INF, NAN]
+    assert ranks[0]["params"] == ranks[1]["params"]  # bit for bit: the replicas never drifted apart
+    assert all(math.isfinite(v) for v in ranks[0]["params"])
+    logged = STEPS - 3
+    assert ranks[0]["calls"] == ranks[1]["calls"] == STEPS + logged  # guard: 1 per step, monitor: 1 per logged step
+    assert not (tmp_path / "log_rank1.jsonl").exists()  # only rank 0 writes
+    lines = [json.loads(line) for line in (tmp_path / "log_rank0.jsonl").read_text().splitlines()]
+    records = [r for r in lines if "loss" in r]
+    assert len(records) == logged
+    for record in records:
+        step = record["step"]
+        assert record["loss"] == pytest.approx((ranks[0]["losses"][step] + ranks[1]["losses"][step]) / 2, rel=1e-6)
+        for name in ("grad_norm", "param_norm"):  # the replicas agree: the global norm is each rank's own
+            assert record[name] == pytest.approx(ranks[0][name + "s"][str(step)], rel=1e-5)
+    assert ranks[0]["losses"] != ranks[1]["losses"]  # the mean is not just rank 0's loss
+    events = [(e["step"], e["reason"]) for e in lines if "event" in e]
+    assert events == [(HUGE, "grad_norm_outlier"), (INF, "nonfinite_grad_norm"), (NAN, "nonfinite_loss")]
