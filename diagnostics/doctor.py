@@ -3,9 +3,9 @@
 Symptom
     The model "doesn't learn", learns too slowly, or the loss does something odd, and you do not
     know where to start. As Karpathy's recipe puts it, a misconfigured net "will train but
-    silently work a bit worse" (evidence/karpathy-recipe.md#fails-silently): a wrong init, label or mask rarely crashes. The doctor runs
-    the classic checks for those silent bugs on one batch and one model, in seconds, before
-    you spend a real run.
+    silently work a bit worse" (evidence/karpathy-recipe.md#fails-silently): a wrong init,
+    label or mask rarely crashes. The doctor runs the classic checks for those silent bugs on
+    one batch and one model, in seconds, before you spend a real run.
 
 What it checks
     Every check in the list CHECKS below, in that order (cheapest first: the data alone, then
