@@ -22,6 +22,9 @@ What it checks
     design: that is expected, not a bug, and it is why the check runs in eval mode. A model with
     BatchNorm gets a note in the summary (details["batchnorm"]). A DistributedDataParallel (or
     DataParallel) model is unwrapped to `.module`: no collective.
+    The outputs compared are output["logits"] when the model returns a dict or a Hugging Face
+    ModelOutput that has them (given labels, such a model returns the loss first), else the
+    first tensor of the output.
 
 Command
     python diagnostics/batch_independence.py                     # embedded demo (planted bug)
@@ -265,6 +268,13 @@ def _first_tensor(obj):
     return next(iter(_flat(obj)), None)
 
 
+def _prediction(output):
+    """output["logits"] when there is one (a Hugging Face model given labels puts the loss first), else the first tensor."""
+    if isinstance(output, dict) and torch.is_tensor(output.get("logits")):
+        return output["logits"]
+    return _first_tensor(output)
+
+
 def _map(obj, fn):
     """Apply fn to every tensor in a tensor / tuple / list / dict, keeping the structure."""
     if torch.is_tensor(obj):
@@ -324,7 +334,7 @@ def _gradient_leaks(model, inputs, n, i):
 
     handles = [m.register_forward_hook(embedding_leaf) for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     try:
-        out = _first_tensor(forward(model, inputs))
+        out = _prediction(forward(model, inputs))
     finally:
         for handle in handles:
             handle.remove()
@@ -356,8 +366,8 @@ def check_batch_independence(case):
             return CheckResult("batch_independence", "skip", "the batch has fewer than 2 rows", details)
         i = n // 2  # the middle row: a leak into later rows and a dependence on earlier rows both show
         with torch.no_grad():
-            clean = _first_tensor(forward(model, inputs))
-            poisoned = _first_tensor(forward(model, _map(inputs, _poison_row(n, i))))
+            clean = _prediction(forward(model, inputs))
+            poisoned = _prediction(forward(model, _map(inputs, _poison_row(n, i))))
         if clean is None or clean.dim() == 0 or clean.shape[0] != n:
             return CheckResult("batch_independence", "skip", "the model's output does not have the batch as its first dimension",
                                details)

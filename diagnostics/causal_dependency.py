@@ -22,6 +22,9 @@ What it checks
     Position embeddings computed from torch.arange are not perturbed: a leak through them is
     visible only once it carries token content, which the two tests above already follow. A
     DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: no collective.
+    The outputs compared are output["logits"] when the model returns a dict or a Hugging Face
+    ModelOutput that has them (given labels, such a model returns the loss first), else the
+    first tensor of the output.
 
 Command
     python diagnostics/causal_dependency.py                      # embedded demo (planted bug)
@@ -239,6 +242,13 @@ def _flat(obj):
     return [t for value in values for t in _flat(value)]
 
 
+def _prediction(output):
+    """output["logits"] when there is one (a Hugging Face model given labels puts the loss first), else the first tensor."""
+    if isinstance(output, dict) and torch.is_tensor(output.get("logits")):
+        return output["logits"]
+    return next(iter(_flat(output)), None)
+
+
 def _replace(obj, old, new):
     """obj with the tensor `old` swapped for `new` (structure kept)."""
     if obj is old:
@@ -284,7 +294,7 @@ def _gradient_leaks(model, inputs, seq, positions):
 
     handles = [m.register_forward_hook(embedding_leaf) for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     try:
-        out = next(iter(_flat(forward(model, inputs))), None)
+        out = _prediction(forward(model, inputs))
     finally:
         for handle in handles:
             handle.remove()
@@ -323,12 +333,12 @@ def check_causal_dependency(case):
             return CheckResult("causal_dependency", "skip", "no (batch, time) input with at least 2 positions")
         T = seq.shape[1]
         with torch.no_grad():
-            clean = next(iter(_flat(forward(model, inputs))), None)
+            clean = _prediction(forward(model, inputs))
             if clean is None or clean.dim() < 2 or tuple(clean.shape[:2]) != tuple(seq.shape[:2]):
                 return CheckResult("causal_dependency", "skip", "the output is not shaped (batch, time, ...) like the input")
             perturb_leaks = {}
             for s in sorted({T // 2, T - 1}):
-                changed = next(iter(_flat(forward(model, _replace(inputs, seq, _perturb_at(seq, s))))))
+                changed = _prediction(forward(model, _replace(inputs, seq, _perturb_at(seq, s))))
                 a, b = clean[:, :s].double(), changed[:, :s].double()
                 moved = ((a - b).abs() > TOLERANCE * float(a.abs().max().clamp_min(1))).movedim(1, 0).flatten(1).any(1)
                 if bool(moved.any()):

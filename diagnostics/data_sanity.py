@@ -8,7 +8,8 @@ Symptom
 
 What it checks
     The batch only (no forward pass), every tensor in the inputs (tensor, tuple or dict) and
-    the targets:
+    the targets (an inputs entry "labels", the Hugging Face way of passing the targets to the
+    model, is checked as a target):
 
       fail   NaN or inf values; an empty tensor; inputs and targets with different numbers of
              rows; every sample in the batch identical; float inputs (or integer inputs to a
@@ -228,6 +229,7 @@ FAIL_SCALE = 10.0  # our assumption: 10x beyond standardised (0, 1) or [0, 1] da
 WARN_SCALE = 3.0  # our assumption, tuned on the test zoo: standardised zoo inputs stay below 1.5
 TINY_STD = 0.01  # our assumption: [0, 1] pixels divided by 255 a second time measure std ~0.001
 MAX_LISTED = 10  # feature columns named in a finding; the rest are counted
+LABELS_INSIDE = "inputs['labels']"  # Hugging Face models take the targets as an input and return the loss: checked as targets
 
 
 def named_tensors(obj, name):
@@ -299,6 +301,8 @@ def check_data_sanity(case):
         param_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
         embeddings = [m for m in model.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
         input_tensors, target_tensors = named_tensors(inputs, "inputs"), named_tensors(targets, "targets")
+        target_tensors += [pair for pair in input_tensors if pair[0] == LABELS_INSIDE]
+        input_tensors = [pair for pair in input_tensors if pair[0] != LABELS_INSIDE]
         findings = []  # (status, message)
         if not input_tensors:
             findings.append(("fail", "the inputs hold no tensor"))

@@ -16,7 +16,9 @@ What it checks
 
     For a batch of one, or an input whose rows are all equal, the replacement is random data
     of the same range (integer ids drawn from the observed range). With several input tensors
-    (a tuple or a dict) each one is also rolled alone, to find an input that is ignored.
+    (a tuple or a dict) each one is also rolled alone, to find an input that is ignored. A
+    dict entry "labels" (the Hugging Face way of passing the targets to the model) is left
+    alone: the predictions are not meant to depend on it.
 
       fail   the mean change is below half a rounding step of the output's dtype (eps x mean
              |output|): the output does not depend on the input at all. (Judged in rounding
@@ -247,7 +249,7 @@ def leaves(inputs):
     if isinstance(inputs, torch.Tensor):
         return [()]
     keys = inputs.keys() if isinstance(inputs, dict) else range(len(inputs))
-    return [(key,) for key in keys if isinstance(inputs[key], torch.Tensor)]
+    return [(key,) for key in keys if isinstance(inputs[key], torch.Tensor) and key != "labels"]  # HF's labels are targets
 
 
 def replace(inputs, path, value):

@@ -183,3 +183,11 @@ def test_a_check_file_missing_next_to_doctor_is_a_skip():
     case = doctor.validate_case(doctor.make_demo_case(broken=False))
     [result] = doctor.run_checks(case, [("nothing", "no_such_check_module")])
     assert result.status == "skip" and "no_such_check_module.py" in result.summary
+
+
+@pytest.mark.parametrize("factory", ["make_hf_style_lm", "make_hf_style_lm_labels_inside"])
+def test_hf_style_cases_pass_every_check(factory):
+    """Dict inputs, a ModelOutput-like result, labels inside the inputs: every check runs for real and passes."""
+    case = doctor.validate_case(getattr(healthy, factory)(), factory)
+    statuses = {result.id: result.status for result in doctor.run_checks(case)}
+    assert statuses == {check_id: "pass" for check_id, _ in doctor.CHECKS}, statuses

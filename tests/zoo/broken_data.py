@@ -5,8 +5,9 @@ factory name says which check must `fail` it. (`load_case` puts this directory o
 plain `import healthy` works when doctor loads this file.)
 """
 import torch
+import torch.nn.functional as F
 
-from healthy import MLP, make_causal_lm, make_cnn_classifier, make_mlp_classifier, progression_tokens, seeded
+from healthy import MLP, make_causal_lm, make_cnn_classifier, make_hf_style_lm, make_mlp_classifier, progression_tokens, seeded
 
 
 def make_scaled_logits():
@@ -23,6 +24,14 @@ def make_unshifted_lm():
     with seeded(2):
         tokens = progression_tokens(8, 17, 32)
     case["batch"] = (tokens[:, :-1], tokens[:, :-1])  # BUG: targets not shifted by one, so each target is also an input
+    return case
+
+
+def make_hf_loss_without_shift():
+    """init_loss (too low): an HF-style LM's labels are its input ids, and the hand-written loss forgets to shift them."""
+    case = make_hf_style_lm()
+    case["loss_fn"] = lambda output, labels: F.cross_entropy(  # BUG: logits[:, t] scored against labels[:, t], not t + 1
+        output["logits"].flatten(0, 1), labels.flatten(), ignore_index=-100)
     return case
 
 
@@ -83,6 +92,7 @@ def make_input_ignored():
 BROKEN = {  # factory -> the check that must fail it
     "make_scaled_logits": "init_loss",
     "make_unshifted_lm": "init_loss",
+    "make_hf_loss_without_shift": "init_loss",
     "make_unnormalised_pixels": "data_sanity",
     "make_one_indexed_labels": "labels",
     "make_all_labels_masked": "labels",

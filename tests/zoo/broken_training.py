@@ -8,7 +8,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from healthy import MLP, Block, TinyLM, make_causal_lm, make_cnn_classifier, make_mlp_classifier, make_regression_mlp, seeded
+from healthy import (MLP, Block, HFStyleLM, TinyLM, make_causal_lm, make_cnn_classifier, make_hf_style_lm_labels_inside,
+                     make_mlp_classifier, make_regression_mlp, seeded)
 
 
 # --- overfit_one_batch ---------------------------------------------------------------------------
@@ -252,6 +253,36 @@ def make_mask_off_by_one():
     return _lm_with_blocks(OffByOneBlock)
 
 
+class PaddingMaskOnlyLM(HFStyleLM):
+    def attention_allowed(self, attention_mask):
+        T = attention_mask.shape[1]
+        itself = torch.eye(T, dtype=torch.bool, device=attention_mask.device)
+        return attention_mask.bool()[:, None, None, :] | itself  # BUG: the padding mask alone, the causal tril() dropped
+
+
+def make_padding_mask_without_causal():
+    """causal_dependency: an HF-style LM's attention mask is the padding mask alone: every token sees the whole sequence.
+    Built on the labels-inside case: the output's first tensor is the loss, the check must find the logits."""
+    case = make_hf_style_lm_labels_inside()
+    with seeded(5):
+        case["model"] = PaddingMaskOnlyLM(vocab=32)
+    return case
+
+
+class BatchCumsumLM(HFStyleLM):
+    def position_ids(self, attention_mask):
+        return (attention_mask.cumsum(0) - 1).clamp_min(0)  # BUG: cumsum over dim 0, the batch (meant -1, the positions)
+
+
+def make_positions_summed_over_batch():
+    """batch_independence: an HF-style LM counts its position ids down the batch, so each row's positions depend on the
+    padding of the rows before it. On the labels-inside case, as make_padding_mask_without_causal."""
+    case = make_hf_style_lm_labels_inside()
+    with seeded(5):
+        case["model"] = BatchCumsumLM(vocab=32)
+    return case
+
+
 EXPECTED = {  # factory -> (check id, status it must get)
     "make_lr_zero": ("overfit_one_batch", "fail"),
     "make_flipped_loss_sign": ("overfit_one_batch", "fail"),
@@ -269,4 +300,6 @@ EXPECTED = {  # factory -> (check id, status it must get)
     "make_batch_stats_in_forward": ("batch_independence", "fail"),
     "make_no_causal_mask": ("causal_dependency", "fail"),
     "make_mask_off_by_one": ("causal_dependency", "fail"),
+    "make_padding_mask_without_causal": ("causal_dependency", "fail"),
+    "make_positions_summed_over_batch": ("batch_independence", "fail"),
 }

@@ -7,6 +7,7 @@ CPU. Broken twins (tests/zoo/broken_*.py) reuse these models and change one line
 Run one through the doctor: `python diagnostics/doctor.py --case tests/zoo/healthy.py:make_mlp_classifier`.
 """
 import contextlib
+from collections import OrderedDict
 
 import torch
 import torch.nn as nn
@@ -58,11 +59,11 @@ class Block(nn.Module):
         self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
         self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x):  # x: (B, T, d)
+    def forward(self, x, allowed=None):  # x: (B, T, d); allowed: a boolean mask (True = may attend), else causal
         B, T, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (t.view(B, T, self.n_heads, d // self.n_heads).transpose(1, 2) for t in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, heads, T, d/heads)
+        att = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=allowed is None)  # (B, heads, T, d/heads)
         x = x + self.proj(att.transpose(1, 2).reshape(B, T, d))
         return x + self.mlp(self.ln2(x))
 
@@ -136,4 +137,66 @@ def make_regression_mlp():
     return {"model": model, "batch": (x, y), "loss_fn": F.mse_loss, "task": {"kind": "regression"}}
 
 
-HEALTHY = ["make_mlp_classifier", "make_cnn_classifier", "make_causal_lm", "make_regression_mlp"]
+class ModelOutput(OrderedDict):
+    """A stand-in for transformers' ModelOutput: an OrderedDict whose fields are also attributes."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def hf_lm_loss(output, labels):
+    """The loss of a Hugging Face causal LM: labels are the input ids (padding -100), shifted here by one."""
+    logits = output["logits"][:, :-1]  # the prediction at t is scored against the token at t + 1
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
+
+
+class HFStyleLM(TinyLM):
+    """TinyLM called the Hugging Face way: model(input_ids=..., attention_mask=..., labels=...) -> output.logits."""
+
+    def position_ids(self, attention_mask):  # (B, T) -> (B, T): counted over the tokens, as transformers does with padding
+        return (attention_mask.cumsum(-1) - 1).clamp_min(0)
+
+    def attention_allowed(self, attention_mask):  # (B, T), 1 = token, 0 = padding -> (B, 1, T, T), True = may attend
+        T = attention_mask.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool, device=attention_mask.device).tril()
+        itself = torch.eye(T, dtype=torch.bool, device=attention_mask.device)  # a pad attends to itself: no empty softmax row
+        return causal & (attention_mask.bool()[:, None, None, :] | itself)
+
+    def forward(self, input_ids, attention_mask, labels=None):  # (B, T) each
+        x = self.tok(input_ids) + self.pos(self.position_ids(attention_mask))
+        allowed = self.attention_allowed(attention_mask)
+        for block in self.blocks:
+            x = block(x, allowed)
+        output = ModelOutput(logits=self.ln_f(x) @ self.tok.weight.T)  # (B, T, vocab)
+        if labels is None:
+            return output
+        return ModelOutput(loss=hf_lm_loss(output, labels), logits=output.logits)  # as in transformers: the loss comes first
+
+
+def make_hf_style_lm():
+    """Dict inputs, a dict-like output, labels shifted inside the loss, right padding masked twice."""
+    with seeded(5):
+        input_ids = progression_tokens(8, 16, 32)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[:3, -4:] = 0  # three rows are shorter: right padding
+        input_ids = input_ids.masked_fill(attention_mask == 0, 0)  # the pad token id, 0
+        labels = input_ids.masked_fill(attention_mask == 0, -100)  # padding is never a target
+        model = HFStyleLM(vocab=32)
+    return {"model": model, "batch": ({"input_ids": input_ids, "attention_mask": attention_mask}, labels),
+            "loss_fn": hf_lm_loss, "task": {"kind": "causal_lm", "vocab_size": 32, "ignore_index": -100}}
+
+
+def make_hf_style_lm_labels_inside():
+    """The usual Hugging Face loop, `loss = model(**batch).loss`: the labels go into the model, the loss comes out."""
+    case = make_hf_style_lm()
+    inputs, labels = case["batch"]
+    case["batch"] = ({**inputs, "labels": labels}, labels)
+    case["loss_fn"] = lambda output, labels: output.loss
+    return case
+
+
+HEALTHY = ["make_mlp_classifier", "make_cnn_classifier", "make_causal_lm", "make_regression_mlp", "make_hf_style_lm",
+           "make_hf_style_lm_labels_inside"]
