@@ -71,7 +71,7 @@ Command
 Output
     $ python diagnostics/monitor.py --out /tmp/run.jsonl
     trained the demo MLP for 300 steps (a bad batch planted at step 200); TrainingMonitor(every=1) wrote 300 records to /tmp/run.jsonl
-    last record: {"step": 299, "loss": 0.1149, "grad_norm": 0.5346, "param_norm": 14.29, "adam_v_norm": 0.1888, "lr": 0.003, "tokens_per_s": 114200.0, "accuracy": 0.9648}
+    ...
     around step 200:
              step        loss   grad_norm  param_norm adam_v_norm          lr    accuracy
               180      0.1177      0.4973       13.87    0.001148       0.003      0.9609

@@ -1,0 +1,160 @@
+"""Every diagnostic's docstring Output is a real, current run (CONTRIBUTING.md, "Diagnostics").
+
+The Output section holds runs: a line `$ python diagnostics/<file> args...`, then what the command printed
+(stdout and stderr, as a terminal shows them), optionally ending with `(exit code N)`. A line that is exactly
+`...` stands for any number of lines. A `$ python` line that the command before it printed itself (monitor.py
+prints the spikes.py command it runs for you) is part of that command's output, not a command of its own.
+Arguments under /tmp/ are rewritten into a pytest tmp dir (the same one for all runs of one docstring, so a later
+run reads what an earlier one wrote), and that dir is printed back as /tmp in the output.
+"""
+import ast
+import difflib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import DIAGNOSTICS, ROOT
+
+FILES = sorted(DIAGNOSTICS.glob("*.py"))
+# Files whose docstring shows no `$ python` run, and why; each must keep showing none (else it is tested here).
+NO_RUNS = {
+    "spikes.py": "its Output shows a log written by synthetic_curves.py; tests/test_spikes.py checks it",
+    "synthetic_curves.py": "a data generator with no tutorial Output section",
+}
+WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth"}
+RUN = re.compile(r"^\$ python (diagnostics/\S+\.py)(.*)$", re.M)
+EXIT = re.compile(r"^\(exit code (\d+)\)$")
+
+# Runs every command of every docstring in one interpreter (torch imports once), each as
+# `python diagnostics/x.py` would: as __main__, the script's folder first on sys.path, torch's RNG as a fresh
+# interpreter has it, stdout and stderr into one stream.
+RUN_ALL = """
+import contextlib, io, json, os, runpy, sys, traceback
+import torch
+torch.set_num_threads(1)
+fresh_seed = torch.initial_seed()
+results = []
+for script, args in json.load(sys.stdin):
+    sys.argv, sys.path[0], out = [script, *args], os.path.abspath(os.path.dirname(script)), io.StringIO()
+    torch.manual_seed(fresh_seed)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            runpy.run_path(script, run_name="__main__")
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+            if isinstance(exc.code, str):
+                print(exc.code, file=sys.stderr)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    results.append({"output": out.getvalue(), "code": code})
+print(json.dumps(results))
+"""
+
+
+def output_section(path):
+    """The Output section of a file's module docstring, dedented; None when there is none."""
+    docstring = ast.get_docstring(ast.parse(path.read_text()), clean=False) or ""
+    lines = docstring.splitlines()
+    if "Output" not in lines:
+        return None
+    body = lines[lines.index("Output") + 1:]
+    if body and set(body[0]) == {"-"}:
+        body = body[1:]
+    end = next((i for i, line in enumerate(body) if line and not line.startswith(" ")), len(body))
+    return textwrap.dedent("\n".join(body[:end]))
+
+
+def parse_runs(section):
+    """[(`$` line, script, args, expected lines, exit code or None)] for each `$ python diagnostics/...` line."""
+    runs = []
+    for line in section.splitlines():
+        match = RUN.match(line)
+        if match:
+            runs.append((line, match[1], shlex.split(match[2]), []))
+        elif runs:
+            runs[-1][3].append(line)
+    parsed = []
+    for line, script, args, expected in runs:
+        while expected and not expected[-1].strip():
+            expected.pop()
+        code = None
+        if expected and EXIT.match(expected[-1]):
+            code = int(EXIT.match(expected.pop())[1])
+        parsed.append((line, script, args, expected, code))
+    return parsed
+
+
+def matches(expected, actual):
+    """Whether the lines match, a line that is exactly `...` standing for any number of lines."""
+    if not expected:
+        return not actual
+    if expected[0] == "...":
+        return any(matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
+    return bool(actual) and expected[0] == actual[0] and matches(expected[1:], actual[1:])
+
+
+def in_tmp(args, tmp):
+    """args with every /tmp/ path moved under tmp; a file the command writes must be under /tmp/."""
+    for flag, value in zip(args, args[1:]):
+        assert flag not in WRITE_FLAGS or value.startswith("/tmp/"), f"{flag} {value}: write under /tmp/ in a docstring"
+    return [str(tmp / arg[len("/tmp/"):]) if arg.startswith("/tmp/") else arg for arg in args]
+
+
+SECTIONS = {path.name: output_section(path) or "" for path in FILES}
+RUNS = {name: [] if name in NO_RUNS else parse_runs(section) for name, section in SECTIONS.items()}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """{file name: [(`$` line, script, args, expected, code, actual output, actual code)]}, run in one interpreter."""
+    tmps = {name: tmp_path_factory.mktemp(name.removesuffix(".py")) for name in RUNS}
+    commands = [(script, in_tmp(args, tmps[name])) for name, runs in RUNS.items() for _, script, args, _, _ in runs]
+    proc = subprocess.run([sys.executable, "-c", RUN_ALL], input=json.dumps(commands), capture_output=True,
+                          text=True, cwd=ROOT, timeout=120, env=dict(os.environ, PYTHONHASHSEED="0"))
+    assert proc.returncode == 0, proc.stderr
+    done = iter(json.loads(proc.stdout.splitlines()[-1]))
+    out = {}
+    for name, runs in RUNS.items():
+        out[name] = []
+        for run in runs:
+            result = next(done)
+            output = result["output"].replace(str(tmps[name]), "/tmp")
+            out[name].append((*run, output.rstrip("\n").splitlines(), result["code"]))
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(set(RUNS) - set(NO_RUNS)))
+def test_docstring_output_is_what_the_commands_print(name, results):
+    assert RUN.match(SECTIONS[name].lstrip()), "the Output section must start with `$ python diagnostics/<file> ...`"
+    runs = results[name]
+    while runs:
+        (command, _, _, expected, code, actual, actual_code), runs = runs[0], runs[1:]
+        while runs and runs[0][0] in actual:  # a `$` line this command printed itself: more of its output
+            expected = [*expected, *([f"(exit code {code})"] if code is not None else []), runs[0][0], *runs[0][3]]
+            code, runs = runs[0][4], runs[1:]
+        diff = "\n".join(difflib.unified_diff(expected, actual, "docstring", "now", lineterm=""))
+        assert matches(expected, actual), f"{command}\n{diff}"
+        assert code is None or code == actual_code, f"{command}: exit code {actual_code}, docstring says {code}"
+
+
+@pytest.mark.parametrize("name", sorted(NO_RUNS))
+def test_files_without_runs_still_have_none(name):
+    assert name in SECTIONS, f"{name} is gone: remove it from NO_RUNS"
+    assert not any(map(RUN.match, SECTIONS[name].splitlines())), f"{name} now shows runs: remove it from NO_RUNS"
+
+
+def test_dots_match_any_number_of_lines_and_nothing_else_is_fuzzy():
+    assert matches(["a", "...", "d"], ["a", "d"])
+    assert matches(["a", "...", "d"], ["a", "b", "c", "d"])
+    assert matches(["...", "d"], ["d"])
+    assert not matches(["a", "...", "d"], ["a", "b", "c", "e"])
+    assert not matches(["a", "b"], ["a", "b", "c"])
+    assert not matches(["a", " ..."], ["a", "b"])
