@@ -6,23 +6,16 @@ trainer, an unloadable checkpoint, a non-reproducible reference). The global RNG
 afterwards, also when the trainer raises; bad trainer files and settings exit 2 with one line; `--help`
 works; and under torch.distributed two gloo ranks reach the same verdict without a hang.
 """
-import datetime
 import json
-import os
 import random
-import socket
 import subprocess
-import time
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+import gloo
 from conftest import assert_one_line_error, run_cli
 import resume_check as rc  # noqa: E402  (conftest puts diagnostics/ on sys.path)
-
-DEADLINE = 60  # seconds for both gloo ranks to finish; a hang shows up as a timeout, not a stuck CI job
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -374,41 +367,19 @@ class ShardedTrainer:
             self.epoch, self.pos = sd["sampler"]["epoch"], sd["sampler"]["pos"]
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_main(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
+    gloo.join(rank, world, port)
     results = {}
     for name, restore in (("restored", True), ("forgotten", False)):
         result = rc.check_resume(lambda: ShardedTrainer(restore))
         results[name] = {"verdict": result.details["verdict"], "batches": result.details["reference"]["batch"]}
     if rank == 0:  # alone, on a trainer that knows nothing of ranks: a collective in the check would hang here
         results["solo"] = rc.check_resume(rc.make_demo_trainer).details["verdict"]
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump(results, f)
+    gloo.report(rank, out_dir, results)
 
 
 def test_two_gloo_ranks_reach_the_same_verdict(tmp_path):
-    world = 2
-    context = mp.start_processes(_rank_main, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=False,
-                                 start_method="spawn")
-    deadline = time.monotonic() + DEADLINE
-    try:
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "the ranks did not finish: resume_check hangs under torch.distributed"
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    ranks = gloo.run_on_ranks(_rank_main, tmp_path, "the ranks did not finish: resume_check hangs under torch.distributed")
     assert [r["restored"]["verdict"] for r in ranks] == ["ok", "ok"]
     assert [r["forgotten"]["verdict"] for r in ranks] == ["data_restarted", "data_restarted"]
     assert ranks[0]["restored"]["batches"] != ranks[1]["restored"]["batches"]  # each rank checked its own shard

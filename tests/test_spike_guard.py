@@ -1,19 +1,16 @@
 """spike_guard.py: skips the planted bad batch and nothing in a healthy run, keeps its statistics clean,
 gives up after K skips in a row, and takes the same decision on every rank (2 gloo processes, with the
 monitor logging the same run)."""
-import datetime
 import json
 import math
 import os
-import socket
 import sys
-import time
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+import gloo
 import spike_guard
 from conftest import DIAGNOSTICS, assert_one_line_error, run_cli
 from state_snapshot import differences, snapshot
@@ -171,21 +168,12 @@ def test_bad_usage_on_the_real_command_line():
 
 # --- under torch.distributed: 2 gloo processes ---------------------------------------------------
 
-DEADLINE = 60  # seconds for both ranks; a hang (ranks waiting in different collectives) fails here
 STEPS, WARMUP = 40, 10
 HUGE, INF, NAN = 20, 26, 32  # steps where rank 1 alone sees a huge grad, an inf grad, a NaN loss
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_main(rank, world, port, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=20))
+    gloo.join(rank, world, port)
     sys.path.insert(0, str(DIAGNOSTICS))
     import monitor
     import spike_guard as guard_module
@@ -231,27 +219,13 @@ def _rank_main(rank, world, port, out_dir):
         optimizer.zero_grad(set_to_none=True)
     mon.close()
     dist.all_reduce = all_reduce
-    dist.barrier()
-    dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-        json.dump({"skipped": skipped, "losses": local_losses, "calls": len(calls), "grad_norms": grad_norms,
+    gloo.report(rank, out_dir, {"skipped": skipped, "losses": local_losses, "calls": len(calls), "grad_norms": grad_norms,
                    "param_norms": param_norms,
-                   "params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()}, f)
+                   "params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()})
 
 
 def test_every_rank_skips_what_one_rank_sees_and_the_monitor_logs_the_mean(tmp_path):
-    world = 2
-    context = mp.start_processes(_rank_main, args=(world, _free_port(), str(tmp_path)), nprocs=world, join=False,
-                                 start_method="spawn")
-    deadline = time.monotonic() + DEADLINE
-    try:
-        while not context.join(timeout=1):
-            assert time.monotonic() < deadline, "the ranks did not finish: a collective hangs"
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)]
+    ranks = gloo.run_on_ranks(_rank_main, tmp_path, "the ranks did not finish: a collective hangs")
     assert ranks[0]["skipped"] == ranks[1]["skipped"] == [HUGE, INF, NAN]
     assert ranks[0]["params"] == ranks[1]["params"]  # bit for bit: the replicas never drifted apart
     assert all(math.isfinite(v) for v in ranks[0]["params"])
