@@ -86,7 +86,7 @@ Output
               240      0.3264      0.8277       14.22      0.1998       0.003      0.8594
               260       0.159      0.5413       14.22      0.1961       0.003      0.9492
               280      0.1735       0.455       14.25      0.1923       0.003      0.9219
-    $ python diagnostics/spikes.py /tmp/run.jsonl
+    read back by spikes.py (the same as `python diagnostics/spikes.py /tmp/run.jsonl`):
     run.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 1 (1 slow_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
@@ -95,7 +95,7 @@ Output
     nan_step: none
     $ python diagnostics/monitor.py --healthy --out /tmp/run.jsonl
     ...
-    $ python diagnostics/spikes.py /tmp/run.jsonl
+    read back by spikes.py (the same as `python diagnostics/spikes.py /tmp/run.jsonl`):
     run.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 0
     events: none
@@ -316,7 +316,7 @@ def _spikes_summary(path):
     spec = importlib.util.spec_from_file_location("spikes", beside)
     spikes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(spikes)
-    return f"$ {command}\n{spikes.summary(spikes.analyze(path))}"
+    return f"read back by spikes.py (the same as `{command}`):\n{spikes.summary(spikes.analyze(path))}"
 
 
 class Parser(argparse.ArgumentParser):

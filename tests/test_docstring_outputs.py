@@ -2,9 +2,7 @@
 
 The Output section holds runs: a line `$ python diagnostics/<file> args...`, then what the command printed
 (stdout and stderr, as a terminal shows them), optionally ending with `(exit code N)`. A line that is exactly
-`...` stands for any number of lines. A `$ python` line that the command before it printed itself (monitor.py
-prints the spikes.py command it runs for you) is part of that command's output, not a command of its own.
-Arguments under /tmp/ are rewritten into a pytest tmp dir (the same one for all runs of one docstring, so a later
+`...` stands for any number of lines. Arguments under /tmp/ are rewritten into a pytest tmp dir (the same one for all runs of one docstring, so a later
 run reads what an earlier one wrote), and that dir is printed back as /tmp in the output.
 """
 import ast
@@ -134,12 +132,7 @@ def results(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(set(RUNS) - set(NO_RUNS)))
 def test_docstring_output_is_what_the_commands_print(name, results):
     assert RUN.match(SECTIONS[name].lstrip()), "the Output section must start with `$ python diagnostics/<file> ...`"
-    runs = results[name]
-    while runs:
-        (command, _, _, expected, code, actual, actual_code), runs = runs[0], runs[1:]
-        while runs and runs[0][0] in actual:  # a `$` line this command printed itself: more of its output
-            expected = [*expected, *([f"(exit code {code})"] if code is not None else []), runs[0][0], *runs[0][3]]
-            code, runs = runs[0][4], runs[1:]
+    for command, _, _, expected, code, actual, actual_code in results[name]:
         diff = "\n".join(difflib.unified_diff(expected, actual, "docstring", "now", lineterm=""))
         assert matches(expected, actual), f"{command}\n{diff}"
         assert code is None or code == actual_code, f"{command}: exit code {actual_code}, docstring says {code}"
