@@ -34,7 +34,7 @@ What it checks
     RestartFromCheckpoint: a run that keeps producing outliers needs a rollback, a lower LR or
     other data (refs/stability.md#recover), not endless skipping. A planned change (new data
     mix, LR schedule jump) can look the same: call guard.reset() after one, and the guard warms
-    up again. It also warms up again after a resume, as its statistics are not checkpointed.
+    up again.
 
     In your loop, after backward and before clipping and optimizer.step():
 
@@ -60,6 +60,24 @@ What it checks
               continue
           scaler.step(optimizer)
           scaler.update()
+
+    Checkpoint the guard beside the model and the optimizer, or a resumed run warms up again and
+    misses the spikes a resume can bring (refs/stability.md#resume):
+
+      torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                  "guard": guard.state_dict(), "step": step}, path)
+      ...
+      checkpoint = torch.load(path, weights_only=True)  # on resume, before the first should_skip()
+      model.load_state_dict(checkpoint["model"])
+      optimizer.load_state_dict(checkpoint["optimizer"])
+      guard.load_state_dict(checkpoint["guard"])        # a guard built with the same arguments as before
+
+    The state holds plain Python numbers, lists and dicts: the statistics, the current run of
+    skips, peak_z and the skipped and clipped counts, not the settings (they come from the
+    constructor) nor guard.events (the monitor's log keeps those). A malformed state raises
+    ValueError and leaves the guard as it was. Under torch.distributed every rank holds the same
+    statistics, as every rank decides on the same all-reduced numbers: save rank 0's state with
+    the rest of the checkpoint and load it on every rank.
 
     If you already clip before the guard, pass the clip's return value (the pre-clip norm):
     should_skip(step, loss, grad_norm=norm). Do not combine that with clip_z. With gradient
@@ -147,6 +165,8 @@ MAX_CONSECUTIVE = 5  # skips in a row before RestartFromCheckpoint: our assumpti
 REL_MARGIN = 0.05  # an outlier is also at least 5% above the mean: spikes.py's SPIKE_REL (our assumption)
 EPS = 1e-6  # ZClip's eps in the z-score's denominator
 MAX_EVENTS = 10_000  # events kept in memory; the monitor's log keeps them all
+STATE_KEYS = {"loss", "grad_norm", "run", "peak_z", "skipped", "clipped"}  # SpikeGuard.state_dict()
+EVENT_KEYS = {"step", "event", "reason", "value", "threshold"}
 
 
 class RestartFromCheckpoint(RuntimeError):
@@ -188,6 +208,43 @@ class EmaStat:
             return
         self.mean = self.alpha * self.mean + (1 - self.alpha) * x
         self.var = self.alpha * self.var + (1 - self.alpha) * (x - self.mean) ** 2  # the new mean, as ZClip
+
+    def state_dict(self):
+        return {"buffer": list(self.buffer), "mean": self.mean, "var": self.var}
+
+    def load_state_dict(self, state):
+        self.buffer, self.mean, self.var = list(state["buffer"]), state["mean"], state["var"]
+
+
+def _is_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _state_problem(state):
+    """What makes `state` something other than a SpikeGuard.state_dict(), or None."""
+    if not isinstance(state, dict) or set(state) != STATE_KEYS:
+        found = sorted(map(str, state)) if isinstance(state, dict) else f"a {type(state).__name__}"
+        return f"expected a dict with the keys {sorted(STATE_KEYS)}, got {found}"
+    for name in ("loss", "grad_norm"):
+        stat = state[name]
+        if not isinstance(stat, dict) or set(stat) != {"buffer", "mean", "var"}:
+            return f"{name} must be a dict with the keys buffer, mean and var"
+        if not isinstance(stat["buffer"], list) or not all(map(_is_number, stat["buffer"])):
+            return f"{name}['buffer'] must be a list of numbers"
+        warming_up = stat["mean"] is None and stat["var"] is None
+        if not (warming_up or (_is_number(stat["mean"]) and _is_number(stat["var"]) and stat["var"] >= 0)):
+            return f"{name}: mean and var must be both None (warming up) or numbers (var >= 0)"
+    peak_z = state["peak_z"]
+    if not isinstance(peak_z, dict) or set(peak_z) != {"loss", "grad_norm"} or \
+            not all(z is None or _is_number(z) for z in peak_z.values()):
+        return "peak_z must be a dict of loss and grad_norm, each None or a number"
+    for name in ("skipped", "clipped"):
+        if not isinstance(state[name], int) or isinstance(state[name], bool) or state[name] < 0:
+            return f"{name} must be a non-negative integer, got {state[name]!r}"
+    if not isinstance(state["run"], list) or not all(isinstance(e, dict) and set(e) == EVENT_KEYS
+                                                     for e in state["run"]):
+        return f"run must be a list of events, dicts with the keys {sorted(EVENT_KEYS)}"
+    return None
 
 
 def _local(tensor):
@@ -236,6 +293,24 @@ class SpikeGuard:
         self.consecutive = 0
         self._run = []  # the events of the current run of consecutive skips
         self.peak_z = {"loss": None, "grad_norm": None}  # the largest z-scores of accepted steps: the margin to skip_z
+
+    def state_dict(self):
+        """What a resumed run needs to decide as this one would: plain Python numbers, lists and dicts, a copy."""
+        return {"loss": self.loss_stat.state_dict(), "grad_norm": self.norm_stat.state_dict(),
+                "run": [dict(e) for e in self._run], "peak_z": dict(self.peak_z),
+                "skipped": self.skipped, "clipped": self.clipped}
+
+    def load_state_dict(self, state_dict):
+        """Continue from a state_dict() of a guard built with the same arguments; ValueError if it is not one."""
+        problem = _state_problem(state_dict)
+        if problem is not None:
+            raise ValueError(f"not a SpikeGuard state_dict: {problem}")
+        self.loss_stat.load_state_dict(state_dict["loss"])
+        self.norm_stat.load_state_dict(state_dict["grad_norm"])
+        self._run = [dict(e) for e in state_dict["run"]]
+        self.consecutive = len(self._run)
+        self.peak_z = dict(state_dict["peak_z"])
+        self.skipped, self.clipped = state_dict["skipped"], state_dict["clipped"]
 
     def _grads(self):
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]

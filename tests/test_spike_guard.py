@@ -1,6 +1,8 @@
 """spike_guard.py: skips the planted bad batch and nothing in a healthy run, keeps its statistics clean,
 gives up after K skips in a row, and takes the same decision on every rank (2 gloo processes, with the
 monitor logging the same run)."""
+import copy
+import io
 import json
 import math
 import os
@@ -81,6 +83,129 @@ def test_k_consecutive_skips_raise_restart_from_checkpoint():
     assert guard.events[-1]["event"] == "restart" and "PLAYBOOK.md#loss-spikes" in str(info.value)
     guard.reset()
     assert guard.consecutive == 0 and not guard.should_skip(36, 9.0, grad_norm=1.0)  # warming up again
+
+
+def plain(value):
+    """True when `value` holds only what a checkpoint needs no pickled classes for: dicts, lists, str, numbers."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and plain(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(map(plain, value))
+    return value is None or isinstance(value, (str, int, float))
+
+
+def resumed(guard, **options):
+    """A new SpikeGuard(**options) loaded from guard.state_dict() saved and loaded as a checkpoint is."""
+    state = guard.state_dict()
+    assert plain(state)
+    buffer = io.BytesIO()
+    torch.save({"guard": state}, buffer)
+    buffer.seek(0)
+    restored = spike_guard.SpikeGuard(**options)
+    restored.load_state_dict(torch.load(buffer, weights_only=True)["guard"])
+    return restored
+
+
+OUTLIER = 40  # the run below: a loss outlier here, the first step after a resume at OUTLIER
+RUN_OF_SKIPS = (55, 56)  # two outliers in a row
+
+
+def spiky(n=70):
+    values = healthy(n)
+    values[OUTLIER] = (50.0, 1.0)
+    values[RUN_OF_SKIPS[0]], values[RUN_OF_SKIPS[1]] = (2.0, 80.0), (50.0, 1.0)
+    return values
+
+
+@pytest.mark.parametrize("resume_at", [10, OUTLIER, RUN_OF_SKIPS[1]],
+                         ids=["during-warmup", "before-an-outlier", "inside-a-run-of-skips"])
+def test_a_guard_restored_from_its_state_dict_decides_as_the_uninterrupted_one(resume_at):
+    values = spiky()
+    straight, interrupted = spike_guard.SpikeGuard(), spike_guard.SpikeGuard()
+    decisions = feed(straight, values)
+    assert [i for i, skip in enumerate(decisions) if skip] == [OUTLIER, *RUN_OF_SKIPS]
+    feed(interrupted, values[:resume_at])
+    restored = resumed(interrupted)
+    assert feed(restored, values[resume_at:], start=resume_at) == decisions[resume_at:]
+    assert restored.state_dict() == straight.state_dict()  # statistics, peak_z, counts: all the same
+    assert list(restored.events) == [e for e in straight.events if e["step"] >= resume_at]
+
+
+def test_right_after_a_resume_the_restored_guard_skips_an_outlier_a_fresh_one_misses():
+    values = spiky()
+    interrupted = spike_guard.SpikeGuard()
+    feed(interrupted, values[:OUTLIER])
+    fresh = spike_guard.SpikeGuard()
+    assert feed(resumed(interrupted), values[OUTLIER:OUTLIER + 1], start=OUTLIER) == [True]
+    assert feed(fresh, values[OUTLIER:OUTLIER + 1], start=OUTLIER) == [False]  # warming up: only NaN/inf count
+
+
+def test_a_run_of_skips_carries_over_a_resume():
+    values = spiky()
+    interrupted = spike_guard.SpikeGuard(max_consecutive=3)
+    feed(interrupted, values[:RUN_OF_SKIPS[1]])
+    restored = resumed(interrupted, max_consecutive=3)
+    assert feed(restored, values[RUN_OF_SKIPS[1]:RUN_OF_SKIPS[1] + 1], start=RUN_OF_SKIPS[1]) == [True]
+    with pytest.raises(spike_guard.RestartFromCheckpoint, match="3 consecutive steps skipped") as info:
+        restored.should_skip(57, 50.0, grad_norm=1.0)
+    assert [e["step"] for e in info.value.events] == [*RUN_OF_SKIPS, 57]
+
+
+def test_the_state_dict_is_a_copy():
+    guard = spike_guard.SpikeGuard()
+    feed(guard, healthy(10))
+    state = guard.state_dict()
+    saved = copy.deepcopy(state)
+    feed(guard, healthy(30), start=10)  # completes the warmup: the buffer empties, mean and var appear
+    assert state == saved
+    restored = spike_guard.SpikeGuard()
+    restored.load_state_dict(state)
+    state["loss"]["buffer"].append(99.0)
+    assert len(restored.loss_stat.buffer) == 10
+
+
+def _valid():
+    guard = spike_guard.SpikeGuard()
+    feed(guard, healthy(30))
+    return guard.state_dict()
+
+
+def _with(**changes):
+    state = _valid()
+    for path, value in changes.items():
+        *parents, key = path.split("__")
+        target = state
+        for parent in parents:
+            target = target[parent]
+        target[key] = value
+    return state
+
+
+MALFORMED = {
+    "not-a-dict": [1, 2],
+    "an-optimizer-state": torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1).state_dict(),
+    "a-whole-checkpoint": {"model": {}, "guard": {}},
+    "a-missing-key": {k: v for k, v in _valid().items() if k != "run"},
+    "an-extra-key": {**_valid(), "events": []},
+    "mean-without-var": _with(loss__var=None),
+    "a-string-mean": _with(grad_norm__mean="1.0"),
+    "a-negative-var": _with(loss__var=-1.0),
+    "a-buffer-of-strings": _with(loss__buffer=["a"]),
+    "peak-z-of-one-name": _with(peak_z={"loss": 1.0}),
+    "a-negative-count": _with(skipped=-1),
+    "a-float-count": _with(clipped=1.0),
+    "a-run-of-numbers": _with(run=[40]),
+}
+
+
+@pytest.mark.parametrize("state", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_state_dict_raises_value_error_and_changes_nothing(state):
+    guard = spike_guard.SpikeGuard()
+    feed(guard, healthy(30))
+    before = guard.state_dict()
+    with pytest.raises(ValueError, match="^not a SpikeGuard state_dict: "):
+        guard.load_state_dict(state)
+    assert guard.state_dict() == before
 
 
 def test_demo_with_a_skip_z_too_low_stops_with_the_restart_verdict(capsys):
@@ -220,7 +345,7 @@ def _rank_main(rank, world, port, out_dir):
     mon.close()
     dist.all_reduce = all_reduce
     gloo.report(rank, out_dir, {"skipped": skipped, "losses": local_losses, "calls": len(calls), "grad_norms": grad_norms,
-                   "param_norms": param_norms,
+                   "param_norms": param_norms, "guard": guard.state_dict(),
                    "params": torch.cat([p.detach().flatten() for p in model.parameters()]).tolist()})
 
 
@@ -228,6 +353,7 @@ def test_every_rank_skips_what_one_rank_sees_and_the_monitor_logs_the_mean(tmp_p
     ranks = gloo.run_on_ranks(_rank_main, tmp_path, "the ranks did not finish: a collective hangs")
     assert ranks[0]["skipped"] == ranks[1]["skipped"] == [HUGE, INF, NAN]
     assert ranks[0]["params"] == ranks[1]["params"]  # bit for bit: the replicas never drifted apart
+    assert ranks[0]["guard"] == ranks[1]["guard"]  # the same statistics: rank 0's state_dict is enough to save
     assert all(math.isfinite(v) for v in ranks[0]["params"])
     logged = STEPS - 3
     assert ranks[0]["calls"] == ranks[1]["calls"] == STEPS + logged  # guard: 1 per step, monitor: 1 per logged step
