@@ -17,15 +17,6 @@ MODULES = {"data_sanity": data_sanity, "init_scale": init_scale, "labels": label
 ZOO = ROOT / "tests" / "zoo"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread: the cases are tiny, and two threads on a busy 2-core runner spin against each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def check_of(check_id):
     return getattr(MODULES[check_id], f"check_{check_id}")
 

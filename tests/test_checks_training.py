@@ -26,16 +26,6 @@ OVERFIT_FAILURE = {"make_lr_zero": "flat", "make_optimizer_on_other_model": "fla
                    "make_double_softmax": "plateau"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread for this module, restored afterwards. The zoo's tensors are tiny, and two OpenMP threads on a
-    busy 2-core runner spin against each other: one overfit run measured 0.9 s with one thread, 35 s with two."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def run(check_id, case, **kwargs):
     module = importlib.import_module(check_id)
     return getattr(module, f"check_{check_id}")(module.validate_case(case, check_id), **kwargs)

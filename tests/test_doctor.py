@@ -18,18 +18,6 @@ from test_checks_training import CHECKS as CHECKS_WITH_THEIR_OWN_ZOO_TESTS  # no
 DATA_CHECKS = ["data_sanity", "init_scale", "labels", "init_loss", "input_dependence"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One torch thread (and OMP_NUM_THREADS=1 for subprocesses): the zoo is tiny, and two threads on a busy
-    2-core runner spin against each other (see tests/test_checks_training.py)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OMP_NUM_THREADS", "1")
-        yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def demo_run():
     """`python diagnostics/doctor.py --json`: the embedded demo, run once as `make demo` runs it."""

@@ -18,15 +18,6 @@ from conftest import assert_one_line_error, run_cli
 import resume_check as rc  # noqa: E402  (conftest puts diagnostics/ on sys.path)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one torch thread avoids two OpenMP threads spinning against each other on a busy 2-core runner."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def check(factory, **kwargs):
     return rc.check_resume(factory, **kwargs)
 
