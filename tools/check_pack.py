@@ -97,6 +97,12 @@ def found_in_order(quote, haystack):
     return True
 
 
+def shorten(quote, width=70):
+    """A quote as it appears in a problem message: normalised, cut to `width` characters."""
+    shown = plain(quote)
+    return shown if len(shown) <= width else shown[: width - 3] + "..."
+
+
 def estimate_tokens(text):
     return max(math.ceil(len(text) / 4), len(re.findall(r"\w+|[^\w\s]", text)))
 
@@ -270,16 +276,21 @@ class Checker:
         if evidence is None:
             self.report(page, line, f"quote's footnote [^{label}] points at missing evidence file {target}")
             return
-        excerpts = evidence.sections.get(anchor)
-        if not excerpts:
+        outcome = self.match_excerpt(evidence, anchor, quote)
+        if outcome == "no excerpt":
             self.report(page, line, f"quote's footnote [^{label}] points at {target}#{anchor}, which holds no excerpt")
-            return
+        elif outcome == "mismatch":
+            self.report(page, line, f'quote "{shorten(quote)}" is not found word for word in {target}#{anchor}')
+
+    def match_excerpt(self, evidence, anchor, quote):
+        """None when the quote's words are in evidence#anchor (and counted), else "no excerpt" or "mismatch"."""
+        excerpts = evidence.sections.get(anchor) if evidence is not None else None
+        if not excerpts:
+            return "no excerpt"
         if not found_in_order(quote, plain(" ".join(excerpts))):
-            shown = plain(quote)
-            shown = shown if len(shown) <= 70 else shown[:67] + "..."
-            self.report(page, line, f'quote "{shown}" is not found word for word in {target}#{anchor}')
-        else:
-            self.quotes_verified += 1
+            return "mismatch"
+        self.quotes_verified += 1
+        return None
 
     def check_docstring_quotes(self, path):
         """Quotes in a diagnostic's tutorial docstring must name their evidence excerpt and match it."""
@@ -300,18 +311,16 @@ class Checker:
                 continue  # a term or a name, not somebody's words
             line = node.lineno + prose.count("\n", 0, match.start())
             if reference is None:
-                self.problems.append(Problem(rel, line, f'quoted text "{plain(quote)[:60]}" needs an (evidence/<file>.md#<excerpt>) reference after it'))
+                self.problems.append(Problem(rel, line, f'quoted text "{shorten(quote)}" needs an (evidence/<file>.md#<excerpt>) reference after it'))
                 continue
             target, _, anchor = reference.partition("#")
             evidence = self.pages.get((self.root / target).resolve())
-            excerpts = evidence.sections.get(anchor) if evidence else None
-            if not excerpts:
+            outcome = self.match_excerpt(evidence, anchor, quote)
+            if outcome == "no excerpt":
                 self.problems.append(Problem(rel, line, f"reference {reference} holds no excerpt"))
-            elif not found_in_order(quote, plain(" ".join(excerpts))):
-                self.problems.append(Problem(rel, line, f'quote "{plain(quote)[:60]}" is not found word for word in {reference}'))
-            else:
-                self.quotes_verified += 1
-            if evidence:
+            elif outcome == "mismatch":
+                self.problems.append(Problem(rel, line, f'quote "{shorten(quote)}" is not found word for word in {reference}'))
+            if evidence is not None:
                 self.cited_evidence.add(evidence.path.resolve())
 
     @staticmethod
@@ -402,15 +411,11 @@ class Checker:
     # -- SKILL.md --------------------------------------------------------------------------
 
     def check_skill_budget(self, page):
-        body_start = next((t.map[1] for t in page.tokens if t.type == "front_matter"), 0)
-        body = "\n".join(page.lines[body_start:])
-        lines = len(page.lines) - body_start
-        tokens = estimate_tokens(body)
+        body_start, lines, tokens = skill_body(page)
         if lines > SKILL_MAX_LINES:
             self.report(page, body_start + 1, f"SKILL.md body has {lines} lines, over the budget of {SKILL_MAX_LINES}")
         if tokens > SKILL_MAX_TOKENS:
             self.report(page, body_start + 1, f"SKILL.md body is ~{tokens} tokens, over the budget of {SKILL_MAX_TOKENS}")
-
 
     def check_skill_format(self, page):
         """Run skills-ref on SKILL.md in a folder named like the skill, as an installed copy is."""
@@ -422,11 +427,10 @@ class Checker:
                 self.report(page, 1, f"skills-ref: {message}")
 
 
-def skill_stats(root):
-    """(body lines, estimated body tokens) of SKILL.md under `root`."""
-    page = Page.parse(root / "SKILL.md", root)
+def skill_body(page):
+    """(index of the first body line, body lines, estimated body tokens) of a parsed SKILL.md."""
     body_start = next((t.map[1] for t in page.tokens if t.type == "front_matter"), 0)
-    return len(page.lines) - body_start, estimate_tokens("\n".join(page.lines[body_start:]))
+    return body_start, len(page.lines) - body_start, estimate_tokens("\n".join(page.lines[body_start:]))
 
 
 def main(argv=None):
@@ -443,7 +447,7 @@ def main(argv=None):
     problems = checker.run()
     for problem in problems:
         print(problem)
-    lines, tokens = skill_stats(root)
+    _, lines, tokens = skill_body(checker.pages[(root / "SKILL.md").resolve()])
     evidence = len(list(root.glob("evidence/*.md")))
     sources = "checked against shared/" if checker.shared else "not checked (no shared/ folder)"
     print(f"{len(problems)} problem(s); {checker.quotes_verified} quotes verified; {evidence} evidence files, excerpts {sources}; "
