@@ -125,7 +125,7 @@ class Page:
     front_matter: str | None
     anchors: set
     sections: dict  # evidence anchor -> list of excerpt texts (blockquotes under that heading)
-    footnote_defs: dict  # label -> (line, [hrefs]) for every referenced footnote
+    footnote_links: dict  # label -> the hrefs in its definition, for every referenced footnote
     defined_labels: dict  # label -> line, for every footnote definition, used or not
 
     @classmethod
@@ -134,7 +134,7 @@ class Page:
         tokens = MARKDOWN.parse(text, {})
         lines = text.splitlines()
         front_matter = next((t.content for t in tokens if t.type == "front_matter"), None)
-        anchors, sections, footnote_defs = set(), {}, {}
+        anchors, sections, footnote_links = set(), {}, {}
         seen_slugs = {}
         current_section = None
         footnote_label = None
@@ -154,7 +154,7 @@ class Page:
                     current_section = slug if token.tag == "h2" else None
             elif token.type == "footnote_open":
                 footnote_label = token.meta["label"]
-                footnote_defs[footnote_label] = [None, []]
+                footnote_links[footnote_label] = []
             elif token.type == "footnote_close":
                 footnote_label = None
             elif token.type == "blockquote_open":
@@ -164,9 +164,7 @@ class Page:
             elif token.type == "blockquote_close":
                 depth -= 1
             elif token.type == "inline" and footnote_label is not None:
-                entry = footnote_defs[footnote_label]
-                entry[0] = entry[0] if entry[0] is not None else token.map[0] + 1
-                entry[1].extend(c.attrGet("href") for c in token.children if c.type == "link_open")
+                footnote_links[footnote_label].extend(c.attrGet("href") for c in token.children if c.type == "link_open")
         in_code = {n for t in tokens if t.type in ("fence", "code_block") for n in range(*t.map)}
         defined_labels = {}
         for number, line in enumerate(lines):
@@ -174,8 +172,7 @@ class Page:
             if match and number not in in_code:
                 defined_labels.setdefault(match.group(1), number + 1)
         rel = path.relative_to(root).as_posix()
-        footnote_defs = {k: tuple(v) for k, v in footnote_defs.items()}
-        return cls(path, rel, lines, tokens, front_matter, anchors, sections, footnote_defs, defined_labels)
+        return cls(path, rel, lines, tokens, front_matter, anchors, sections, footnote_links, defined_labels)
 
 
 def blockquote_text(lines, token):
@@ -264,10 +261,10 @@ class Checker:
             self.report(page, line, "blockquote text after its last footnote has no source")
 
     def verify_quote(self, page, line, quote, label):
-        definition = page.footnote_defs.get(label)
-        if definition is None:
+        links = page.footnote_links.get(label)
+        if links is None:
             return  # reported by check_footnotes
-        evidence_links = [h for h in definition[1] if h and "evidence/" in h and "#" in h]
+        evidence_links = [h for h in links if h and "evidence/" in h and "#" in h]
         if not evidence_links:
             self.report(page, line, f"quote's footnote [^{label}] has no link to evidence/<file>.md#<excerpt>")
             return
