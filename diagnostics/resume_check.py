@@ -144,6 +144,7 @@ import os
 import random
 import sys
 import threading
+import types
 
 import torch
 
@@ -299,22 +300,32 @@ def rng_preserved():
 HANDED_TYPES = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
 
 
+HELD_DEPTH = 4  # links followed from the trainer: a dict of functions -> a closure -> an object -> its model
+
+
 def held_objects(trainer):
-    """The modules, optimizers and LR schedulers a trainer holds: itself, its attributes (a dict's values), what
-    its functions close over or are bound to, and one level into the lists, tuples and dicts among those."""
-    top = list(trainer.values()) if isinstance(trainer, dict) else list(getattr(trainer, "__dict__", {}).values())
-    near = [trainer, *top]
-    for value in top:
-        near += [cell.cell_contents for cell in getattr(value, "__closure__", None) or ()
-                 if cell.cell_contents is not None]
-        near += [getattr(value, "__self__")] if hasattr(value, "__self__") and callable(value) else []
-    found = list(near)
-    for value in near:
-        if isinstance(value, dict):
-            found += value.values()
-        elif isinstance(value, (list, tuple)):
-            found += value
-    return {id(obj): obj for obj in found if isinstance(obj, HANDED_TYPES)}
+    """{id: object} of the modules, optimizers and LR schedulers a trainer holds, up to HELD_DEPTH links away
+    through attributes, dict values, list and tuple items, closures and bound methods' objects."""
+    found, seen, frontier = {}, set(), [trainer]
+    for _ in range(HELD_DEPTH):
+        following = []
+        for obj in frontier:
+            if id(obj) in seen or isinstance(obj, (type, types.ModuleType)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, HANDED_TYPES):
+                found[id(obj)] = obj
+            elif isinstance(obj, dict):
+                following += obj.values()
+            elif isinstance(obj, (list, tuple)):
+                following += obj
+            else:
+                following += [cell.cell_contents for cell in getattr(obj, "__closure__", None) or ()
+                              if cell.cell_contents is not None]
+                following += [obj.__self__] if isinstance(obj, types.MethodType) else []
+                following += getattr(obj, "__dict__", {}).values()
+        frontier = following
+    return found
 
 
 def capture(obj):

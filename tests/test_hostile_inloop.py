@@ -1,16 +1,25 @@
-"""The in-loop classes (SpikeGuard, TrainingMonitor) and their demo CLIs under hostile input and faults.
+"""The in-loop classes (SpikeGuard, TrainingMonitor), their demo CLIs and resume_check under hostile input and faults.
 
 Corrupt guard state, an all-zero warmup, scalars that shadow the monitor's columns, use after close, log
-paths that hold the user's files, folders, devices and FIFOs, Ctrl-C, and a stdout that is closed or full.
+paths that hold the user's files, folders, devices and FIFOs, Ctrl-C, and a stdout that is closed or full;
+trainers that raise SystemExit or KeyboardInterrupt, hang, or share their model and optimizer across builds.
 """
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
+import torch
 
 import monitor
+import resume_check
 import spike_guard
+from conftest import DIAGNOSTICS
+from state_snapshot import differences, snapshot
 
 pytestmark = pytest.mark.hostile
 
@@ -191,3 +200,170 @@ def test_ctrl_c_ends_the_demos_with_130(tmp_path, monkeypatch, capsys):
     assert spike_guard.main([]) == 130
     assert monitor.main(["--out", str(tmp_path / "run.jsonl")]) == 130
     assert capsys.readouterr() == ("", "")
+
+
+# --- resume_check: the user's trainer raises, hangs, is interrupted; the objects it hands in -------------------
+
+TRAINER = '''
+import time
+{top}
+
+
+class Trainer:
+    def state_dict(self):
+        return {{"n": 1}}
+
+    def load_state_dict(self, sd):
+        pass
+
+    def train_step(self):
+        {step}
+
+
+def make_trainer():
+    return Trainer()
+'''
+
+
+def trainer_file(tmp_path, step="return 1.0", top=""):
+    path = tmp_path / "my_trainer.py"
+    path.write_text(TRAINER.format(step=step, top=top))
+    return path
+
+
+def resume_main(capsys, *argv):
+    """resume_check.main() in this process: (exit code, stdout, stderr)."""
+    code = resume_check.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+RAISES = {
+    "SystemExit in train_step": ("raise SystemExit(3)", "", "train_step() raised SystemExit: 3 (reference run, step 0)"),
+    "KeyboardInterrupt in train_step": ("raise KeyboardInterrupt('stop')", "",
+                                        "train_step() raised KeyboardInterrupt: stop (reference run, step 0)"),
+    "sys.exit on import": ("return 1.0", "import sys\nsys.exit('needs --config')",
+                           "raised SystemExit on import: needs --config"),
+    "KeyboardInterrupt on import": ("return 1.0", "raise KeyboardInterrupt", "raised KeyboardInterrupt on import"),
+}
+
+
+@pytest.mark.parametrize("name", RAISES)
+def test_a_trainer_that_raises_a_base_exception_is_its_error_in_one_line(name, tmp_path, capsys):
+    step, top, words = RAISES[name]
+    code, out, err = resume_main(capsys, "--trainer", trainer_file(tmp_path, step, top))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert words in err, err
+
+
+def test_a_trainer_file_that_is_a_fifo_is_refused_at_once(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.py")
+    code, _, err = resume_main(capsys, "--trainer", tmp_path / "pipe.py", "--timeout", 30)
+    assert code == 2 and "is not a regular file" in err and err.count("\n") == 1
+
+
+def test_an_import_that_hangs_is_reported_at_the_time_limit(tmp_path, capsys):
+    path = trainer_file(tmp_path, top="time.sleep(3)")  # the worker thread finishes on its own afterwards
+    started = time.monotonic()
+    code, _, err = resume_main(capsys, "--trainer", path, "--timeout", 0.5)
+    assert code == 2 and time.monotonic() - started < 2.5
+    assert f"no answer within 0.5 s, still in importing {path}" in err and err.count("\n") == 1, err
+
+
+def test_bad_timeouts_are_bad_usage(capsys):
+    for value in ("0", "-1", "nan"):
+        code, _, err = resume_main(capsys, "--timeout", value)
+        assert code == 2 and "--timeout must be a positive number" in err, (value, err)
+
+
+def _cli(*args, **kwargs):
+    return subprocess.Popen([sys.executable, str(DIAGNOSTICS / "resume_check.py"), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def test_a_train_step_that_hangs_is_named_and_the_process_ends(tmp_path):
+    proc = _cli("--trainer", trainer_file(tmp_path, step="time.sleep(3600)"), "--timeout", 1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and out == "" and "Traceback" not in err, err
+    assert err.strip().splitlines() == [
+        "error: resume_check: no answer within 1 s, still in train_step() (reference run, step 0): a hang (a collective "
+        "waiting for another rank, a data loader worker, input()) or a configuration too big for a check; give a "
+        "smaller one, or a larger --timeout"]
+
+
+def test_ctrl_c_while_the_trainer_runs_exits_130_quietly(tmp_path):
+    marker = tmp_path / "started"
+    proc = _cli("--trainer", trainer_file(tmp_path, step=f"open({str(marker)!r}, 'w').close(); time.sleep(3600)"))
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, out, err) == (130, "", "")
+
+
+class SharedTrainer:
+    """A trainer around a model and optimizer built once, outside make_trainer(): the user's own objects."""
+
+    def __init__(self, model, optimizer, fail_at=None):
+        self.model, self.opt, self.fail_at, self.steps = model, optimizer, fail_at, 0
+        self.x, self.y = torch.randn(8, 4, generator=torch.Generator().manual_seed(0)), torch.zeros(8, 1)
+
+    def train_step(self):
+        if self.steps == self.fail_at:
+            raise RuntimeError("CUDA out of memory")
+        self.steps += 1
+        loss = torch.nn.functional.mse_loss(self.model(self.x), self.y)
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+    def state_dict(self):
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, sd):
+        self.model.load_state_dict(sd["model"])
+        self.opt.load_state_dict(sd["optimizer"])
+        self.steps = sd["steps"]
+
+
+def _users_objects():
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.0), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()  # the user's optimizer has state (Adam's moments) before the check
+    model.eval()
+    return model, optimizer
+
+
+@pytest.mark.parametrize("style", ["object", "dict of functions"])
+def test_the_models_and_optimizers_a_factory_hands_in_get_their_state_back(style):
+    model, optimizer = _users_objects()
+    before = snapshot(model, optimizer)
+
+    def make_trainer():
+        trainer = SharedTrainer(model, optimizer)
+        if style == "object":
+            return trainer
+        return {"train_step": lambda: trainer.train_step(), "state_dict": lambda: trainer.state_dict(),
+                "load_state_dict": lambda sd: trainer.load_state_dict(sd)}
+
+    result = resume_check.check_resume(make_trainer)
+    assert result.details["verdict"] == "ok", result.summary  # each trainer starts where a fresh process would
+    assert differences(before, snapshot(model, optimizer)) == []
+
+
+def test_the_objects_a_factory_hands_in_get_their_state_back_when_the_trainer_raises():
+    model, optimizer = _users_objects()
+    before = snapshot(model, optimizer)
+    calls = []
+
+    def make_trainer():
+        calls.append(1)
+        return SharedTrainer(model, optimizer, fail_at=4 if len(calls) == 4 else None)  # the resumed run, 2nd life
+
+    with pytest.raises(resume_check.CheckError, match="CUDA out of memory"):
+        resume_check.check_resume(make_trainer)
+    assert differences(before, snapshot(model, optimizer)) == []
