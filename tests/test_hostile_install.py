@@ -192,3 +192,27 @@ def test_the_installer_reports_an_unreadable_skill_as_invalid(tmp_path, source, 
     assert install_skill.main([str(tmp_path)], source=source) == 1
     out = capsys.readouterr()
     assert "SKILL.md:1: not UTF-8 text" in out.out and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize("target, code", [("closed pipe", 0), ("/dev/full", 1)])
+def test_a_closed_or_full_stdout_ends_the_installer_quietly(tmp_path, source, monkeypatch, capsys, target, code):
+    if target == "closed pipe":
+        read, write = os.pipe()
+        os.close(read)
+        stream = os.fdopen(write, "w")
+    else:
+        stream = open("/dev/full", "w")
+    monkeypatch.setattr("sys.stdout", stream)
+    assert install_skill.main([str(tmp_path)], source=source) == code
+    assert (tmp_path / "ml-debug" / "SKILL.md").read_text() == SKILL  # the install itself is done
+    assert capsys.readouterr().err == ""
+    stream.close()
+
+
+def test_ctrl_c_midway_leaves_no_half_made_install(tmp_path, source, monkeypatch, capsys):
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(install_skill.shutil, "copyfile", interrupted)
+    assert install_skill.main([str(tmp_path)], source=source) == 130
+    assert list(tmp_path.iterdir()) == [] and capsys.readouterr() == ("", "")

@@ -189,7 +189,10 @@ def read_text(path):
     """A pack file's text; Unreadable (with the line) for a non-regular file or bytes that are not UTF-8."""
     if not path.is_file():  # a FIFO or a device would block or never end
         raise Unreadable(1, "not a regular file")
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Unreadable(1, f"cannot read: {exc.strerror or exc}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -479,14 +482,20 @@ def main(argv=None):
         print(f"error: {root} holds no SKILL.md (as a regular file); pass the pack's top folder", file=sys.stderr)
         return 2
     shared = args.shared if args.shared is not None else root.parent / "shared"
-    checker = Checker(root, shared)
-    problems = checker.run()
-    for problem in problems:
-        print(problem)
-    skill = checker.pages.get((root / "SKILL.md").resolve())
-    budget = "SKILL.md unreadable" if skill is None else "SKILL.md body {1} lines, ~{2} tokens".format(*skill_body(skill))
-    evidence = len(list(root.glob("evidence/*.md")))
-    sources = "checked against shared/" if checker.shared else "not checked (no shared/ folder)"
+    try:
+        checker = Checker(root, shared)
+        problems = checker.run()
+        skill = checker.pages.get((root / "SKILL.md").resolve())
+        budget = "SKILL.md unreadable" if skill is None else "SKILL.md body {1} lines, ~{2} tokens".format(*skill_body(skill))
+        evidence = len(list(root.glob("evidence/*.md")))
+        sources = "checked against shared/" if checker.shared else "not checked (no shared/ folder)"
+        sys.stdout.write("".join(f"{problem}\n" for problem in problems))
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
+    except OSError as exc:  # `check_pack.py | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return 1
     print(f"{len(problems)} problem(s); {checker.quotes_verified} quotes verified; {evidence} evidence files, excerpts {sources}; "
           f"{budget}", file=sys.stderr)
     return 1 if problems else 0

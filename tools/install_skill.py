@@ -212,21 +212,24 @@ def main(argv=None, source=ROOT):
                         help="replace DEST/ml-debug even when it holds files this installer did not write (they are lost)")
     args = parser.parse_args(argv)
     try:
-        target = install(args.dest, source, args.force)
+        try:
+            target = install(args.dest, source, args.force)
+        except Refused as exc:
+            print(f"install_skill.py: {exc}", file=sys.stderr)
+            return 2
         problems = validate_install(target)
-        for problem in problems:
-            print(problem)
-        if problems:
-            print(f"installed to {target}, but the copy does not validate ({len(problems)} problem(s))", file=sys.stderr)
-            return 1
-        print(f"installed to {target}; skills-ref validate and the pack checker pass on the copy")
-    except Refused as exc:
-        print(f"install_skill.py: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
+        sys.stdout.write("".join(f"{problem}\n" for problem in problems))
+        if not problems:
+            sys.stdout.write(f"installed to {target}; skills-ref validate and the pack checker pass on the copy\n")
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback; a half-made copy was removed
         return 130
-    except BrokenPipeError:  # `... | head`: the reader left
-        sys.stdout = None
+    except OSError as exc:  # `... | head` closed the pipe, or stdout is a full disk: the install itself is done
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return 0 if isinstance(exc, BrokenPipeError) and not problems else 1
+    if problems:
+        print(f"installed to {target}, but the copy does not validate ({len(problems)} problem(s))", file=sys.stderr)
+        return 1
     return 0
 
 
