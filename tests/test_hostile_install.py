@@ -214,5 +214,5 @@ def test_ctrl_c_midway_leaves_no_half_made_install(tmp_path, source, monkeypatch
         raise KeyboardInterrupt
 
     monkeypatch.setattr(install_skill.shutil, "copyfile", interrupted)
-    assert install_skill.main([str(tmp_path)], source=source) == 130
-    assert list(tmp_path.iterdir()) == [] and capsys.readouterr() == ("", "")
+    assert install_skill.main([str(tmp_path / "skills")], source=source) == 130
+    assert list((tmp_path / "skills").iterdir()) == [] and capsys.readouterr() == ("", "")
