@@ -155,7 +155,14 @@ def test_folders_devices_and_fifos_are_refused_at_once(tmp_path):
 # --- the demo CLIs -------------------------------------------------------------------------------------------
 
 
-def test_monitor_cli_keeps_an_existing_out_file_without_force(tmp_path, capsys):
+def short_demo_run(path, broken=True, every=1, overwrite=False):
+    """monitor.demo_run's contract (the same TrainingMonitor, the same options) in 40 steps of a made-up loss."""
+    with monitor.TrainingMonitor(path, every=every, overwrite=overwrite) as mon:
+        return [r for r in (mon.log(step, 2.0 + 0.01 * (step % 3)) for step in range(40)) if r is not None]
+
+
+def test_monitor_cli_keeps_an_existing_out_file_without_force(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(monitor, "demo_run", short_demo_run)
     path = tmp_path / "run.jsonl"
     path.write_text("my notes\n")
     for args in (["--out", str(path)], ["--out", str(tmp_path)], ["--out", "/dev/full"]):
@@ -165,7 +172,7 @@ def test_monitor_cli_keeps_an_existing_out_file_without_force(tmp_path, capsys):
         assert exit_info.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
     assert path.read_text() == "my notes\n"
     assert monitor.main(["--out", str(path), "--force", "--every", "10"]) == 0
-    assert path.read_text().startswith('{"step": 0')
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [0, 10, 20, 30]
 
 
 def _stdout_to(monkeypatch, target):
@@ -183,6 +190,7 @@ def _stdout_to(monkeypatch, target):
 @pytest.mark.parametrize("target, code", [("closed pipe", 0), ("/dev/full", 1)])
 def test_a_closed_or_full_stdout_ends_the_demos_quietly(tmp_path, monkeypatch, capsys, target, code):
     monkeypatch.setattr(spike_guard, "demo", lambda *args, **kwargs: {"events": []})
+    monkeypatch.setattr(monitor, "demo_run", short_demo_run)
     stream = _stdout_to(monkeypatch, target)
     assert spike_guard.main(["--json"]) == code
     stream = _stdout_to(monkeypatch, target)
