@@ -216,3 +216,22 @@ def test_ctrl_c_midway_leaves_no_half_made_install(tmp_path, source, monkeypatch
     monkeypatch.setattr(install_skill.shutil, "copyfile", interrupted)
     assert install_skill.main([str(tmp_path / "skills")], source=source) == 130
     assert list((tmp_path / "skills").iterdir()) == [] and capsys.readouterr() == ("", "")
+
+
+def test_a_folder_in_the_install_that_cannot_be_listed_stops_the_reinstall(tmp_path, source, monkeypatch, capsys):
+    assert install_skill.main([str(tmp_path)], source=source) == 0
+    private = tmp_path / "ml-debug" / "private"
+    private.mkdir()
+    (private / "secrets.txt").write_text("mine")
+    real_walk = os.walk
+
+    def walk(top, onerror=None, **kwargs):  # as root, chmod 000 cannot hide a folder: the error is simulated
+        for folder, dirs, names in real_walk(top, onerror=onerror, **kwargs):
+            if folder == str(private):
+                onerror(PermissionError(13, "Permission denied", folder))
+                return
+            yield folder, dirs, names
+
+    monkeypatch.setattr(install_skill.os, "walk", walk)
+    refused(capsys, [str(tmp_path)], source, f"cannot read {private} (Permission denied)")
+    assert (private / "secrets.txt").read_text() == "mine"

@@ -1,6 +1,6 @@
 """Install the ml-debug skill into a coding agent's skills folder.
 
-    python tools/install_skill.py DEST [--force]   # e.g. ~/.claude/skills or .agents/skills
+    python tools/install_skill.py DEST [--force]   # e.g. ~/.claude/skills or ~/my-project/.agents/skills
 
 Copies the agent-facing files (SKILL.md, PLAYBOOK.md, refs/, evidence/, diagnostics/) into
 DEST/ml-debug/ with a manifest of what it wrote (MANIFEST: each file's path and sha256), then
@@ -73,8 +73,11 @@ def source_files(source):
 
 def installed_files(target):
     """Relative posix paths of every non-folder entry under target (symlinks not followed), manifest excluded."""
+    def unreadable(exc):  # a folder that cannot be listed may hold the user's files: stop, do not guess
+        raise Refused(f"cannot read {exc.filename} ({exc.strerror}); nothing was changed")
+
     found = []
-    for folder, dirs, names in os.walk(target):  # a symlink to a folder is listed in dirs, and not entered
+    for folder, dirs, names in os.walk(target, onerror=unreadable):  # a symlink to a folder: in dirs, not entered
         found += [(Path(folder) / n).relative_to(target).as_posix()
                   for n in names + [d for d in dirs if (Path(folder) / d).is_symlink()]]
     return sorted(set(found) - {MANIFEST})
@@ -99,7 +102,7 @@ def changes(target, manifest):
         path = target / rel
         if rel not in manifest:
             added.append(rel)
-        elif path.is_symlink() or not path.is_file() or sha256(path) != manifest[rel]:
+        elif path.is_symlink() or not path.is_file() or not os.access(path, os.R_OK) or sha256(path) != manifest[rel]:
             changed.append(rel)
     return changed, added
 
