@@ -298,8 +298,6 @@ def rng_preserved():
 # --- the user's own objects: what a factory hands to more than one trainer --------------------------
 
 HANDED_TYPES = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
-
-
 HELD_DEPTH = 4  # links followed from the trainer: a dict of functions -> a closure -> an object -> its model
 
 
@@ -319,13 +317,26 @@ def held_objects(trainer):
                 following += obj.values()
             elif isinstance(obj, (list, tuple)):
                 following += obj
+            elif isinstance(obj, types.FunctionType):
+                following += [cell.cell_contents for cell in obj.__closure__ or () if cell_filled(cell)]
+            elif isinstance(obj, types.MethodType):
+                following.append(obj.__self__)
             else:
-                following += [cell.cell_contents for cell in getattr(obj, "__closure__", None) or ()
-                              if cell.cell_contents is not None]
-                following += [obj.__self__] if isinstance(obj, types.MethodType) else []
-                following += getattr(obj, "__dict__", {}).values()
+                try:  # the instance's own attributes, without running a custom __getattr__
+                    attributes = object.__getattribute__(obj, "__dict__")
+                except AttributeError:
+                    attributes = {}
+                following += attributes.values() if isinstance(attributes, dict) else ()
         frontier = following
     return found
+
+
+def cell_filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
 
 
 def capture(obj):
