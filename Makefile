@@ -26,8 +26,12 @@ check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, 
 docs: $(VENV)/.installed  ## build the docs site into build/site from the pack's own files (strict: any warning fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
+# It replaces only an unchanged earlier install of its own; FORCE=1 passes --force (replace whatever is there).
 install-skill: $(VENV)/.installed  ## copy the agent-facing files into $(DEST)/ml-debug and validate the copy
-	$(PYTHON) tools/install_skill.py $(DEST)
+	$(PYTHON) tools/install_skill.py $(DEST) $(if $(FORCE),--force)
 
-clean:
-	rm -rf $(VENV) .pytest_cache
+# A .venv without the .installed marker was not made here: left alone.
+clean:  ## remove the virtual environment this Makefile made, and pytest's cache
+	@if [ -f $(VENV)/.installed ]; then rm -rf $(VENV); \
+	elif [ -e $(VENV) ]; then echo "make clean: $(VENV) has no .installed marker, so this Makefile did not make it: left alone" >&2; fi
+	rm -rf .pytest_cache

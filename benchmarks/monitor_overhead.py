@@ -104,7 +104,8 @@ def train(data, log_dir, variant):
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     hook, closer = None, None
     if variant.startswith("monitor"):
-        mon = monitor.TrainingMonitor(Path(log_dir) / "log.jsonl", model, optimizer, every=int(variant.split("=")[1]))
+        mon = monitor.TrainingMonitor(Path(log_dir) / "log.jsonl", model, optimizer, every=int(variant.split("=")[1]),
+                                      overwrite=True)  # our own temp dir: each variant and round replaces the last log
         closer = mon.close
 
         def hook(step, loss, x):

@@ -59,9 +59,13 @@ What it checks
     local shard). Every rank must call log() at the same steps, or the all-reduce waits forever.
 
     Events: TrainingMonitor.event(step, kind, **fields) writes {"step", "event", ...} lines
-    (SpikeGuard writes its skips there). spikes.py ignores them: they have no loss. The file is
-    rewritten at each start; pass append=True when you resume a run, so that the steps going
-    backwards mark the resume for spikes.py.
+    (SpikeGuard writes its skips there). spikes.py ignores them: they have no loss.
+
+    The log never replaces a file by surprise: a path that holds a non-empty file is refused
+    (FileExistsError) unless you pass append=True, when you resume a run (the steps going backwards
+    mark the resume for spikes.py), or overwrite=True. A folder, a device or a FIFO is refused
+    (ValueError). Scalars named like a column the monitor writes (step, loss, grad_norm, ...) are
+    refused (ValueError), and log() or event() after close() raises RuntimeError.
 
 Command
     python diagnostics/monitor.py                        # demo: a bad batch is planted at step 200
@@ -93,10 +97,10 @@ Output
              200  slow_recovery     0.1461     6.804   46.57        50         0
     events: none
     nan_step: none
-    $ python diagnostics/monitor.py --healthy --out /tmp/run.jsonl
+    $ python diagnostics/monitor.py --healthy --out /tmp/healthy.jsonl
     ...
-    read back by spikes.py (the same as `python diagnostics/spikes.py /tmp/run.jsonl`):
-    run.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
+    read back by spikes.py (the same as `python diagnostics/spikes.py /tmp/healthy.jsonl`):
+    healthy.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 0
     events: none
     nan_step: none
@@ -124,6 +128,7 @@ import importlib.util
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 import time
@@ -145,10 +150,28 @@ def _scalar(x, device, dtype):
     return torch.tensor(x, dtype=dtype, device=device)
 
 
+COLUMNS = ("step", "loss", "grad_norm", "param_norm", "adam_v_norm", "lr", "tokens_per_s", "event")  # the monitor's own
+
+
+def _open_log(path, append, overwrite):
+    """The log file opened for writing; refuses a folder, a device, a FIFO, and a non-empty file unless told."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        return open(path, "x", encoding="utf-8")  # "x": created here, never a file that appeared meanwhile
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file (a folder, a device or a FIFO); give the log a file path")
+    if info.st_size and not (append or overwrite):
+        raise FileExistsError(f"{path} exists and is not empty; pass append=True to continue its log (a resume) "
+                              "or overwrite=True to replace it")
+    # "a" keeps an earlier run's lines: steps that go backwards then mark the resume for spikes.py.
+    return open(path, "a" if append else "w", encoding="utf-8")
+
+
 class TrainingMonitor:
     """Writes the per-step JSONL log spikes.py reads; see the module docstring for the columns."""
 
-    def __init__(self, path, model=None, optimizer=None, every=1, sharded=False, append=False):
+    def __init__(self, path, model=None, optimizer=None, every=1, sharded=False, append=False, overwrite=False):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
         self.path, self.model, self.optimizer = Path(path), model, optimizer
@@ -156,9 +179,8 @@ class TrainingMonitor:
         distributed = dist.is_available() and dist.is_initialized()
         self.world = dist.get_world_size() if distributed else 1
         self.rank = dist.get_rank() if distributed else 0
-        # Rank 0 alone writes. "a" keeps an earlier run's lines: steps that go backwards then mark
-        # the resume for spikes.py.
-        self._file = open(self.path, "a" if append else "w", encoding="utf-8") if self.rank == 0 else None
+        self._file = _open_log(self.path, append, overwrite) if self.rank == 0 else None  # rank 0 alone writes
+        self._closed = False
         self._tokens = 0
         self._since = time.perf_counter()
 
@@ -170,11 +192,14 @@ class TrainingMonitor:
 
     def close(self):
         """Flush and close the log (rank 0); safe to call twice."""
+        self._closed = True
         if self._file is not None:
             self._file.close()
             self._file = None
 
     def _write(self, record):
+        if self._closed:
+            raise RuntimeError(f"the TrainingMonitor of {self.path} is closed: nothing more can be logged to it")
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")  # NaN/inf as NaN/Infinity: json.loads reads them back
             self._file.flush()
@@ -209,10 +234,15 @@ class TrainingMonitor:
         loss, grad_norm, tokens and the scalars may be tensors (on any device) or numbers.
         grad_norm is taken as the global norm, already; tokens counts this rank's tokens of this step.
         """
+        if self._closed:
+            raise RuntimeError(f"the TrainingMonitor of {self.path} is closed: nothing more can be logged to it")
         if tokens is not None:
             self._tokens = self._tokens + tokens  # a tensor stays on its device: no sync
         if step % self.every:
             return None
+        clash = sorted(set(COLUMNS) & set(scalars or ()))
+        if clash:
+            raise ValueError(f"scalars may not be named {', '.join(clash)}: the monitor writes those columns itself")
         device = loss.device if torch.is_tensor(loss) else torch.device("cpu")
         dtype = torch.float32 if device.type == "mps" else torch.float64  # MPS has no float64
         means = {"loss": loss, **(scalars or {})}  # averaged over ranks
@@ -257,7 +287,7 @@ def _one_thread():
         torch.set_num_threads(threads)
 
 
-def demo_run(path, broken=True, every=1, steps=DEMO_STEPS, seed=0):
+def demo_run(path, broken=True, every=1, steps=DEMO_STEPS, seed=0, overwrite=False):
     """Train a small MLP classifier with Adam and log it with a TrainingMonitor; returns the records written.
 
     The task: label each point by the class a fixed random linear teacher scores highest. Each
@@ -274,7 +304,7 @@ def demo_run(path, broken=True, every=1, steps=DEMO_STEPS, seed=0):
         )
         optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)  # torch's default betas (0.9, 0.999)
         records = []
-        with TrainingMonitor(path, model, optimizer, every=every) as mon:
+        with TrainingMonitor(path, model, optimizer, every=every, overwrite=overwrite) as mon:
             for step in range(steps):
                 x = torch.randn(BATCH, FEATURES, generator=data)
                 y = (x @ teacher).argmax(dim=1)
@@ -332,21 +362,39 @@ def main(argv=None):
                            "spikes.py. Exit 0 when the demo ran, 2 on bad usage.")
     parser.add_argument("--healthy", action="store_true", help="run the demo without the planted bad batch")
     parser.add_argument("--every", type=int, default=1, help="log every N steps (default 1)")
-    parser.add_argument("--out", help="where to write the JSONL log (default: monitor_demo.jsonl in the temp dir)")
+    parser.add_argument("--out", help="where to write the JSONL log (default: a new monitor_demo_*.jsonl file in the "
+                        "temp dir); an existing non-empty file is refused without --force")
+    parser.add_argument("--force", action="store_true", help="replace the --out file if it exists")
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every must be at least 1, got {args.every}")
-    path = Path(args.out or os.path.join(tempfile.gettempdir(), "monitor_demo.jsonl"))
     try:
-        records = demo_run(path, broken=not args.healthy, every=args.every)
-    except OSError as exc:
-        parser.exit(2, f"monitor.py: error: cannot write {path}: {exc.strerror or exc}\n")
-    what = "no bad batch" if args.healthy else f"a bad batch planted at step {BAD_STEP}"
-    print(f"trained the demo MLP for {DEMO_STEPS} steps ({what}); TrainingMonitor(every={args.every}) "
-          f"wrote {len(records)} records to {path}")
-    print(f"last record: {json.dumps({k: v if k == 'step' else float(f'{v:.4g}') for k, v in records[-1].items()})}")
-    print(f"around step {BAD_STEP}:\n{_table(records, BAD_STEP)}")
-    print(_spikes_summary(path))
+        if args.out:
+            path = Path(args.out)
+        else:  # a new, empty file of our own: nothing of the user's is replaced
+            handle, name = tempfile.mkstemp(prefix="monitor_demo_", suffix=".jsonl")
+            os.close(handle)
+            path = Path(name)
+        try:
+            records = demo_run(path, broken=not args.healthy, every=args.every, overwrite=args.force)
+        except FileExistsError:
+            parser.exit(2, f"monitor.py: error: {path} exists and is not empty; pass --force to replace it, or "
+                           "another --out\n")
+        except ValueError as exc:
+            parser.exit(2, f"monitor.py: error: {exc}\n")
+        except OSError as exc:
+            parser.exit(2, f"monitor.py: error: cannot write {path}: {exc.strerror or exc}\n")
+        what = "no bad batch" if args.healthy else f"a bad batch planted at step {BAD_STEP}"
+        last = json.dumps({k: v if k == 'step' else float(f'{v:.4g}') for k, v in records[-1].items()})
+        sys.stdout.write(f"trained the demo MLP for {DEMO_STEPS} steps ({what}); TrainingMonitor(every={args.every}) "
+                         f"wrote {len(records)} records to {path}\nlast record: {last}\n"
+                         f"around step {BAD_STEP}:\n{_table(records, BAD_STEP)}\n{_spikes_summary(path)}\n")
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
+    except OSError as exc:  # `monitor.py | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return 0 if isinstance(exc, BrokenPipeError) else 1
     return 0
 
 

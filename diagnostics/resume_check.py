@@ -55,7 +55,13 @@ What it checks
     with "last_epoch" and "base_lrs" (or "_last_lr") a scheduler's, a key containing "rng", "random" or
     "generator" an RNG state. Nothing is written to disk, and Python's, torch's (CPU, and CUDA
     when initialised before the check) and NumPy's global RNG states are restored afterwards,
-    also when your trainer raises.
+    also when your trainer raises. Models, optimizers and LR schedulers that make_trainer()
+    hands to more than one trainer (built once, outside it) are put back as they were before
+    each new trainer is built, as a fresh process finds them, and after the check.
+
+    Your code runs under a time limit (--timeout, 300 s for the whole check): a trainer that
+    hangs is reported with the call it hung in, and exit 2. A trainer (or its file) that raises,
+    SystemExit and KeyboardInterrupt included, is one line naming the call and the error, exit 2.
 
     Under torch.distributed the check runs locally in each process and starts no collective of
     its own, so a trainer that is not distributed-aware cannot hang it. Each rank makes the same
@@ -127,6 +133,7 @@ Next step
 """
 import argparse
 import contextlib
+import copy
 import ctypes
 import dataclasses
 import hashlib
@@ -136,6 +143,8 @@ import json
 import os
 import random
 import sys
+import threading
+import types
 
 import torch
 
@@ -146,6 +155,8 @@ RTOL = ATOL = 0.0  # exact: a deterministic pipeline resumes bit for bit (refs/s
 SHOWN = 3  # entries named in a summary; details hold them all
 RNG_WORDS = ("rng", "random", "generator")  # key names that mark an RNG state (our naming assumption)
 BUGS = ("data_restart", "rng", "optimizer", "scheduler")
+TIMEOUT = 300.0  # s for the whole check: the demo's 27 steps and 5 trainer builds take ~4 s on a busy CPU (measured);
+# a small configuration of a real model adds its imports and a first-step compile (minutes at worst: assumed)
 
 
 @dataclasses.dataclass
@@ -176,20 +187,36 @@ def method(trainer, name):
     return trainer.get(name) if isinstance(trainer, dict) else getattr(trainer, name, None)
 
 
+def users_error(exc):
+    """True when `exc`, raised inside the user's code, is the user's error to report: any Exception, SystemExit,
+    and KeyboardInterrupt off the main thread (a real Ctrl-C reaches the main thread only; there it stops the check)."""
+    interrupt = isinstance(exc, KeyboardInterrupt) and threading.current_thread() is not threading.main_thread()
+    return isinstance(exc, (Exception, SystemExit)) or interrupt
+
+
+progress = {"at": "starting"}  # what the check is waiting on: named when the time limit runs out
+
+
 def call(trainer, name, *args, where=""):
+    progress["at"] = f"{name}() ({where})"
     try:
         return method(trainer, name)(*args)
-    except Exception as exc:  # the user's code: reported in one line, with where it happened
+    except BaseException as exc:  # the user's code: reported in one line, with where it happened
+        if not users_error(exc):
+            raise
         raise CheckError(f"{name}() raised {type(exc).__name__}: {exc} ({where})") from exc
 
 
 def new_trainer(make_trainer, where):
     """Seed like a fresh process, then call the factory and check the trainer has the three methods."""
     seed_all(SEED)
+    name = getattr(make_trainer, "__name__", "make_trainer")
+    progress["at"] = f"{name}() ({where})"
     try:
         trainer = make_trainer()
-    except Exception as exc:
-        name = getattr(make_trainer, "__name__", "make_trainer")
+    except BaseException as exc:
+        if not users_error(exc):
+            raise
         raise CheckError(f"{name}() raised {type(exc).__name__}: {exc} ({where})") from exc
     missing = [name for name in ("state_dict", "load_state_dict", "train_step") if not callable(method(trainer, name))]
     if missing:
@@ -266,6 +293,104 @@ def rng_preserved():
             torch.cuda.set_rng_state_all(cuda_states)
         if numpy_state is not None:
             numpy.random.set_state(numpy_state)
+
+
+# --- the user's own objects: what a factory hands to more than one trainer --------------------------
+
+HANDED_TYPES = (torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler)
+HELD_DEPTH = 4  # links followed from the trainer: a dict of functions -> a closure -> an object -> its model
+
+
+def held_objects(trainer):
+    """{id: object} of the modules, optimizers and LR schedulers a trainer holds, up to HELD_DEPTH links away
+    through attributes, dict values, list and tuple items, closures and bound methods' objects."""
+    found, seen, frontier = {}, set(), [trainer]
+    for _ in range(HELD_DEPTH):
+        following = []
+        for obj in frontier:
+            if id(obj) in seen or isinstance(obj, (type, types.ModuleType)):
+                continue
+            seen.add(id(obj))
+            if isinstance(obj, HANDED_TYPES):
+                found[id(obj)] = obj
+            elif isinstance(obj, dict):
+                following += obj.values()
+            elif isinstance(obj, (list, tuple)):
+                following += obj
+            elif isinstance(obj, types.FunctionType):
+                following += [cell.cell_contents for cell in obj.__closure__ or () if cell_filled(cell)]
+            elif isinstance(obj, types.MethodType):
+                following.append(obj.__self__)
+            else:
+                try:  # the instance's own attributes, without running a custom __getattr__
+                    attributes = object.__getattribute__(obj, "__dict__")
+                except AttributeError:
+                    attributes = {}
+                following += attributes.values() if isinstance(attributes, dict) else ()
+        frontier = following
+    return found
+
+
+def cell_filled(cell):
+    try:
+        cell.cell_contents
+    except ValueError:  # a closure variable not assigned yet
+        return False
+    return True
+
+
+def capture(obj):
+    """What restore_object() needs to put `obj` back: a copy of its state (a module's also grads and modes)."""
+    if isinstance(obj, torch.nn.Module):
+        return ({k: v.detach().clone() for k, v in obj.state_dict().items()},
+                [None if p.grad is None else p.grad.detach().clone() for p in obj.parameters()],
+                [m.training for m in obj.modules()])
+    return copy.deepcopy(obj.state_dict())
+
+
+def restore_object(obj, saved):
+    with torch.no_grad():
+        if isinstance(obj, torch.nn.Module):
+            weights, grads, modes = saved
+            obj.load_state_dict(weights)
+            for param, grad in zip(obj.parameters(), grads):
+                param.grad = None if grad is None else grad.clone()
+            for module, mode in zip(obj.modules(), modes):
+                module.training = mode
+        else:
+            obj.load_state_dict(copy.deepcopy(saved))  # a copy: the optimizer keeps the tensors it is given
+
+
+class HandedIn:
+    """The user's own models, optimizers and schedulers that make_trainer() hands in (built once, outside it):
+    put back as they were before every later make_trainer() call, as a fresh process finds them, and at the end."""
+
+    def __init__(self):
+        self.saved, self.builds = {}, 0  # id -> (object, state): the first trainer's, then those the second shares
+
+    def seen(self, trainer):
+        held = held_objects(trainer)
+        self.builds += 1
+        if self.builds == 1:
+            self.saved = {key: (obj, capture(obj)) for key, obj in held.items()}
+        elif self.builds == 2:
+            self.saved = {key: value for key, value in self.saved.items() if key in held}  # the others were new
+
+    def restore(self):
+        for obj, state in self.saved.values():
+            restore_object(obj, state)
+
+
+def tracked(make_trainer, handed):
+    """make_trainer, with the objects it hands in put back before each later call."""
+    def factory():
+        handed.restore()
+        trainer = make_trainer()
+        handed.seen(trainer)
+        return trainer
+
+    factory.__name__ = getattr(make_trainer, "__name__", "make_trainer")
+    return factory
 
 
 # --- state dicts as flat {path: leaf} maps ---------------------------------------------------------
@@ -445,16 +570,21 @@ def check_resume(make_trainer, steps=STEPS, resume_at=RESUME_AT, rtol=RTOL, atol
         raise CheckError(f"resume points {list(resume_at)} must lie in 1..{steps - 1} (steps={steps})")
     if rtol < 0 or atol < 0:
         raise CheckError("rtol and atol must be >= 0")
+    handed = HandedIn()
+    make_trainer = tracked(make_trainer, handed)
     with rng_preserved():
-        reference = run(make_trainer, steps, (), weights_only, "reference run")
-        rerun = run(make_trainer, steps, (), weights_only, "second reference run")
-        noise = divergence(reference, rerun, rtol, atol)
-        del rerun["final"]  # one copy of the final state less in memory
-        if not noise["any"]:
-            try:
-                resumed = run(make_trainer, steps, resume_at, weights_only, "resumed run")
-            except CheckpointError as exc:
-                resumed = exc
+        try:
+            reference = run(make_trainer, steps, (), weights_only, "reference run")
+            rerun = run(make_trainer, steps, (), weights_only, "second reference run")
+            noise = divergence(reference, rerun, rtol, atol)
+            del rerun["final"]  # one copy of the final state less in memory
+            if not noise["any"]:
+                try:
+                    resumed = run(make_trainer, steps, resume_at, weights_only, "resumed run")
+                except CheckpointError as exc:
+                    resumed = exc
+        finally:
+            handed.restore()
     details = {"steps": steps, "resume_at": list(resume_at), "rtol": rtol, "atol": atol, "weights_only": weights_only,
                "seed": SEED, "reference": public(reference), "reference_repeats": not noise["any"]}
     if noise["any"]:  # no resumed run: it could not be judged
@@ -667,16 +797,20 @@ def load_factory(spec):
     """Load `path/to/file.py[:factory]` (default factory make_trainer) and return the factory."""
     path, _, name = spec.partition(":")
     name = name or "make_trainer"
-    if not os.path.isfile(path):
-        raise CheckError(f"trainer file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device is refused too: reading one could wait forever
+        raise CheckError(f"trainer file not found: {path}" if not os.path.exists(path) else
+                         f"trainer file {path} is not a regular file")
     folder = os.path.dirname(os.path.abspath(path))
     if folder not in sys.path:  # like `python file.py`: the file may import modules beside it
         sys.path.insert(0, folder)
     module_spec = importlib.util.spec_from_file_location(f"_mld_trainer_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
+    progress["at"] = f"importing {path}"
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is reported in one line
+    except BaseException as exc:  # the user's file: what it raises (SystemExit too) is reported in one line
+        if not users_error(exc):
+            raise
         raise CheckError(f"trainer file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, name, None)
     if not callable(factory):
@@ -725,6 +859,32 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def within(seconds, work):
+    """work() in a worker thread; its result, or CheckError naming what it waits on after `seconds`.
+
+    The thread is a daemon: one stuck in the user's code does not keep the process alive. A Ctrl-C reaches
+    this (the main) thread, so a KeyboardInterrupt raised inside the trainer is the trainer's error.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["result"] = work()
+        except BaseException as exc:  # handed to the main thread, which reports it
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="resume_check", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise CheckError(f"resume_check: no answer within {seconds:g} s, still in {progress['at']}: a hang (a "
+                         "collective waiting for another rank, a data loader worker, input()) or a configuration too "
+                         "big for a check; give a smaller one, or a larger --timeout")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
 def main(argv=None):
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trainer", help="path/to/file.py[:factory]: a function (default make_trainer) returning a new "
@@ -738,34 +898,54 @@ def main(argv=None):
     parser.add_argument("--atol", type=float, default=ATOL, help="absolute tolerance (default 0: exact)")
     parser.add_argument("--no-weights-only", action="store_true",
                         help="read the checkpoint with torch.load(weights_only=False), if your own code does")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help=f"seconds the whole check may take, trainer file import included (default {TIMEOUT:g}); "
+                             "past it, the check reports where it waited and exits 2")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:
-        if args.trainer and (args.healthy or args.bug):
-            raise CheckError("--healthy and --bug choose the embedded demo; they do not apply to --trainer")
-        if args.healthy and args.bug:
-            raise CheckError("--healthy runs the demo without a bug; do not combine it with --bug")
         try:
-            resume_at = [int(part) for part in args.resume_at.split(",")]
-        except ValueError:
-            raise CheckError(f"--resume-at takes comma-separated step numbers, not {args.resume_at!r}") from None
-        if args.trainer:
-            factory = load_factory(args.trainer)
-        else:
-            bug = None if args.healthy else args.bug or "data_restart"
+            if not args.timeout > 0:
+                raise CheckError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+            if args.trainer and (args.healthy or args.bug):
+                raise CheckError("--healthy and --bug choose the embedded demo; they do not apply to --trainer")
+            if args.healthy and args.bug:
+                raise CheckError("--healthy runs the demo without a bug; do not combine it with --bug")
+            try:
+                resume_at = [int(part) for part in args.resume_at.split(",")]
+            except ValueError:
+                raise CheckError(f"--resume-at takes comma-separated step numbers, not {args.resume_at!r}") from None
 
-            def factory():
-                return make_demo_trainer(bug)
-        result = check_resume(factory, args.steps, resume_at, args.rtol, args.atol, not args.no_weights_only)
-    except CheckError as exc:  # messages may quote the user's multi-line errors: squeeze them onto one line
-        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
-        return 2
-    except Exception as exc:  # anything else the user's trainer set off: one line, not a traceback
-        print(f"error: the check could not run: {type(exc).__name__}: " + " ".join(str(exc).split()), file=sys.stderr)
-        return 2
-    print(json.dumps(result.to_dict(), indent=2, default=str) if args.json else report(result))
+            def work():
+                if args.trainer:
+                    factory = load_factory(args.trainer)
+                else:
+                    bug = None if args.healthy else args.bug or "data_restart"
+
+                    def factory():
+                        return make_demo_trainer(bug)
+                return check_resume(factory, args.steps, resume_at, args.rtol, args.atol, not args.no_weights_only)
+
+            result = within(args.timeout, work)
+        except CheckError as exc:  # messages may quote the user's multi-line errors: squeeze them onto one line
+            print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+            return 2
+        except Exception as exc:  # anything else the user's trainer set off: one line, not a traceback
+            print(f"error: the check could not run: {type(exc).__name__}: " + " ".join(str(exc).split()), file=sys.stderr)
+            return 2
+        sys.stdout.write((json.dumps(result.to_dict(), indent=2, default=str) if args.json else report(result)) + "\n")
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
+    except OSError as exc:  # `resume_check.py | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return (1 if result.status == "fail" else 0) if isinstance(exc, BrokenPipeError) else 1
     return 1 if result.status == "fail" else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if any(t.name == "resume_check" and t.is_alive() for t in threading.enumerate()):  # past --timeout, or Ctrl-C
+        sys.stderr.flush()
+        os._exit(code)  # the worker is stuck in the user's code: do not wait for it at exit
+    sys.exit(code)

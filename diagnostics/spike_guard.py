@@ -17,8 +17,9 @@ What it checks
       grad_norm_outlier    the same test for the gradient norm
 
     mean and std are exponential moving averages with ZClip's update and defaults (alpha 0.97,
-    statistics initialised from the first 25 accepted steps). A skipped step never enters them,
-    so a burst of outliers cannot raise the bar for the next one. skip_z defaults to 6, the
+    statistics initialised from the first 25 accepted steps; a warmup of all-zero values, say a
+    frozen model's, teaches no scale and starts again). A skipped step never enters them, so a
+    burst of outliers cannot raise the bar for the next one. skip_z defaults to 6, the
     sigma factor of OLMo-core's SkipStepOptimizer (a peer tool); the 5% floor is spikes.py's. On
     the demo task, 10 seeds x 1,500 healthy steps (`--healthy --steps 1500 --seed 0..9`), it
     skipped nothing, and the largest z-scores it let through were 5.4 (loss) and 5.9 (gradient
@@ -74,10 +75,11 @@ What it checks
 
     The state holds plain Python numbers, lists and dicts: the statistics, the current run of
     skips, peak_z and the skipped and clipped counts, not the settings (they come from the
-    constructor) nor guard.events (the monitor's log keeps those). A malformed state raises
-    ValueError and leaves the guard as it was. Under torch.distributed every rank holds the same
-    statistics, as every rank decides on the same all-reduced numbers: save rank 0's state with
-    the rest of the checkpoint and load it on every rank.
+    constructor) nor guard.events (the monitor's log keeps those). A malformed state (other keys,
+    other types, NaN or inf statistics) raises ValueError and leaves the guard as it was. Under
+    torch.distributed every rank holds the same statistics, as every rank decides on the same
+    all-reduced numbers: save rank 0's state with the rest of the checkpoint and load it on every
+    rank.
 
     If you already clip before the guard, pass the clip's return value (the pre-clip norm):
     should_skip(step, loss, grad_norm=norm). Do not combine that with clip_z. With gradient
@@ -152,6 +154,7 @@ import collections
 import contextlib
 import json
 import math
+import os
 import sys
 
 import torch
@@ -205,19 +208,35 @@ class EmaStat:
                 self.mean = sum(self.buffer) / len(self.buffer)
                 self.var = sum((v - self.mean) ** 2 for v in self.buffer) / len(self.buffer)
                 self.buffer = []
-            return
-        self.mean = self.alpha * self.mean + (1 - self.alpha) * x
-        self.var = self.alpha * self.var + (1 - self.alpha) * (x - self.mean) ** 2  # the new mean, as ZClip
+        else:
+            self.mean = self.alpha * self.mean + (1 - self.alpha) * x
+            self.var = self.alpha * self.var + (1 - self.alpha) * (x - self.mean) ** 2  # the new mean, as ZClip
+        self._settle()
+
+    def _settle(self):
+        """Statistics of all-zero values (a frozen model, an accumulation bug) hold no scale: the threshold would
+        be 0 and every later step an outlier. Such statistics are not ready: the warmup starts again."""
+        if self.mean == 0 and self.var == 0:
+            self.mean = self.var = None
 
     def state_dict(self):
         return {"buffer": list(self.buffer), "mean": self.mean, "var": self.var}
 
     def load_state_dict(self, state):
         self.buffer, self.mean, self.var = list(state["buffer"]), state["mean"], state["var"]
+        self._settle()
 
 
 def _is_number(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_finite(x):
+    """A number a float holds, neither NaN nor inf (an int too large for a float is not)."""
+    try:
+        return _is_number(x) and math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _state_problem(state):
@@ -229,21 +248,27 @@ def _state_problem(state):
         stat = state[name]
         if not isinstance(stat, dict) or set(stat) != {"buffer", "mean", "var"}:
             return f"{name} must be a dict with the keys buffer, mean and var"
-        if not isinstance(stat["buffer"], list) or not all(map(_is_number, stat["buffer"])):
-            return f"{name}['buffer'] must be a list of numbers"
+        if not isinstance(stat["buffer"], list) or not all(map(_is_finite, stat["buffer"])):
+            return f"{name}['buffer'] must be a list of finite numbers"  # the guard never buffers NaN or inf
         warming_up = stat["mean"] is None and stat["var"] is None
-        if not (warming_up or (_is_number(stat["mean"]) and _is_number(stat["var"]) and stat["var"] >= 0)):
-            return f"{name}: mean and var must be both None (warming up) or numbers (var >= 0)"
+        if not (warming_up or (_is_finite(stat["mean"]) and _is_finite(stat["var"]) and stat["var"] >= 0)):
+            return (f"{name}: mean and var must be both None (warming up) or finite numbers (var >= 0), got "
+                    f"{stat['mean']!r} and {stat['var']!r}")  # NaN statistics would never flag a step again
     peak_z = state["peak_z"]
     if not isinstance(peak_z, dict) or set(peak_z) != {"loss", "grad_norm"} or \
-            not all(z is None or _is_number(z) for z in peak_z.values()):
-        return "peak_z must be a dict of loss and grad_norm, each None or a number"
+            not all(z is None or _is_finite(z) for z in peak_z.values()):
+        return "peak_z must be a dict of loss and grad_norm, each None or a finite number"
     for name in ("skipped", "clipped"):
         if not isinstance(state[name], int) or isinstance(state[name], bool) or state[name] < 0:
             return f"{name} must be a non-negative integer, got {state[name]!r}"
     if not isinstance(state["run"], list) or not all(isinstance(e, dict) and set(e) == EVENT_KEYS
                                                      for e in state["run"]):
         return f"run must be a list of events, dicts with the keys {sorted(EVENT_KEYS)}"
+    for e in state["run"]:  # a skip's value may be NaN or inf: that is what a nonfinite_loss skip holds
+        if not (isinstance(e["step"], int) and not isinstance(e["step"], bool) and e["event"] == "skip"
+                and isinstance(e["reason"], str) and _is_number(e["value"])
+                and (e["threshold"] is None or _is_number(e["threshold"]))):
+            return f"run must hold skip events (step an integer, value and threshold numbers), got {e!r}"
     return None
 
 
@@ -492,15 +517,23 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.steps < DEMO_STEPS:
         parser.error(f"--steps must be at least {DEMO_STEPS}, got {args.steps}")
+    code = 0
     try:
-        result = demo(not args.healthy, args.steps, args.seed, skip_z=args.skip_z, warmup=args.warmup)
-    except ValueError as exc:
-        parser.error(str(exc))
-    except RestartFromCheckpoint as exc:  # a skip_z so low that healthy steps look like outliers
-        print(f"the guarded run stopped with RestartFromCheckpoint: {exc}")
-        return 1
-    print(json.dumps(result) if args.json else _report(result, not args.healthy, args.steps))
-    return 0
+        try:
+            result = demo(not args.healthy, args.steps, args.seed, skip_z=args.skip_z, warmup=args.warmup)
+            text = json.dumps(result) if args.json else _report(result, not args.healthy, args.steps)
+        except ValueError as exc:
+            parser.error(str(exc))
+        except RestartFromCheckpoint as exc:  # a skip_z so low that healthy steps look like outliers
+            text, code = f"the guarded run stopped with RestartFromCheckpoint: {exc}", 1
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
+    except OSError as exc:  # `spike_guard.py | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return code if isinstance(exc, BrokenPipeError) else 1
+    return code
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -33,6 +33,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
 import sys
 
@@ -289,8 +290,9 @@ class Curve:
             yield out
             step += 1
 
-    def write_csv(self, path):
-        with open(path, "w", newline="") as handle:
+    def write_csv(self, path, overwrite=True):
+        """Write the log as CSV; overwrite=False refuses (FileExistsError) a path that exists."""
+        with open(path, "w" if overwrite else "x", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(self.columns)
             for r in self.rows():
@@ -312,22 +314,41 @@ def main(argv=None):
     parser.add_argument("--scenario", choices=SCENARIOS, default="mixed", help="what to plant (default: mixed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--rows", type=int, help="number of logged steps (default depends on the scenario)")
-    parser.add_argument("--out", required=True, help="the CSV file to write")
+    parser.add_argument("--out", required=True, help="the CSV file to write (an existing file is refused without --force)")
     parser.add_argument("--truth", help="also write what was planted to this JSON file")
+    parser.add_argument("--force", action="store_true", help="replace --out and --truth files that exist")
     args = parser.parse_args(argv)
+    problem = None
     if args.rows is not None and args.rows < 100:
-        print("synthetic_curves.py: --rows must be at least 100", file=sys.stderr)
+        problem = "--rows must be at least 100"
+    elif args.truth and os.path.abspath(args.truth) == os.path.abspath(args.out):
+        problem = "--out and --truth name the same file"
+    for path in (args.out, args.truth or args.out):
+        if problem is None and os.path.exists(path):
+            if not os.path.isfile(path):  # a folder, a device, a FIFO (writing one would wait for a reader)
+                problem = f"{path} is not a regular file; give a file path"
+            elif not args.force:
+                problem = f"{path} exists; pass --force to replace it, or another path"
+    if problem is not None:
+        print(f"synthetic_curves.py: {problem}", file=sys.stderr)
         return 2
     curve = make_curve(args.scenario, args.seed, args.rows)
     try:
-        curve.write_csv(args.out)
+        curve.write_csv(args.out, overwrite=args.force)
         if args.truth:
-            with open(args.truth, "w") as handle:
+            with open(args.truth, "w" if args.force else "x") as handle:
                 json.dump(curve.truth, handle, indent=1)
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
     except OSError as exc:
         print(f"synthetic_curves.py: cannot write: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    print(f"wrote {curve.n_rows} rows ({args.scenario}, seed {args.seed}) to {args.out}")
+    try:
+        sys.stdout.write(f"wrote {curve.n_rows} rows ({args.scenario}, seed {args.seed}) to {args.out}\n")
+        sys.stdout.flush()
+    except OSError as exc:  # `... | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return 0 if isinstance(exc, BrokenPipeError) else 1
     return 0
 
 

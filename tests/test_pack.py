@@ -168,7 +168,7 @@ def test_install_copies_only_agent_files_and_validates(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "install_skill.py"), str(tmp_path / "skills")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     target = tmp_path / "skills" / "ml-debug"
-    assert sorted(p.name for p in target.iterdir()) == sorted(n for n in install_skill.AGENT_FILES if (ROOT / n).exists())
+    assert sorted(p.name for p in target.iterdir()) == sorted([install_skill.MANIFEST, *(n for n in install_skill.AGENT_FILES if (ROOT / n).exists())])
     assert not list(target.rglob("__pycache__"))
     agentskills = subprocess.run([sys.executable, "-m", "skills_ref.cli", "validate", str(target)], capture_output=True, text=True)
     assert agentskills.returncode == 0, agentskills.stdout + agentskills.stderr

@@ -14,6 +14,7 @@ refs/, evidence/, site/) it checks that:
 - when the shared folder is present, every excerpt is found in the text `obtained_via` names;
 - SKILL.md passes the Agent Skills validator (`skills-ref`) on a copy installed as `ml-debug/`,
   and stays within its budget (500 body lines, 5,000 tokens counted as below);
+- SKILL.md is there, and every page and diagnostic is a regular file of UTF-8 text;
 - every `diagnostics/...` path a page mentions exists;
 - in the prose sections of a diagnostic's docstring (all but Command and Output, which hold
   commands and captured runs), quoted text of four words or more carries an
@@ -32,6 +33,7 @@ import dataclasses
 import datetime
 import html
 import math
+import os
 import re
 import shutil
 import sys
@@ -130,7 +132,7 @@ class Page:
 
     @classmethod
     def parse(cls, path, root):
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
         tokens = MARKDOWN.parse(text, {})
         lines = text.splitlines()
         front_matter = next((t.content for t in tokens if t.type == "front_matter"), None)
@@ -175,6 +177,30 @@ class Page:
         return cls(path, rel, lines, tokens, front_matter, anchors, sections, footnote_links, defined_labels)
 
 
+class Unreadable(Exception):
+    """A pack file that is not a regular UTF-8 text file; the message says where."""
+
+    def __init__(self, line, message):
+        super().__init__(message)
+        self.line = line
+
+
+def read_text(path):
+    """A pack file's text; Unreadable (with the line) for a non-regular file or bytes that are not UTF-8."""
+    if not path.is_file():  # a FIFO or a device would block or never end
+        raise Unreadable(1, "not a regular file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise Unreadable(1, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise Unreadable(line, f"not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                               "save it as UTF-8") from None
+
+
 def blockquote_text(lines, token):
     """The raw text of a blockquote (its `>` markers are dropped by `plain`)."""
     start, end = token.map
@@ -190,7 +216,12 @@ class Checker:
         for pattern in PAGE_GLOBS:
             for path in sorted(root.glob(pattern)):
                 if path.is_file():
-                    self.pages[path.resolve()] = Page.parse(path, root)
+                    try:
+                        self.pages[path.resolve()] = Page.parse(path, root)
+                    except Unreadable as exc:
+                        self.problems.append(Problem(path.relative_to(root).as_posix(), exc.line, str(exc)))
+                elif not path.is_dir():  # a FIFO, a device, a dangling link
+                    self.problems.append(Problem(path.relative_to(root).as_posix(), 1, "not a regular file"))
         self.cited_evidence = set()
         self.quotes_verified = 0
 
@@ -211,6 +242,10 @@ class Checker:
         for path in sorted(self.root.glob("diagnostics/*.py")):
             self.check_docstring_quotes(path)
         skill = self.root / "SKILL.md"
+        if not os.path.lexists(skill):
+            self.problems.append(Problem("SKILL.md", 1, f"missing: a skill pack has SKILL.md at its top ({self.root})"))
+        elif not skill.is_file():
+            self.problems.append(Problem("SKILL.md", 1, "not a regular file"))
         if skill.resolve() in self.pages:
             self.check_skill_budget(self.pages[skill.resolve()])
             self.check_skill_format(self.pages[skill.resolve()])
@@ -293,7 +328,10 @@ class Checker:
         """Quotes in a diagnostic's tutorial docstring must name their evidence excerpt and match it."""
         rel = path.relative_to(self.root).as_posix()
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = ast.parse(read_text(path))
+        except Unreadable as exc:
+            self.problems.append(Problem(rel, exc.line, str(exc)))
+            return
         except SyntaxError as exc:
             self.problems.append(Problem(rel, exc.lineno or 1, f"cannot parse: {exc.msg}"))
             return
@@ -351,7 +389,11 @@ class Checker:
         if not page.rel.startswith("evidence/"):
             self.cited_evidence.add(target_path)
         if anchor and target_path.suffix == ".md":
-            linked = self.pages.get(target_path) or Page.parse(target_path, target_path.parent)
+            try:
+                linked = self.pages.get(target_path) or Page.parse(target_path, target_path.parent)
+            except Unreadable as exc:
+                self.report(page, line, f"link target {target}: {exc}")
+                return
             if anchor not in linked.anchors:
                 self.report(page, line, f"anchor #{anchor} not found in {target or page.rel}")
 
@@ -437,18 +479,25 @@ def main(argv=None):
     args = parser.parse_args(argv)
     root = args.root.resolve()
     if not (root / "SKILL.md").is_file():
-        print(f"error: {root} holds no SKILL.md; pass the pack's top folder", file=sys.stderr)
+        print(f"error: {root} holds no SKILL.md (as a regular file); pass the pack's top folder", file=sys.stderr)
         return 2
     shared = args.shared if args.shared is not None else root.parent / "shared"
-    checker = Checker(root, shared)
-    problems = checker.run()
-    for problem in problems:
-        print(problem)
-    _, lines, tokens = skill_body(checker.pages[(root / "SKILL.md").resolve()])
-    evidence = len(list(root.glob("evidence/*.md")))
-    sources = "checked against shared/" if checker.shared else "not checked (no shared/ folder)"
+    try:
+        checker = Checker(root, shared)
+        problems = checker.run()
+        skill = checker.pages.get((root / "SKILL.md").resolve())
+        budget = "SKILL.md unreadable" if skill is None else "SKILL.md body {1} lines, ~{2} tokens".format(*skill_body(skill))
+        evidence = len(list(root.glob("evidence/*.md")))
+        sources = "checked against shared/" if checker.shared else "not checked (no shared/ folder)"
+        sys.stdout.write("".join(f"{problem}\n" for problem in problems))
+        sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
+    except OSError as exc:  # `check_pack.py | head` closed the pipe, or stdout is a full disk
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+        return 1
     print(f"{len(problems)} problem(s); {checker.quotes_verified} quotes verified; {evidence} evidence files, excerpts {sources}; "
-          f"SKILL.md body {lines} lines, ~{tokens} tokens", file=sys.stderr)
+          f"{budget}", file=sys.stderr)
     return 1 if problems else 0
 
 

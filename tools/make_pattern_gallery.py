@@ -1,13 +1,16 @@
 """Draw the pictures of refs/loss_patterns.md: one synthetic log per pattern, plotted by spikes.py.
 
-    python tools/make_pattern_gallery.py [OUT_DIR]
+    python tools/make_pattern_gallery.py [OUT_DIR] [--force]
 
 For every pattern it runs the two commands the page shows (write the synthetic log, then find the
-pattern in it with `spikes.py --plot`) and writes `OUT_DIR/<pattern>.png` (default:
-refs/img/loss_patterns/). With ../shared present it also plots the real modded-nanogpt log.
-Exit 0 when every picture was written, 2 when a command failed (its message on one line).
+pattern in it with `spikes.py --plot`) in a temporary folder and moves `<pattern>.png` into OUT_DIR
+(default: refs/img/loss_patterns/). With ../shared present it also plots the real modded-nanogpt log.
+A PNG already in OUT_DIR is replaced only with --force (redrawing the committed pictures needs it);
+without it the tool stops before drawing anything and names the files in the way.
+Exit 0 when every picture was written, 2 when a command failed or a file is in the way (one line).
 """
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -40,20 +43,31 @@ def commands(name, scenario, seed):
     ]
 
 
+class Failed(Exception):
+    """A command failed or a file is in the way: the one line to print."""
+
+
 def run(line, cwd):
     argv = line.split()
     argv[0] = sys.executable
     argv[1] = str(ROOT / argv[1])
     proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"make_pattern_gallery.py: `{line}` failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        raise Failed(f"`{line}` failed: {' '.join((proc.stderr.strip() or proc.stdout.strip()).split())}")
     return proc.stdout
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description="Draw the pictures of refs/loss_patterns.md with spikes.py.")
-    parser.add_argument("out", nargs="?", default=OUT, type=Path, help=f"where to write the PNGs (default: {OUT})")
-    out = parser.parse_args(argv).out
+def draw(out, force):
+    """Draw every picture into a temporary folder, then move each into `out`."""
+    names = [name for name, _, _ in PATTERNS] + (["modded_nanogpt"] if REAL_LOG.is_file() else [])
+    if out.exists() and not out.is_dir():
+        raise Failed(f"{out} is not a folder")
+    taken = [f"{name}.png" for name in names if os.path.lexists(out / f"{name}.png")]
+    if taken and not force:
+        raise Failed(f"{len(taken)} picture(s) already in {out} ({', '.join(taken[:3])}"
+                     f"{', ...' if len(taken) > 3 else ''}); pass --force to replace them, or another OUT_DIR")
+    if any(not (out / name).is_file() for name in taken):
+        raise Failed(f"{out} holds a folder or a device under a picture's name ({', '.join(taken)})")
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         for name, scenario, seed in PATTERNS:
@@ -65,6 +79,20 @@ def main(argv=None):
             run(f"python diagnostics/spikes.py {REAL_LOG} --plot modded_nanogpt.png", work)
             (Path(work) / "modded_nanogpt.png").replace(out / "modded_nanogpt.png")
             print("modded_nanogpt.png: the real log")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Draw the pictures of refs/loss_patterns.md with spikes.py.")
+    parser.add_argument("out", nargs="?", default=OUT, type=Path, help=f"where to write the PNGs (default: {OUT})")
+    parser.add_argument("--force", action="store_true", help="replace the PNGs already in OUT_DIR")
+    args = parser.parse_args(argv)
+    try:
+        draw(args.out, args.force)
+    except (Failed, OSError) as exc:
+        print(f"make_pattern_gallery.py: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback; the temporary folder is gone
+        return 130
     return 0
 
 
