@@ -25,8 +25,10 @@ NO_RUNS = {
     "spikes.py": "its Output shows a log written by synthetic_curves.py; tests/test_spikes.py checks it",
     "synthetic_curves.py": "a data generator with no tutorial Output section",
 }
-# Files whose runs start processes of their own: their test runs the command once and compares it with the docstring.
-OWN_TEST = {"dist_check.py": "test_dist_check.py::test_docstring_output_is_this_run"}
+# Files whose runs start processes of their own or train for long: their own test runs the command once, compares
+# it with the docstring and checks its verdicts on the same run.
+OWN_TEST = {"dist_check.py": "test_dist_check.py::test_docstring_output_is_this_run",
+            "spike_lab.py": "test_spike_lab.py::test_docstring_output_is_the_demo_run"}
 WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth"}
 RUN = re.compile(r"^\$ python (diagnostics/\S+\.py)(.*)$", re.M)
 EXIT = re.compile(r"^\(exit code (\d+)\)$")
