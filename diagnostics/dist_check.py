@@ -1,0 +1,441 @@
+"""dist_check: a distributed smoke test that names the rank and the collective a hang is stuck in.
+
+Symptom
+    A multi-process run hangs with no error: every rank sits at 100% or 0% and nothing is logged,
+    or it dies after the backend's timeout (10 minutes by default for NCCL) with a message that
+    names no culprit. Before suspecting the model, check that the ranks can talk at all, then find
+    which rank did not arrive, and where its Python is parked.
+
+What it checks
+    Every rank initialises the process group and runs five collectives on known values, each
+    under a time limit (--timeout, default 30 s: long enough for a first NCCL/gloo connection on a
+    slow network, short enough to wait for; raise it across many nodes):
+
+      barrier          every rank arrives
+      all_reduce       sum of (rank + 1) over ranks = world * (world + 1) / 2
+      all_gather       each rank's rank, gathered in order: 0, 1, ..., world - 1
+      broadcast        rank 0's value 1000 reaches every rank
+      ring send/recv   each rank sends its rank to the next; receives the previous one's
+
+    A wrong value is a `fail` (a broken transport or a mismatched world). Before each step a rank
+    posts where it is to the rendezvous store. When a collective times out, the ranks that did
+    arrive read those posts and name the others: a rank still before the collective did not
+    arrive (slow, stuck or sleeping: its stack says where), a rank already past it skipped the
+    collective (the classic `if rank == 0:` around a collective). Every rank that stalls for
+    longer than the time limit writes its Python stack (faulthandler, all threads) to
+    OUT/rank<N>.stack.txt, and its verdict to OUT/rank<N>.json; then every rank exits, so no
+    process is left waiting.
+
+    In your own training script, import the watch instead (torch + stdlib, nothing else):
+
+      from dist_check import HangWatch
+      watch = HangWatch(stall_seconds=300, out_dir="hang_stacks")  # after init_process_group
+      for step, batch in enumerate(loader):
+          ...
+          watch.step(step)        # re-arms the timer: no step for 300 s -> every stack to a file
+      watch.close()
+
+    `kill -USR1 <pid>` makes a watched process write its stacks at once, without stopping it.
+
+Command
+    torchrun --nproc_per_node 8 diagnostics/dist_check.py            # on the real machines
+    python diagnostics/dist_check.py --nproc 2                       # N local CPU ranks (gloo)
+    python diagnostics/dist_check.py --nproc 2 --plant skip --timeout 5   # demo: a planted hang
+
+Output
+    $ python diagnostics/dist_check.py --nproc 2 --plant skip --timeout 5
+    dist_check: 2 ranks, backend gloo, timeout 5 s; stacks and verdicts in dist_check_out
+      rank 0  cpu   FAIL  all_reduce timed out (limit 5 s)
+      rank 1  cpu   FAIL  all_gather timed out (limit 5 s)
+    HANG at all_reduce (step 2 of 5): rank 1 skipped it (it went on to all_gather); rank 0 waited for it.
+    next: find the collective that rank 1 does not call (a collective inside `if rank == 0:` or a data-dependent branch); its stack: dist_check_out/rank1.stack.txt
+    (exit code 1)
+
+How to read it
+    One line per rank: its device and its last verdict. The last line names the collective that
+    hung and, for each rank that did not take part, whether it had not arrived yet (stuck before
+    it: read its stack file, first frame from the top that is your code) or had skipped it (it is
+    already in a later collective). `all ranks passed` means the transport, rendezvous and
+    backend work: a hang in training is then in your code's collective order, not in the network.
+    Exit code: 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.
+
+Next step
+    A rank that skipped: look for a collective under a condition that differs between ranks
+    (rank checks, a data-dependent `if`, an early `break` on one rank). A rank that did not
+    arrive: its stack file shows where it waits (data loading, a checkpoint write on rank 0
+    only, a deadlock). Then run your training with HangWatch so the next hang writes its stacks.
+    refs/distributed.md has the checklist.
+"""
+import argparse
+import datetime
+import faulthandler
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
+MARKER = ".dist_check"  # a folder holding this file was made by dist_check: its rank files may be replaced
+STEPS = ("barrier", "all_reduce", "all_gather", "broadcast", "ring_send_recv")
+BROADCAST_VALUE = 1000.0
+
+
+class UsageError(Exception):
+    """Bad usage: one line on stderr, exit code 2."""
+
+
+class HangWatch:
+    """Write every thread's Python stack to a per-rank file when no step() came for `stall_seconds`.
+
+    Cheap enough for every step: step() re-arms one faulthandler timer (no thread, no host sync).
+    SIGUSR1 writes the stacks at once (where the platform has it). close() disarms both.
+    """
+
+    def __init__(self, stall_seconds=300.0, out_dir="hang_stacks", rank=None):
+        if not stall_seconds > 0:
+            raise ValueError(f"stall_seconds must be > 0, got {stall_seconds}")
+        if rank is None:
+            rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else int(os.environ.get("RANK", 0))
+        self.stall_seconds = float(stall_seconds)
+        self.path = Path(out_dir) / f"rank{rank}.stack.txt"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a")  # appended, never truncated: earlier dumps stay readable
+        self._signal = getattr(signal, "SIGUSR1", None)
+        if self._signal is not None:
+            faulthandler.register(self._signal, file=self._file, all_threads=True)
+        self.step(None)
+
+    def step(self, step):
+        """Call once per training step: restarts the stall timer."""
+        if step is not None:
+            self._file.write(f"-- step {step} at {time.strftime('%H:%M:%S')}\n")
+        faulthandler.dump_traceback_later(self.stall_seconds, repeat=False, file=self._file)
+
+    def close(self):
+        faulthandler.cancel_dump_traceback_later()
+        if self._signal is not None:
+            faulthandler.unregister(self._signal)
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _expected_and_run(step, rank, world, device):
+    """Run one collective on known values; return (ok, detail)."""
+    if step == "barrier":
+        dist.barrier()
+        return True, "every rank arrived"
+    if step == "all_reduce":
+        value = torch.tensor([rank + 1.0], device=device)
+        dist.all_reduce(value)
+        expected = world * (world + 1) / 2
+        return value.item() == expected, f"sum {value.item():g}, expected {expected:g}"
+    if step == "all_gather":
+        parts = [torch.zeros(1, device=device) for _ in range(world)]
+        dist.all_gather(parts, torch.tensor([float(rank)], device=device))
+        got = [int(p.item()) for p in parts]
+        return got == list(range(world)), f"gathered {got}"
+    if step == "broadcast":
+        value = torch.tensor([BROADCAST_VALUE if rank == 0 else -1.0], device=device)
+        dist.broadcast(value, src=0)
+        return value.item() == BROADCAST_VALUE, f"received {value.item():g}, expected {BROADCAST_VALUE:g}"
+    if world == 1:
+        return True, "one rank: nothing to send"
+    received = torch.full((1,), -1.0, device=device)
+    requests = [dist.isend(torch.tensor([float(rank)], device=device), (rank + 1) % world),
+                dist.irecv(received, (rank - 1) % world)]
+    for request in requests:
+        request.wait()
+    return received.item() == (rank - 1) % world, f"received {received.item():g} from rank {(rank - 1) % world}"
+
+
+def _post(store, rank, index, phase):
+    """Tell the other ranks where this rank is: step index, and 'enter' or 'done'."""
+    store.set(f"dist_check/pos/{rank}", json.dumps({"index": index, "phase": phase}))
+
+
+def _positions(store, world):
+    positions = {}
+    for other in range(world):
+        try:
+            positions[other] = json.loads(store.get(f"dist_check/pos/{other}"))
+        except Exception:  # the store is gone with its host rank: that rank's position is unknown
+            positions[other] = None
+    return positions
+
+
+def diagnose_hang(index, positions):
+    """Name the ranks that did not take part in step `index`: not arrived (before it) or skipped (past it)."""
+    waited, behind, skipped, unknown = [], [], [], []
+    for rank, where in sorted(positions.items()):
+        if where is None:
+            unknown.append(rank)
+        elif where["index"] < index or (where["index"] == index and where["phase"] == "before"):
+            behind.append(rank)
+        elif where["index"] > index:
+            skipped.append((rank, STEPS[where["index"]]))
+        else:
+            waited.append(rank)
+    parts = []
+    if skipped:
+        names = ", ".join(f"rank {rank} skipped it (it went on to {step})" for rank, step in skipped)
+        parts.append(names)
+    if behind:
+        parts.append(f"rank{'s' if len(behind) > 1 else ''} {', '.join(map(str, behind))} did not arrive "
+                     f"(still before it)")
+    if unknown:
+        parts.append(f"rank{'s' if len(unknown) > 1 else ''} {', '.join(map(str, unknown))} cannot be asked")
+    culprits = [rank for rank, _ in skipped] + behind + unknown
+    return {"step": STEPS[index], "index": index, "waited": waited, "behind": behind,
+            "skipped": [rank for rank, _ in skipped], "unknown": unknown, "culprits": culprits,
+            "text": "; ".join(parts) or "every rank arrived: the transport itself stalled"}
+
+
+def _abort_watch(store, stack_file, on_abort):
+    """A daemon thread: when another rank declares the run dead, or the store vanishes, dump stacks and exit."""
+    def watch():
+        while True:
+            time.sleep(0.2)
+            try:
+                dead = store.check(["dist_check/abort"])
+            except Exception:
+                dead = True
+            if dead:
+                faulthandler.dump_traceback(file=stack_file, all_threads=True)
+                stack_file.flush()
+                on_abort()
+                os._exit(1)
+    threading.Thread(target=watch, daemon=True, name="dist_check-abort-watch").start()
+
+
+def connect(rank, world, timeout, host_store):
+    """The rendezvous store: hosted by rank 0, by torchrun's agent, or by the --nproc launcher."""
+    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
+    limit = datetime.timedelta(seconds=timeout * 2)
+    if host_store:
+        return dist.TCPStore(host, port, world, True, timeout=limit, wait_for_workers=False)
+    return dist.TCPStore(host, port, world, False, timeout=limit)
+
+
+def read_verdicts(store, world):
+    verdicts = {}
+    for rank in range(world):
+        try:
+            if store.check([f"dist_check/verdict/{rank}"]):
+                verdicts[rank] = json.loads(store.get(f"dist_check/verdict/{rank}"))
+        except Exception:  # the store went down with its host
+            break
+    return verdicts
+
+
+def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store=False):
+    """One rank's whole smoke test; returns (its verdict, the store). Writes OUT/rank<N>.json and .stack.txt."""
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    out_dir = Path(out_dir)
+    stack_file = open(out_dir / f"rank{rank}.stack.txt", "w")
+    verdict = {"rank": rank, "world": world, "backend": backend, "device": str(device), "status": "pass",
+               "steps": {}, "summary": "all steps passed"}
+    where = {"step": "init"}
+
+    def publish():
+        (out_dir / f"rank{rank}.json").write_text(json.dumps(verdict))
+        store.set(f"dist_check/verdict/{rank}", json.dumps(verdict))
+
+    def aborted():
+        if "hang" not in verdict:  # this rank's own timeout verdict stays as it is
+            verdict.update(status="fail", summary=f"stopped by another rank's hang verdict while at {where['step']}")
+            publish()
+
+    faulthandler.dump_traceback_later(timeout, repeat=False, file=stack_file)  # a stall anywhere writes the stack
+    store = connect(rank, world, timeout, host_store)
+    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
+    _post(store, rank, 0, "before")
+    _abort_watch(store, stack_file, aborted)
+    for index, step in enumerate(STEPS):
+        where["step"] = step
+        _post(store, rank, index, "enter")
+        faulthandler.dump_traceback_later(timeout, repeat=False, file=stack_file)
+        if plant == "skip" and rank == world - 1 and step == "all_reduce":
+            _post(store, rank, index, "done")
+            continue  # BUG: the last rank skips a collective that every other rank calls
+        if plant == "sleep" and rank == world - 1 and step == "all_gather":
+            _post(store, rank, index, "before")
+            time.sleep(timeout * 10)  # BUG: the last rank stalls before a collective (a slow loader, a lock)
+        start = time.monotonic()
+        try:
+            ok, detail = _expected_and_run(step, rank, world, device)
+        except RuntimeError as exc:
+            hang = diagnose_hang(index, _positions(store, world))
+            verdict.update(status="fail", summary=f"{step} timed out (limit {timeout:g} s)", hang=hang,
+                           seconds=round(time.monotonic() - start, 2), error=str(exc).splitlines()[0][:300])
+            verdict["steps"][step] = {"ok": False, "detail": verdict["summary"]}
+            break
+        verdict["steps"][step] = {"ok": ok, "detail": detail}
+        if not ok:
+            verdict.update(status="fail", summary=f"{step} gave a wrong value: {detail}")
+        _post(store, rank, index, "done")
+    faulthandler.cancel_dump_traceback_later()
+    publish()
+    if "hang" in verdict:
+        faulthandler.dump_traceback(file=stack_file, all_threads=True)
+        stack_file.flush()
+        return verdict, store  # the caller reports, then ends the process: a dead collective cannot be torn down
+    dist.barrier()
+    dist.destroy_process_group()
+    stack_file.close()
+    return verdict, store
+
+
+def prepare_out_dir(out_dir, force):
+    """Make OUT or reuse one this tool made; never write into a folder of the user's without --force."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder: choose another path")
+    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
+        raise UsageError(f"--out {out} already holds files that dist_check did not write: choose an empty or "
+                         f"new folder, or pass --force to write rank files into it")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("made by diagnostics/dist_check.py: rank<N>.json and rank<N>.stack.txt files\n")
+    for rank_file in list(out.glob("rank*.json")) + list(out.glob("rank*.stack.txt")):
+        rank_file.unlink()  # the previous run's, in a folder this tool made (or --force): stale verdicts mislead
+    return out
+
+
+def report(verdicts, world, backend, timeout, out_dir):
+    """The combined report from every rank's verdict (a missing verdict: the rank never reported)."""
+    lines = [f"dist_check: {world} rank{'s' if world > 1 else ''}, backend {backend}, timeout {timeout:g} s; "
+             f"stacks and verdicts in {out_dir}"]
+    for rank in range(world):
+        v = verdicts.get(rank)
+        if v is None:
+            lines.append(f"  rank {rank}  ?     FAIL  never reported (killed, or stuck where no timer could fire)")
+        else:
+            lines.append(f"  rank {rank}  {v['device']:<5} {v['status'].upper():5} {v['summary']}")
+    hangs = [v["hang"] for v in verdicts.values() if "hang" in v]
+    if hangs:
+        hang = min(hangs, key=lambda h: h["index"])
+        waited = ", ".join(map(str, hang["waited"])) or "none"
+        lines.append(f"HANG at {hang['step']} (step {hang['index'] + 1} of {len(STEPS)}): {hang['text']}; "
+                     f"rank{'s' if len(hang['waited']) > 1 else ''} {waited} waited for it.")
+        stacks = ", ".join(f"{out_dir}/rank{rank}.stack.txt" for rank in hang["culprits"])
+        if hang["skipped"]:
+            who = ", ".join(map(str, hang["skipped"]))
+            lines.append(f"next: find the collective that rank {who} does not call (a collective inside "
+                         f"`if rank == 0:` or a data-dependent branch); its stack: {stacks}")
+        elif hang["culprits"]:
+            lines.append(f"next: read where the late rank waits, the first frame from the top that is your code: {stacks}")
+    elif len(verdicts) == world and all(v["status"] == "pass" for v in verdicts.values()):
+        lines.append("all ranks passed: rendezvous, backend and transport work; a hang in training is then in the "
+                     "order of your collectives (run it with HangWatch)")
+    return "\n".join(lines)
+
+
+def launch_local(nproc, args):
+    """Start `nproc` local ranks the way torchrun would (env RANK, WORLD_SIZE, ...), host their store, collect."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    store = connect(0, nproc, args.timeout, host_store=True)
+    command = [sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--timeout", str(args.timeout)]
+    command += (["--backend", args.backend] if args.backend else []) + (["--plant", args.plant] if args.plant else [])
+    processes = []
+    for rank in range(nproc):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(nproc), LOCAL_RANK=str(rank),
+                   LOCAL_WORLD_SIZE=str(nproc), DIST_CHECK_LAUNCHED="1",
+                   OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+        processes.append(subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL))
+    deadline = time.monotonic() + 60 + 4 * args.timeout  # start-up (imports) plus the slowest verdict
+    try:
+        for process in processes:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return read_verdicts(store, nproc)
+
+
+def run_one_rank(args):
+    """Under torchrun (or the launcher): this rank's test; the rank that reports prints the combined report."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    launched = os.environ.get("DIST_CHECK_LAUNCHED") == "1"
+    host_store = rank == 0 and not launched and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    verdict, store = run_rank(rank, world, args.out, args.timeout, args.backend, args.plant, host_store)
+    if "hang" in verdict:
+        if not launched and store.add("dist_check/reporter", 1) == 1:
+            time.sleep(1.0)  # the other ranks' abort watchers publish their verdicts within 0.2 s
+            print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out), flush=True)
+        store.set("dist_check/abort", "1")
+        time.sleep(0.5)  # a store hosted here must outlive the other ranks' last look at it
+        os._exit(1)  # a process group with a dead collective cannot be torn down cleanly
+    if rank == 0 and not launched:
+        print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out))
+    return 0 if verdict["status"] == "pass" else 1
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="dist_check.py", description=__doc__.split("\n\n", 1)[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="Under torchrun each rank runs the test; with --nproc N this starts N local "
+                                            "ranks itself. Exit 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.")
+    parser.add_argument("--nproc", type=int, help="start N local ranks (CPU: gloo) instead of running as one torchrun rank")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds each collective may take before it counts as a hang (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with CUDA, else gloo")
+    parser.add_argument("--out", default="dist_check_out", help="folder for the per-rank verdicts and stacks "
+                        "(default dist_check_out; a folder of yours is refused without --force)")
+    parser.add_argument("--force", action="store_true", help="write rank files into an existing folder dist_check did not make")
+    parser.add_argument("--plant", choices=("skip", "sleep"), help="demo: the last rank skips all_reduce, or sleeps "
+                        "before all_gather")
+    try:
+        args = parser.parse_args(argv)
+        if not args.timeout > 0:
+            raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        if args.nproc is None and "RANK" not in os.environ:
+            raise UsageError("no ranks: run under torchrun (torchrun --nproc_per_node N dist_check.py) or pass --nproc N")
+        if args.nproc is not None and not 1 <= args.nproc <= 64:
+            raise UsageError(f"--nproc must be between 1 and 64, got {args.nproc}")
+        if args.backend == "nccl" and not torch.cuda.is_available():
+            raise UsageError("--backend nccl needs CUDA, and this machine has none: use gloo")
+        if os.environ.get("DIST_CHECK_LAUNCHED") != "1" and int(os.environ.get("RANK", 0)) == 0:
+            prepare_out_dir(args.out, args.force)
+        if args.nproc is None:
+            Path(args.out).mkdir(parents=True, exist_ok=True)  # other ranks, other nodes: rank 0 checked it
+            return run_one_rank(args)
+        verdicts = launch_local(args.nproc, args)
+        backend = next(iter(verdicts.values()))["backend"] if verdicts else (args.backend or "gloo")
+        print(report(verdicts, args.nproc, backend, args.timeout, args.out))
+        return 0 if len(verdicts) == args.nproc and all(v["status"] == "pass" for v in verdicts.values()) else 1
+    except UsageError as exc:
+        print(f"dist_check.py: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

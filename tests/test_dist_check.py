@@ -1,0 +1,153 @@
+"""dist_check on local gloo ranks: healthy 2- and 4-rank runs pass; a skipped collective and a sleeping rank are
+named within the time limit, with their stacks on disk; no process is left behind; bad usage is one line.
+
+The four runs start together (each is a launcher plus its ranks) so that their torch imports overlap."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import dist_check
+
+from conftest import DIAGNOSTICS, assert_one_line_error, run_cli
+
+TIMEOUT = 5  # seconds per collective in the planted runs, as in the docstring's demo
+
+RUNS = {  # name: (ranks, extra args)
+    "healthy2": (2, []),
+    "healthy4": (4, []),
+    "skip": (2, ["--plant", "skip", "--timeout", str(TIMEOUT)]),
+    "sleep": (2, ["--plant", "sleep", "--timeout", str(TIMEOUT)]),
+}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dist_check")
+    started, procs = time.monotonic(), {}
+    for name, (ranks, extra) in RUNS.items():
+        procs[name] = subprocess.Popen(
+            [sys.executable, str(DIAGNOSTICS / "dist_check.py"), "--nproc", str(ranks), "--out", str(base / name), *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    results = {}
+    for name, proc in procs.items():
+        out, err = proc.communicate(timeout=240)
+        results[name] = {"code": proc.returncode, "out": out, "err": err, "dir": base / name,
+                         "seconds": time.monotonic() - started, "pid": proc.pid}
+    return results
+
+
+def _verdicts(run):
+    return {int(p.stem[4:]): json.loads(p.read_text()) for p in run["dir"].glob("rank*.json")}
+
+
+@pytest.mark.parametrize("name", ["healthy2", "healthy4"])
+def test_healthy_ranks_pass(runs, name):
+    run = runs[name]
+    assert run["code"] == 0, run["out"] + run["err"]
+    verdicts = _verdicts(run)
+    assert sorted(verdicts) == list(range(RUNS[name][0]))
+    for verdict in verdicts.values():
+        assert verdict["status"] == "pass"
+        assert all(step["ok"] for step in verdict["steps"].values()) and len(verdict["steps"]) == 5
+    assert "all ranks passed" in run["out"]
+
+
+def test_skipped_collective_is_named(runs):
+    run = runs["skip"]
+    assert run["code"] == 1, run["out"] + run["err"]
+    hang = _verdicts(run)[0]["hang"]
+    assert (hang["step"], hang["skipped"], hang["behind"], hang["waited"]) == ("all_reduce", [1], [], [0])
+    assert "HANG at all_reduce" in run["out"] and "rank 1 skipped it (it went on to all_gather)" in run["out"]
+    assert "all_gather" in (run["dir"] / "rank1.stack.txt").read_text()
+
+
+def test_docstring_output_is_this_run(runs):
+    """The docstring shows the skip demo (tests/test_docstring_outputs.py leaves this multi-process file to us)."""
+    doc = dist_check.__doc__.split("\nOutput\n", 1)[1].split("\nHow to read it\n", 1)[0]
+    lines = [line[4:] for line in doc.strip("\n").splitlines()]
+    assert lines[0] == f"$ python diagnostics/dist_check.py --nproc 2 --plant skip --timeout {TIMEOUT}"
+    assert lines[-1] == f"(exit code {runs['skip']['code']})"
+    printed = runs["skip"]["out"].replace(str(runs["skip"]["dir"]), "dist_check_out")
+    assert lines[1:-1] == printed.rstrip("\n").splitlines()
+
+
+def test_sleeping_rank_is_named_with_its_stack(runs):
+    run = runs["sleep"]
+    assert run["code"] == 1, run["out"] + run["err"]
+    hang = _verdicts(run)[0]["hang"]
+    assert (hang["step"], hang["behind"], hang["skipped"]) == ("all_gather", [1], [])
+    assert "rank 1 did not arrive" in run["out"]
+    stack = (run["dir"] / "rank1.stack.txt").read_text()
+    planted = next(n for n, line in enumerate(Path(dist_check.__file__).read_text().splitlines(), 1)
+                   if "# BUG: the last rank stalls" in line)
+    assert f"line {planted} in run_rank" in stack  # the stack points at the planted sleep
+    # named within the time limit: imports (under load) plus the limit, far below the 10x-limit sleep
+    assert run["seconds"] < 120
+
+
+def test_no_process_left_behind(runs):
+    time.sleep(0.5)
+    leftovers = [p for p in psutil.process_iter(["cmdline"])
+                 if any(str(run["dir"]) in arg for run in runs.values() for arg in (p.info["cmdline"] or []))]
+    assert not leftovers, [p.info["cmdline"] for p in leftovers]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("args, words", [
+    (["--nproc", "2", "--timeout", "0"], "--timeout must be > 0"),
+    (["--nproc", "0"], "--nproc must be between 1 and 64"),
+    ([], "no ranks"),
+    (["--nproc", "2", "--backend", "nccl"], "needs CUDA"),
+])
+def test_bad_usage_is_one_line(args, words, capsys, monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    assert dist_check.main(args) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and words in err
+
+
+@pytest.mark.hostile
+def test_bad_usage_from_the_command_line_is_one_line():
+    proc = run_cli("dist_check.py", "--nproc", "2", "--timeout", "-1", timeout=60)
+    assert_one_line_error(proc)
+
+
+@pytest.mark.hostile
+def test_a_folder_of_the_users_is_not_written_into(tmp_path):
+    mine = tmp_path / "notes"
+    mine.mkdir()
+    (mine / "rank0.json").write_text("my own file")
+    assert dist_check.main(["--nproc", "1", "--out", str(mine)]) == 2
+    assert (mine / "rank0.json").read_text() == "my own file"
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert dist_check.main(["--nproc", "1", "--out", str(a_file)]) == 2
+    assert a_file.read_text() == "x"
+
+
+HANGWATCH = """
+import sys, time
+sys.path.insert(0, {diagnostics!r})
+from dist_check import HangWatch
+watch = HangWatch(stall_seconds=0.5, out_dir={out!r}, rank=3)
+for step in range(3):
+    watch.step(step)
+    time.sleep(0.05)
+time.sleep(1.5)  # a stall: the timer fires and writes every stack
+watch.close()
+"""
+
+
+def test_hangwatch_writes_the_stack_of_a_stalled_loop(tmp_path):
+    code = HANGWATCH.format(diagnostics=str(DIAGNOSTICS), out=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    stack = (tmp_path / "rank3.stack.txt").read_text()
+    assert "-- step 2" in stack and "Timeout (0:00:00.500000)!" in stack
+    assert stack.count("Timeout") == 1  # steps re-armed the timer: only the stall fired it
