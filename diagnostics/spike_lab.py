@@ -185,7 +185,7 @@ def train(scenario, at, steps, pocket, log_path, seed=0, guard=False):
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     noise = torch.Generator().manual_seed(seed + 1)
     losses, skipped, restarts, crash_checkpoint, last_checkpoint = {}, [], [], None, None
-    with TrainingMonitor(log_path, model, optimizer) as monitor:
+    with TrainingMonitor(log_path, model, optimizer, overwrite=True) as monitor:  # main() checked --out and --force
         spike_guard = SpikeGuard(model, monitor=monitor) if guard else None
         step, position = 0, 0
         while step < steps:
