@@ -22,7 +22,7 @@ What it checks
     arrive read those posts and name the others: a rank still before the collective did not
     arrive (slow, stuck or sleeping: its stack says where), a rank already past it skipped the
     collective (the classic `if rank == 0:` around a collective). Every rank that stalls for
-    longer than the time limit writes its Python stack (faulthandler, all threads) to
+    80% of the time limit writes its Python stack (faulthandler, all threads) to
     OUT/rank<N>.stack.txt, and its verdict to OUT/rank<N>.json; then every rank exits, so no
     process is left waiting.
 
@@ -83,6 +83,7 @@ import torch
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
+STALL_FRACTION = 0.8  # the stack is written at 80% of the limit: before the collective's own timeout unwinds it
 MARKER = ".dist_check"  # a folder holding this file was made by dist_check: its rank files may be replaced
 STEPS = ("barrier", "all_reduce", "all_gather", "broadcast", "ring_send_recv")
 BROADCAST_VALUE = 1000.0
@@ -262,7 +263,8 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
             verdict.update(status="fail", summary=f"stopped by another rank's hang verdict while at {where['step']}")
             publish()
 
-    faulthandler.dump_traceback_later(timeout, repeat=False, file=stack_file)  # a stall anywhere writes the stack
+    stall = STALL_FRACTION * timeout
+    faulthandler.dump_traceback_later(stall, repeat=False, file=stack_file)  # a stall anywhere writes the stack
     store = connect(rank, world, timeout, host_store)
     dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
@@ -271,7 +273,7 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
     for index, step in enumerate(STEPS):
         where["step"] = step
         _post(store, rank, index, "enter")
-        faulthandler.dump_traceback_later(timeout, repeat=False, file=stack_file)
+        faulthandler.dump_traceback_later(stall, repeat=False, file=stack_file)
         if plant == "skip" and rank == world - 1 and step == "all_reduce":
             _post(store, rank, index, "done")
             continue  # BUG: the last rank skips a collective that every other rank calls
