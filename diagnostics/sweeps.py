@@ -76,6 +76,7 @@ import argparse
 import csv
 import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -198,6 +199,8 @@ def t_summary(values):
 
 
 def read_text(path):
+    if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+        raise SweepError(f"{path}: not a regular file (a device or a pipe): expected a CSV or JSONL file of runs")
     try:
         with open(path, encoding="utf-8", newline="") as handle:
             return handle.read()
@@ -469,7 +472,10 @@ def main(argv=None):
     except SweepError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(finite(result), indent=2, allow_nan=False) if args.json else report_text(result))
+    try:
+        print(json.dumps(finite(result), indent=2, allow_nan=False) if args.json else report_text(result))
+    except BrokenPipeError:  # `sweeps.py runs.csv | head`: the reader left, which is fine
+        sys.stdout = None
     return 0
 
 

@@ -25,7 +25,7 @@ NO_RUNS = {
     "spikes.py": "its Output shows a log written by synthetic_curves.py; tests/test_spikes.py checks it",
     "synthetic_curves.py": "a data generator with no tutorial Output section",
 }
-WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth"}
+WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth", "--write-demo", "--png"}
 RUN = re.compile(r"^\$ python (diagnostics/\S+\.py)(.*)$", re.M)
 EXIT = re.compile(r"^\(exit code (\d+)\)$")
 

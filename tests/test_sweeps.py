@@ -214,6 +214,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, text, args, says):
 
 
 @pytest.mark.hostile
+def test_a_device_is_refused_not_read(tmp_path):
+    proc = run_cli("sweeps.py", "/dev/zero", "--param", "lr", "--seed", "seed", "--metric", "val_loss", timeout=30)
+    assert_one_line_error(proc)
+    assert "not a regular file" in proc.stderr
+
+
+@pytest.mark.hostile
 def test_write_demo_never_overwrites(tmp_path):
     path = write(tmp_path, "mine\n", "sweep.csv")
     assert_one_line_error(run_cli("sweeps.py", "--write-demo", path))
