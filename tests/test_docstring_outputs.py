@@ -29,7 +29,7 @@ NO_RUNS = {
 # it with the docstring and checks its verdicts on the same run.
 OWN_TEST = {"dist_check.py": "test_dist_check.py::test_docstring_output_is_this_run",
             "spike_lab.py": "test_spike_lab.py::test_docstring_output_is_the_demo_run"}
-WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth"}
+WRITE_FLAGS = {"--out", "--plot", "--postmortem", "--truth", "--write-demo", "--png"}
 RUN = re.compile(r"^\$ python (diagnostics/\S+\.py)(.*)$", re.M)
 EXIT = re.compile(r"^\(exit code (\d+)\)$")
 

@@ -72,6 +72,16 @@ def test_every_diagnostic_page_shows_the_real_file(site):
         assert (site / "diagnostics" / f"{name}.py").read_text(encoding="utf-8") == real
 
 
+def test_snippets_page_shows_the_tested_files(site):
+    page = built(site, "refs/snippets.md")
+    shown = [html.unescape(re.sub(r"<[^>]+>", "", code)) for code in re.findall(r"<code>(.*?)</code>", page, re.S)]
+    files = sorted((ROOT / "refs" / "snippets").glob("*.py"))
+    assert files
+    for path in files:
+        assert path.read_text(encoding="utf-8").rstrip("\n") in [code.rstrip("\n") for code in shown], \
+            f"refs/snippets.html does not show {path.name}"
+
+
 def test_docstring_sections_become_headings(site):
     hooks = load_hooks()
     for name in DIAGNOSTICS:

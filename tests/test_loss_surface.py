@@ -1,0 +1,72 @@
+"""diagnostics/loss_surface.py: the healthy Huber loss passes; a shifted minimum, a clipped plateau and a NaN region
+each fail the check that names them; the PNG is written (or, without matplotlib, a one-line note); bad input exits 2."""
+import sys
+
+import pytest
+
+import loss_surface  # noqa: E402  (conftest puts diagnostics/ on sys.path)
+
+
+@pytest.mark.parametrize("bug,summary_start", [
+    (None, "finite everywhere, no plateau, minimum on target"),
+    ("min", "the minimum is at (0.3, -0.2), not at the target"),
+    ("plateau", "81% of the grid is a plateau"),
+    ("nan", "781 of 1681 grid points give a NaN/inf"),
+])
+def test_each_twin_fails_the_check_that_names_it(bug, summary_start):
+    result = loss_surface.check_loss_surface(loss_surface.make_demo_surface(bug))
+    assert result["status"] == ("pass" if bug is None else "fail")
+    assert result["summary"].startswith(summary_start)
+    d = result["details"]
+    if bug == "nan":
+        assert d["first_nonfinite_at"] == [-2.0, -2.0]
+    if bug != "min":
+        assert d["min_distance_steps"] == pytest.approx(0, abs=1e-9)
+
+
+def test_png_is_written_and_never_overwritten(tmp_path, capsys):
+    png = tmp_path / "surface.png"
+    assert loss_surface.main(["--bug", "plateau", "--grid", "11", "--png", str(png)]) == 1
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"png: {png}" in capsys.readouterr().out
+    assert loss_surface.main(["--bug", "plateau", "--grid", "11", "--png", str(png)]) == 2
+    assert "not overwriting" in capsys.readouterr().err
+
+
+def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
+    assert loss_surface.main(["--healthy", "--grid", "11", "--png", str(tmp_path / "s.png")]) == 0
+    out = capsys.readouterr().out
+    assert "png: not written: matplotlib is not installed" in out and not (tmp_path / "s.png").exists()
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("source,args,says", [
+    (None, [], "surface file not found"),
+    ("def make_surface():\n    return {'loss': 1}\n", [], "must be a dict with loss"),
+    ("def make_surface():\n    return {'loss': lambda a, b: a + b, 'x_range': (1, 0), 'y_range': (0, 1)}\n", [],
+     "x_range must be (low, high)"),
+    ("def make_surface():\n    return {'loss': lambda a, b: 3.0, 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],
+     "loss(a, b) returned float, expected a scalar tensor"),
+    ("def make_surface():\n    return {'loss': lambda a, b: a.view(5), 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],
+     "the loss could not be evaluated: RuntimeError"),
+    ("def make_surface():\n    return {'loss': lambda a, b: a * b, 'x_range': (0, 1), 'y_range': (0, 1)}\n", ["--grid", "100000"],
+     "--grid 100000: use 5 to 401"),
+])
+def test_bad_surfaces_exit_2_with_one_line(tmp_path, capsys, source, args, says):
+    path = tmp_path / "surface.py"
+    if source is not None:
+        path.write_text(source)
+    assert loss_surface.main(["--surface", str(path), *args]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err
+
+
+def test_a_loss_vmap_cannot_trace_is_evaluated_point_by_point_with_the_same_verdict():
+    def branching(a, b):  # float(a): data-dependent Python control flow, which vmap refuses
+        return (a - 1) ** 2 + (b + 0.5) ** 2 if float(a.detach()) > -10 else a
+
+    smooth = {"loss": branching, "x_range": (-2.0, 2.0), "y_range": (-2.0, 2.0), "target": (1.0, -0.5)}
+    traced = dict(smooth, loss=lambda a, b: (a - 1) ** 2 + (b + 0.5) ** 2)
+    looped, vmapped = loss_surface.check_loss_surface(smooth, n=21), loss_surface.check_loss_surface(traced, n=21)
+    assert looped == vmapped and looped["status"] == "pass"

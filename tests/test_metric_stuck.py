@@ -1,0 +1,49 @@
+"""diagnostics/metric_stuck.py: the healthy demo passes; each broken twin fails the question that names its bug; the
+user's model is left as found; bad problem files exit 2 with one line."""
+import pytest
+
+from state_snapshot import assert_unchanged, snapshot
+
+import metric_stuck  # noqa: E402  (conftest puts diagnostics/ on sys.path)
+
+
+@pytest.mark.parametrize("bug,status,failed", [
+    (None, "pass", None),
+    ("saturated", "fail", "gradient"),
+    ("ceiling", "fail", "ceiling"),
+    ("fight", "fail", "fight"),
+])
+def test_each_twin_fails_its_own_question(bug, status, failed):
+    problem = metric_stuck.make_demo_problem(bug)
+    before = snapshot(problem["model"])
+    result = metric_stuck.check_metric_stuck(problem)
+    assert (result["status"], result["details"].get("failed")) == (status, failed), result["summary"]
+    assert_unchanged(before, snapshot(problem["model"]))
+    d = result["details"]
+    if bug is None:
+        assert d["saturated_share"] == 0 and d["progress_alone"] > 0.95 and d["progress_all_terms"] > 0.95
+    if bug == "fight":
+        assert d["progress_alone"] > 0.95 and d["progress_all_terms"] < 0.5
+        assert d["cosine_with_other_terms"] < 0 and d["other_to_term_norm_ratio"] > 1
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("source,says", [
+    (None, "problem file not found"),
+    ("raise ValueError('broken import')\n", "raised ValueError on import: broken import"),
+    ("def make_problem():\n    return {'model': 1}\n", "the problem is missing batch, terms"),
+    ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 2), torch.randn(4)),"
+     " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'b', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': 0}\n",
+     "target_term 'b' is not one of the terms (a)"),
+    ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 3), torch.randn(4)),"
+     " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'a', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': 0}\n",
+     "the check could not run on this problem: RuntimeError"),
+])
+def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
+    path = tmp_path / "problem.py"
+    if source is not None:
+        path.write_text(source)
+    assert metric_stuck.main(["--problem", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err
+

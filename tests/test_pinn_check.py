@@ -1,0 +1,58 @@
+"""diagnostics/pinn_check.py: the healthy PINN passes; a PDE term in physical units fails on gradient balance, points in
+half the domain fail on coverage, inputs in physical units warn; the model is left as found; bad input exits 2."""
+import pytest
+import torch
+
+from state_snapshot import assert_unchanged, snapshot
+
+import pinn_check  # noqa: E402  (conftest puts diagnostics/ on sys.path)
+
+
+@pytest.mark.parametrize("bug,status,summary_start", [
+    (None, "pass", "terms balanced within 32x"),
+    ("scale", "fail", "gradient imbalance: 'pde' pulls 3.2e+07x harder than 'boundary'"),
+    ("coverage", "fail", "50% of the domain's cells have no collocation point"),
+])
+def test_twins(bug, status, summary_start):
+    problem = pinn_check.make_demo_pinn(bug)
+    before = snapshot(problem["model"])
+    outcome = pinn_check.check_pinn(problem)
+    assert (outcome["status"], outcome["summary"][:len(summary_start)]) == (status, summary_start)
+    assert_unchanged(before, snapshot(problem["model"]))
+
+
+def test_inputs_in_physical_units_warn():
+    points = torch.linspace(0, 1000, 200)[:, None]  # metres, not x / L
+
+    def term(shift):
+        return lambda net: (net(points / 1000) - shift).pow(2).mean()
+
+    problem = {"model": pinn_check.MLP(), "terms": {"a": term(0.0), "b": term(0.1)}, "collocation": points,
+               "domain": [(0.0, 1000.0)]}
+    outcome = pinn_check.check_pinn(problem)
+    assert outcome["status"] == "warn" and outcome["summary"] == "not non-dimensionalised: input dimension 0 spans [0, 1e+03]"
+
+
+def test_coverage_in_two_dimensions_counts_joint_cells():
+    grid = torch.cartesian_prod(torch.linspace(0, 1, 16), torch.linspace(0, 1, 16))
+    diagonal = torch.rand(256, 1, generator=torch.Generator().manual_seed(0)).repeat(1, 2)  # all on x == y: 8 of 64 cells
+    assert pinn_check.empty_share(grid, [(0, 1), (0, 1)]) == 0
+    assert pinn_check.empty_share(diagonal, [(0, 1), (0, 1)]) == pytest.approx(1 - 8 / 64)
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("source,says", [
+    (None, "problem file not found"),
+    ("def make_pinn():\n    return []\n", "the problem is list, expected a dict"),
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m.weight.sum()},"
+     " 'collocation': torch.rand(5, 1), 'domain': [(0, 1), (0, 1)]}\n", "domain must be one (low, high) pair per input dimension (1)"),
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m(torch.rand(3, 2)).sum()},"
+     " 'collocation': torch.rand(5, 1), 'domain': [(0, 1)]}\n", "the check could not run on this problem: RuntimeError"),
+])
+def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
+    path = tmp_path / "pinn.py"
+    if source is not None:
+        path.write_text(source)
+    assert pinn_check.main(["--problem", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err
