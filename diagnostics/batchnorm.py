@@ -18,8 +18,9 @@ What it checks
              torch refuses it; the check names the layer.
       fail   one sample (N = 1) with more values per channel (a feature map): the layer
              normalises each sample by its own statistics.
-      pass   every train-mode BatchNorm layer sees 2 samples or more.
-      skip   no BatchNorm layer, or every one is in eval mode (frozen BatchNorm, or a model
+      pass   every train-mode BatchNorm layer sees 2 samples or more, or there is no
+             BatchNorm layer at all.
+      skip   every BatchNorm layer is in eval mode (frozen BatchNorm, or a model
              put in eval mode: train it in train mode to check).
 
 Command
@@ -232,7 +233,7 @@ def check_batchnorm(case):
     model = case["model"]
     layers = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     if not layers:
-        return CheckResult("batchnorm", "skip", "no BatchNorm layer in the model")
+        return CheckResult("batchnorm", "pass", "no BatchNorm layer in the model: no batch statistics to go wrong")
     training = [(name, m) for name, m in layers if m.training]
     if not training:
         return CheckResult("batchnorm", "skip", f"all {len(layers)} BatchNorm layers are in eval mode: they normalise with "
