@@ -262,7 +262,8 @@ def check_batchnorm(case):
     one_sample = [c for c in per_call if c["samples"] == 1 and c["values_per_channel"] > 1]
     if one_value:
         c = one_value[0]
-        details["next"] = "train with more than one sample per batch (drop_last=True avoids a last batch of one), or use GroupNorm / LayerNorm"
+        details["next"] = ("train with more than one sample per batch (drop_last=True avoids a last batch of one), "
+                           "or use GroupNorm / LayerNorm")
         return CheckResult("batchnorm", "fail", f"{c['layer']} gets input {tuple(c['input'])} in train mode: its per-channel "
                            "statistics are over one value (torch raises: Expected more than 1 value per channel when training)",
                            details)

@@ -34,7 +34,7 @@ Command
 
 Output
     $ python diagnostics/inplace.py
-    [FAIL] inplace: backward fails: `mul_` at inplace.py:376 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:374 (torch: modified by an inplace operation)
+    [FAIL] inplace: backward fails: `mul_` at inplace.py:378 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:376 (torch: modified by an inplace operation)
     (exit code 1)
     $ python diagnostics/inplace.py --healthy
     [PASS] inplace: forward and backward ran; no in-place op on a tensor autograd tracks
@@ -283,8 +283,10 @@ class InplaceOps(torch.overrides.TorchFunctionMode):
         inplace = (name.endswith("_") and not name.endswith("__")) or name in AUGMENTED or kwargs.get("inplace") is True
         target = args[0] if args else None
         if inplace and isinstance(target, torch.Tensor) and target.requires_grad:
-            self.ops.append({"op": name + (" (inplace=True)" if kwargs.get("inplace") is True else ""), "shape": list(target.shape), "version_before": target._version,
-                             "line": user_line(stack_of(sys._getframe(1))), "module": self.module_stack[-1] if self.module_stack else ""})
+            self.ops.append({"op": name + (" (inplace=True)" if kwargs.get("inplace") is True else ""),
+                             "shape": list(target.shape), "version_before": target._version,
+                             "line": user_line(stack_of(sys._getframe(1))),
+                             "module": self.module_stack[-1] if self.module_stack else ""})
         return func(*args, **kwargs)
 
 

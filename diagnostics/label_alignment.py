@@ -239,7 +239,7 @@ def cli_main(check, demo_case, description, argv=None):
 # --- end shared block ---
 
 MATCH = 0.9  # our assumption, tuned on the test zoo: the true alignment matches 100% of the scored positions, a wrong offset about 1/V
-FREQUENT = 0.01  # our assumption: an id holding 1% of the targets is a real class (an end-of-text token in short rows, a background class)
+FREQUENT = 0.01  # our assumption: an id holding 1% of the targets is a real class (end-of-text in short rows, background)
 MIN_IGNORED = 2  # our assumption: one unscored occurrence can be a coincidence of where the rows end
 OFFSETS = (-1, 0, 1, 2)  # the target of output t, as the input token at t + k: 1 is next-token prediction
 

@@ -332,10 +332,12 @@ def check_registration(case):
                            "nor moved by .to(), nor saved in the state_dict", details)
     if used:
         details["next"] = "register them: self.register_buffer(name, tensor) (persistent=False if not to be saved)"
-        return CheckResult("registration", "warn", f"{len(used)} tensors used in forward are not registered, in {describe(outside, groups)}: "
+        return CheckResult("registration", "warn", f"{len(used)} tensors used in forward are not registered, in "
+                           f"{describe(outside, groups)}: "
                            ".to(device) leaves them behind and the state_dict does not save them", details)
-    return CheckResult("registration", "pass", f"{len(tensors)} unregistered tensors ({', '.join(sorted({container_of(w) for w, _ in tensors.values()}))}) "
-                       "are not used in forward", details)
+    holders = sorted({container_of(where) for where, _ in tensors.values()})
+    return CheckResult("registration", "pass", f"{len(tensors)} unregistered tensors ({', '.join(holders)}) are not used in "
+                       "forward", details)
 
 
 class DemoMLP(torch.nn.Module):
