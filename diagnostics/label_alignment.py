@@ -21,7 +21,8 @@ What it checks
                the unshifted labels (fail); t+2 the labels shifted twice (fail); t-1 shifted
                the wrong way (fail). An alignment counts when 90% of the scored positions
                agree; targets that are not the input tokens (tags, a seq2seq decoder) are not
-               judged.
+               judged. Without a task kind, offset 0 alone is a warn: a denoising model
+               scores each position against its own (clean) input token by design.
       padding  (inputs with an attention_mask) a scored target sitting at a position the mask
                marks as padding (0) is a fail: the loss teaches the model to predict padding.
       classes  a target id in range (0..C-1) holding 1% of the targets or more, 2 positions or
@@ -424,6 +425,7 @@ def check_label_alignment(case):
     seq = scored.ndim == 2 and ids is not None and ids.ndim == 2 and ids.shape[0] == scored.shape[0]
     details = {"scored": n_scored, "positions": scored.numel(), "loss_inside_model": loss_inside}
     findings = []
+    unsure = False
     k = None
     if seq:
         matches = offset_matches(target, ids, scored, OFFSETS)
@@ -431,6 +433,8 @@ def check_label_alignment(case):
         details.update(input_offset_match=matches, input_offset=k)
         if kind in (None, "causal_lm") and k in (-1, 0, 2):
             findings.append((*shift_finding(k, loss_inside), {}))
+            if kind is None and k == 0:  # a denoising model also scores each position against its own input token
+                unsure = True
     if mask is not None and seq and mask.shape == ids.shape and kind != "seq2seq":
         found = padding_finding(scored, target, mask.cpu(), k if k is not None else 0)
         findings += [found] if found else []
@@ -443,6 +447,9 @@ def check_label_alignment(case):
     if findings:
         details["findings"] = [summary for summary, _, _ in findings]
         details["next"] = findings[0][1]
+        if unsure and len(findings) == 1:
+            details["next"] += " (if this is a causal LM: set task kind causal_lm to make this a fail)"
+            return CheckResult("label_alignment", "warn", details["findings"][0], details)
         return CheckResult("label_alignment", "fail", "; ".join(details["findings"]), details)
     aligned = {None: "", 1: ", each against the next input token"}.get(k, f", each against input token t + {k}")
     return CheckResult("label_alignment", "pass", f"{n_scored} of {scored.numel()} positions scored{aligned}; "

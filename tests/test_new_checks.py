@@ -234,3 +234,12 @@ def test_state_unchanged_when_the_model_raises(check_id):
 @pytest.mark.hostile
 def test_missing_case_is_one_line_exit_2(tmp_path):
     assert_one_line_error(run_cli("inplace.py", "--case", tmp_path / "no_such_case.py"))
+
+
+def test_unshifted_labels_without_a_task_kind_are_a_warn():
+    """A denoising model scores each position against its own input token by design: only causal_lm makes it a fail."""
+    case = corpus_case("label_alignment", "make_gpt2_not_shifted")
+    del case["task"]
+    result = check("label_alignment", case)
+    assert result.status == "warn" and result.details["input_offset"] == 0
+    assert "causal_lm" in result.details["next"]
