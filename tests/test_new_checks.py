@@ -14,7 +14,7 @@ import doctor
 import inplace
 import label_alignment
 import registration
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
 from state_snapshot import assert_unchanged, snapshot
 
 MODULES = {"label_alignment": label_alignment, "registration": registration, "batchnorm": batchnorm, "inplace": inplace}
@@ -232,8 +232,13 @@ def test_state_unchanged_when_the_model_raises(check_id):
 
 
 @pytest.mark.hostile
-def test_missing_case_is_one_line_exit_2(tmp_path):
-    assert_one_line_error(run_cli("inplace.py", "--case", tmp_path / "no_such_case.py"))
+@pytest.mark.parametrize("check_id", MODULES)
+def test_missing_case_is_one_line_exit_2(check_id, tmp_path, capsys):
+    module = MODULES[check_id]
+    code = module.cli_main(getattr(module, f"check_{check_id}"), module.make_demo_case, module.__doc__,
+                           ["--case", str(tmp_path / "no_such_case.py")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: case file not found"), err
 
 
 def test_unshifted_labels_without_a_task_kind_are_a_warn():
