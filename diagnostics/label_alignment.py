@@ -32,8 +32,10 @@ What it checks
                per sample (which is never padding).
 
     A saturated softmax (a probability of 1 in float32) has no gradient to read; those
-    positions are left out. skip: task kind regression or other, no logits tensor with a
-    gradient, or no position that moves the loss (run labels).
+    positions are left out. Sequences are (batch, time) unless only the time-major reading
+    (time, batch), the default of nn.LSTM and nn.Transformer, lines the targets up with the
+    inputs (details["time_dim"] says which). skip: task kind regression or other, no logits
+    tensor with a gradient, or no position that moves the loss (run labels).
 
 Command
     python diagnostics/label_alignment.py                      # embedded demo (planted bug)
@@ -421,9 +423,15 @@ def check_label_alignment(case):
     if n_scored == 0:
         return CheckResult("label_alignment", "skip", "no output position moves the loss (every label masked? run labels)")
     ids, mask = token_ids(inputs), inputs.get("attention_mask") if isinstance(inputs, dict) else None
-    ids = ids.cpu() if ids is not None else None
-    seq = scored.ndim == 2 and ids is not None and ids.ndim == 2 and ids.shape[0] == scored.shape[0]
-    details = {"scored": n_scored, "positions": scored.numel(), "loss_inside_model": loss_inside}
+    ids, mask, labels = (t.cpu() if t is not None else None for t in (ids, mask, labels))
+    seq = scored.ndim == 2 and ids is not None and ids.shape == scored.shape
+    details = {"scored": n_scored, "positions": scored.numel(), "loss_inside_model": loss_inside, "time_dim": 1 if seq else None}
+    if seq and best(offset_matches(target, ids, scored, OFFSETS)) is None and \
+            best(offset_matches(target.T, ids.T, scored.T, OFFSETS)) is not None:
+        details["time_dim"] = 0  # time-major (T, B), as nn.LSTM and nn.Transformer default to: turn it batch-first
+        scored, target, unknown, ids = scored.T, target.T, unknown.T, ids.T
+        labels = labels.T if labels is not None and labels.ndim == 2 else labels
+        mask = mask.T if mask is not None and mask.ndim == 2 else mask
     findings = []
     unsure = False
     k = None
@@ -436,11 +444,11 @@ def check_label_alignment(case):
             if kind is None and k == 0:  # a denoising model also scores each position against its own input token
                 unsure = True
     if mask is not None and seq and mask.shape == ids.shape and kind != "seq2seq":
-        found = padding_finding(scored, target, mask.cpu(), k if k is not None else 0)
+        found = padding_finding(scored, target, mask, k if k is not None else 0)
         findings += [found] if found else []
     if labels is not None:
-        findings += ignored_class_findings(scored, target, unknown, labels.cpu(), ids if seq else None,
-                                           mask.cpu() if mask is not None and seq else None,
+        findings += ignored_class_findings(scored, target, unknown, labels, ids if seq else None,
+                                           mask if seq else None,
                                            declared_ignore_index(case["loss_fn"], task))
     for _, _, extra in findings:
         details.update(extra)

@@ -60,6 +60,7 @@ def test_doctor_runs_the_new_checks():
 CORPUS_BUGS = [  # (check, broken twin, what the details must say)
     ("label_alignment", "make_gpt2_shifted_twice", {"input_offset": 2, "loss_inside_model": True}),
     ("label_alignment", "make_gpt2_not_shifted", {"input_offset": 0, "loss_inside_model": False}),
+    ("label_alignment", "make_lstm_time_major_not_shifted", {"input_offset": 0}),  # offset 0 reads the same either way
     ("label_alignment", "make_gpt2_pad_in_labels", {"input_offset": 1, "padding_scored": 8, "padding_tokens": [0]}),
     ("label_alignment", "make_bert_pad_in_labels", {"padding_scored": 8}),
     ("label_alignment", "make_bert_ignores_frequent_tag", {"ignored_class": 0, "ignored_real": 43}),
@@ -78,6 +79,11 @@ def test_broken_twin_of_a_real_architecture_fails(check_id, factory, expected):
     result = check(check_id, corpus_case(check_id, factory))
     assert result.status == "fail", result
     assert {key: result.details.get(key) for key in expected} == expected
+
+
+def test_a_time_major_lm_is_read_along_dim_0():
+    result = check("label_alignment", corpus_case("label_alignment", "make_lstm_time_major"))
+    assert result.status == "pass" and result.details["time_dim"] == 0 and result.details["input_offset"] == 1
 
 
 def test_the_summary_names_the_bug():

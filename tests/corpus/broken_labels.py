@@ -6,6 +6,7 @@ healthy twin: the same model and data with the line marked `# BUG:` written the 
     BERT token classification, padded     pad positions keep a real tag in the labels | pads labelled -100
     BERT token classification, CE outside ignore_index=0, and tag 0 is "O"             | ignore_index=-100
     T5, labels passed to the model        (healthy only: a seq2seq that must pass)
+    LSTM LM, time-major (pytorch/examples word_language_model)  targets = inputs | targets one step ahead
 
 Run one: `python diagnostics/label_alignment.py --case tests/corpus/broken_labels.py:make_gpt2_shifted_twice`.
 """
@@ -166,7 +167,54 @@ def make_t5_labels():
             "task": {"kind": "seq2seq", "vocab_size": VOCAB}}
 
 
-HEALTHY = ["make_gpt2_labels", "make_gpt2_loss_outside", "make_bert_tagger", "make_bert_criterion", "make_t5_labels"]
-BROKEN = {"make_gpt2_shifted_twice": "make_gpt2_labels", "make_gpt2_pad_in_labels": "make_gpt2_labels",
+class RNNModel(torch.nn.Module):
+    """pytorch/examples word_language_model's RNNModel (LSTM): time-major (T, B) in, (T, B, V) out, dropout 0.2."""
+
+    def __init__(self, d=32, n_layers=2):
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.2)
+        self.encoder = torch.nn.Embedding(VOCAB, d)
+        self.rnn = torch.nn.LSTM(d, d, n_layers, dropout=0.2)
+        self.decoder = torch.nn.Linear(d, VOCAB)
+        torch.nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        torch.nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
+        torch.nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, source):  # (T, B) -> (T, B, V)
+        output, _ = self.rnn(self.drop(self.encoder(source)))
+        return self.decoder(self.drop(output))
+
+
+def get_batch(source, i, bptt):
+    """word_language_model's get_batch: rows i..i+bptt of a (T_total, B) batchified stream, targets one step ahead."""
+    data = source[i:i + bptt]
+    target = source[i + 1:i + 1 + bptt]
+    return data, target
+
+
+def lstm_case(broken):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(6)
+        stream = torch.randint(0, VOCAB, (41, 4))  # batchify: 4 columns of one token stream
+        model = RNNModel()
+    data, target = get_batch(stream, 0, 20)
+    if broken:
+        target = stream[0:20]  # BUG: the target rows start where the data rows do: no shift
+    return {"model": model, "batch": (data, target),
+            "loss_fn": lambda output, target: F.cross_entropy(output.reshape(-1, VOCAB), target.reshape(-1)),
+            "task": {"kind": "causal_lm", "vocab_size": VOCAB}}
+
+
+def make_lstm_time_major():
+    return lstm_case(broken=False)
+
+
+def make_lstm_time_major_not_shifted():
+    return lstm_case(broken=True)
+
+
+HEALTHY = ["make_gpt2_labels", "make_gpt2_loss_outside", "make_bert_tagger", "make_bert_criterion", "make_t5_labels",
+           "make_lstm_time_major"]
+BROKEN = {"make_lstm_time_major_not_shifted": "make_lstm_time_major", "make_gpt2_shifted_twice": "make_gpt2_labels", "make_gpt2_pad_in_labels": "make_gpt2_labels",
           "make_gpt2_not_shifted": "make_gpt2_loss_outside", "make_bert_pad_in_labels": "make_bert_tagger",
           "make_bert_ignores_frequent_tag": "make_bert_criterion"}  # broken twin -> its healthy twin
