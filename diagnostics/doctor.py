@@ -37,17 +37,21 @@ Output
       PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64]
       PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in)
       PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details
+      PASS  registration       all 13 modules and tensors reached are registered; none is held in a plain list, dict or attribute
+      PASS  batchnorm          no BatchNorm layer in the model: no batch statistics to go wrong
       FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init
                                next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
                                see PLAYBOOK.md#init-loss
+      PASS  label_alignment    64 of 64 positions scored; no padding scored, no real class dropped
       PASS  input_dependence   changing the input changes the output by 0.738 (relative)
+      PASS  inplace            forward and backward ran; no in-place op on a tensor autograd tracks
       PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000)
       PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients
       PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.03 (~0.001)
       PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests)
       SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification'
       PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps
-    1 fail, 0 warn, 9 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
+    1 fail, 0 warn, 13 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
     (exit code 1)
 
 How to read it
@@ -245,8 +249,12 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
     ("data_sanity", "data_sanity"),  # the batch alone
     ("init_scale", "init_scale"),  # the weights alone
     ("labels", "labels"),  # one forward pass
+    ("registration", "registration"),  # one forward pass, no gradients
+    ("batchnorm", "batchnorm"),  # one forward pass, no gradients
     ("init_loss", "init_loss"),  # one to three forward passes
+    ("label_alignment", "label_alignment"),  # one forward pass and a backward pass to the logits
     ("input_dependence", "input_dependence"),  # two or more forward passes
+    ("inplace", "inplace"),  # one forward and backward pass (twice, with anomaly detection, when it fails)
     ("nan_watch", "nan_watch"),  # one forward and backward pass, hooked
     ("gradient_flow", "gradient_flow"),  # one backward pass (two if some grads are zero)
     ("update_ratio", "update_ratio"),  # one backward pass and one optimizer step

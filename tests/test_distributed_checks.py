@@ -3,7 +3,8 @@
 Each rank gets its own half of the batch (as a DistributedSampler would give it) and runs gradient_flow on a
 healthy and on a broken (detached features) DDP-wrapped case; rank 0 then runs it once more on its own. The
 check must give the same verdict on both ranks, leave each rank's model unchanged, and start no collective:
-a stray all-reduce in the solo run would block rank 0 until the process group times out.
+a stray all-reduce in the solo run would block rank 0 until the process group times out. The other checks that
+take gradients (inplace, label_alignment) run on their DDP-wrapped demos in the same ranks.
 """
 import sys
 
@@ -33,6 +34,17 @@ def _rank_main(rank, world, port, out_dir):
                          "changed": differences(before, snapshot(case["model"]))}
     if rank == 0:  # alone: any collective inside the check would wait for rank 1 and time out
         results["solo"] = {"status": gradient_flow.check_gradient_flow(cases["healthy"]).status}
+    import inplace
+    import label_alignment
+    for module in (inplace, label_alignment):  # the new checks that take gradients, on their demos, DDP-wrapped
+        for broken in (False, True):
+            case = module.validate_case(module.make_demo_case(broken=broken))
+            x, y = case["batch"]
+            case["batch"] = (x[rank::world], y[rank::world])
+            case["model"] = torch.nn.parallel.DistributedDataParallel(case["model"])
+            before = snapshot(case["model"])
+            result = getattr(module, f"check_{module.__name__}")(case)
+            results[f"{module.__name__}-{broken}"] = [result.status, differences(before, snapshot(case["model"]))]
     gloo.report(rank, out_dir, results)
 
 
@@ -44,3 +56,6 @@ def test_gradient_flow_on_ddp_two_ranks(tmp_path):
         assert results["detached"]["none_grad"][:2] == ["features.0.weight", "features.0.bias"]
     assert ranks[0]["detached"] == ranks[1]["detached"]
     assert ranks[0]["solo"] == {"status": "pass"}
+    for results in ranks:
+        assert [results[f"{name}-{broken}"] for name in ("inplace", "label_alignment") for broken in (False, True)] == \
+            [["pass", []], ["fail", []]] * 2
