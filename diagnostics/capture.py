@@ -157,9 +157,9 @@ def _ancestors(tensor):
 
 
 def _recipes(out, pred):
-    """The ways a loss input `pred` is commonly made from a model output tensor `out`, as (text, function)."""
-    flat = (f".reshape(-1, {', '.join(map(str, pred.shape[1:]))})" if pred.dim() > 1 else ".reshape(-1)",
-            lambda t: t.reshape(-1, *pred.shape[1:]))
+    """The ways a loss input `pred` is commonly made from a model output tensor `out`: (prefix, suffix, function)."""
+    rest = tuple(pred.shape[1:])
+    flat = (f".reshape(-1{''.join(f', {n}' for n in rest)})", lambda t: t.reshape(-1, *rest))
     same = ("", lambda t: t)
     shapes = [same] + ([flat] if out.numel() == pred.numel() and out.shape != pred.shape else [])
     for prefix, first in (("", lambda t: t), ("log_softmax", lambda t: torch.log_softmax(t, -1))):
@@ -290,8 +290,7 @@ class Capture:
     def _finish(self, optimizer):
         found = self._found
         if found is None:
-            self.error = (f"{self.source} reached optimizer.step() before any backward() (a closure optimizer such as "
-                          f"LBFGS?); {HOW_TO_CASE}")
+            self.error = f"{self.source} reached optimizer.step() before any backward(); {HOW_TO_CASE}"
             return
         if isinstance(found, str):
             self.error = found
@@ -326,14 +325,17 @@ class Capture:
                      "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task}
         inputs = found["inputs"]
         call = _shape(inputs) if not isinstance(inputs, dict) else ", ".join(f"{k}={_shape(v)}" for k, v in inputs.items())
-        parts = [f"model {type(model).__name__}({call})", f"targets {_shape(targets)}" if targets is not None else "no targets",
-                 f"loss {loss_text}", f"optimizer {_optimizer_text(optimizer, self.built_lrs)}", f"task {task.get('kind', 'inferred by each check')}"]
+        parts = [f"model {type(model).__name__}({call})",
+                 f"targets {_shape(targets)}" if targets is not None else "no targets", f"loss {loss_text}",
+                 f"optimizer {_optimizer_text(optimizer, self.built_lrs)}",
+                 f"task {task.get('kind', 'inferred by each check')}"]
         if found["autocast"] is not None:
             parts.append(f"the script ran the model under autocast {str(found['autocast']).removeprefix('torch.')} "
                          "(the checks run in float32)")
         if self.skipped_saves:
             parts.append(f"skipped torch.save to {', '.join(self.skipped_saves)}")
         self.case["captured"] = f"{self.source} at its first optimizer step: " + ", ".join(parts)
+        found.clear()  # the script's graph and outputs: not kept alive by the capture
 
     @staticmethod
     def _targets(target, out, pred, memo):
@@ -384,10 +386,10 @@ def _optimizer_factory(optimizer, built):
     settings = [dict({key: value for key, value in group.items() if key != "params"}, lr=lr)
                 for group, lr in zip(optimizer.param_groups, _built_lrs(optimizer, built))]
     where = {id(p): i for i, group in enumerate(optimizer.param_groups) for p in group["params"]}
-    accepted = inspect.signature(cls.__init__).parameters
-    defaults = {key: value for key, value in optimizer.defaults.items() if key in accepted}
+    defaults = dict(optimizer.defaults)
 
     def make(params):
+        accepted = inspect.signature(cls.__init__).parameters
         params = list(params)
         groups = [[] for _ in settings]
         for p in params:
@@ -395,7 +397,8 @@ def _optimizer_factory(optimizer, built):
                 groups[where[id(p)]].append(p)
         if not any(groups):  # parameters of a copy of the model: the first group's settings for all
             groups[0] = params
-        return cls([dict(setting, params=group) for setting, group in zip(settings, groups) if group], **defaults)
+        return cls([dict(setting, params=group) for setting, group in zip(settings, groups) if group],
+                   **{key: value for key, value in defaults.items() if key in accepted})
     return make
 
 
@@ -471,6 +474,10 @@ def capturing(source="the code", time_limit=TIME_LIMIT):
         return model if model is not None else (lambda fn: fn)
 
     def stop(optimizer, args, kwargs):
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if captured._found is None and callable(closure):  # Lightning, LBFGS: forward and backward run inside step()
+            with torch.enable_grad():
+                closure()
         try:
             captured._finish(optimizer)
         except Exception as exc:  # a capture bug: the one-line reason, not a traceback through the user's script

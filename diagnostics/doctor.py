@@ -332,6 +332,8 @@ def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: the arguments of the --script
     args = parser.parse_args(argv[:cut])
+    if args.script and args.case:
+        parser.error("give --script or --case, not both")
     # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         try:

@@ -202,6 +202,16 @@ def test_what_cannot_be_captured_is_one_line_and_exit_2(tmp_path, capsys, source
     assert state() == before
 
 
+def test_closure_optimizers_run_their_closure_before_the_capture(tmp_path):
+    """LBFGS and Lightning's automatic optimisation run forward and backward inside optimizer.step(closure)."""
+    path = write(tmp_path, LOOP + "opt = torch.optim.LBFGS(model.parameters(), lr=0.5)\n"
+                 "def closure():\n    opt.zero_grad()\n    loss = torch.nn.functional.cross_entropy(model(x), y)\n"
+                 "    loss.backward()\n    return loss\nfor _ in range(5):\n    opt.step(closure)\n")
+    case = capture.capture_script(str(path))
+    assert type(case["optimizer"](case["model"].parameters())) is torch.optim.LBFGS
+    assert "loss F.cross_entropy(output, targets)" in case["captured"]
+
+
 @pytest.mark.hostile
 def test_a_script_that_never_steps_is_stopped_by_the_time_limit(tmp_path):
     before = state()
