@@ -24,7 +24,8 @@ What it checks
       the task      causal_lm when the targets are the inputs shifted by one (or the inputs
                     themselves, for models that shift inside), else what the loss implies.
 
-    It stops the script when its first optimizer.step() begins, before the weights change.
+    It stops the script when its first optimizer.step() begins, before the weights change (a
+    closure given to step(), as Lightning and LBFGS do, runs first: it holds the forward pass).
     While it runs, torch.save writes nothing and torch.compile is skipped (the checks run
     eager). Everything it patched is restored afterwards, also when the script raises.
     What it cannot capture is one line saying what, and how to write the case file instead:
@@ -524,7 +525,9 @@ def _run(source, run, path=None, time_limit=TIME_LIMIT):
         with capturing(source, time_limit) as captured:
             run()
     except SystemExit as exc:
-        raise CaptureError(f"{source} exited (sys.exit({exc.code!r})) before its first optimizer step; {HOW_TO_CASE}") from None
+        arguments = "if it needs arguments, give them after --; else " if path else ""
+        raise CaptureError(f"{source} exited (sys.exit({exc.code!r})) before its first optimizer step: {arguments}"
+                           f"{HOW_TO_CASE}") from None
     except Exception as exc:
         raise CaptureError(f"{source} raised {type(exc).__name__} at {_where(exc, path)} before its first optimizer step: "
                            f"{' '.join(str(exc).split())}") from None

@@ -187,7 +187,8 @@ def state():
 @pytest.mark.hostile
 @pytest.mark.parametrize("source, message", [
     (LOOP + "raise ValueError('no data in ./data')\n", "train.py raised ValueError at train.py:6 before its first optimizer step"),
-    (LOOP + "import sys\nsys.exit(3)\n", "train.py exited (sys.exit(3)) before its first optimizer step"),
+    (LOOP + "import sys\nsys.exit(3)\n", "train.py exited (sys.exit(3)) before its first optimizer step: if it needs "
+     "arguments, give them after --"),
     (LOOP + "model(x)\n", "train.py finished without an optimizer step"),
     (LOOP + "loss = (model(x)[:, 0] - y).pow(2).mean()\nloss.backward()\nopt.step()\n", "a loss written by hand"),
     (LOOP + "loss = torch.nn.functional.cross_entropy(model(x)[1:], y[1:])\nloss.backward()\nopt.step()\n",
