@@ -17,7 +17,9 @@ What it checks
       the loss      how to recompute it from the model's output: the loss the model returns
                     (nanoGPT `logits, loss = model(x, y)`, Hugging Face models given labels),
                     or the torch.nn loss module / F.* loss function the script calls on the
-                    output, as is or flattened to (-1, classes), or after log_softmax;
+                    output: as is, flattened to (-1, classes), after the next-token shift
+                    [:, :-1] (targets then aligned with the output, the last position
+                    ignored), or after log_softmax;
       the optimizer its class and every param group's settings, rebuilt on demand, with
                     the lr each group was built with (a warmup's value at step 0 is not
                     what the run trains at);
@@ -157,15 +159,22 @@ def _ancestors(tensor):
     return seen
 
 
-def _recipes(out, pred):
-    """The ways a loss input `pred` is commonly made from a model output tensor `out`: (prefix, suffix, function)."""
+def _recipes(out, pred, shift):
+    """The ways a loss input `pred` is commonly made from a model output tensor `out`.
+
+    Yields (prefix, suffix, shifted, function): log_softmax or not, the next-token shift `[:, :-1]` or not (only when
+    `shift`: a loss with an ignore_index), flattened to (-1, classes) or not.
+    """
     rest = tuple(pred.shape[1:])
     flat = (f".reshape(-1{''.join(f', {n}' for n in rest)})", lambda t: t.reshape(-1, *rest))
-    same = ("", lambda t: t)
-    shapes = [same] + ([flat] if out.numel() == pred.numel() and out.shape != pred.shape else [])
+    cuts = [("", False, lambda t: t)] + ([("[:, :-1]", True, lambda t: t[:, :-1])] if shift and out.dim() >= 3 else [])
     for prefix, first in (("", lambda t: t), ("log_softmax", lambda t: torch.log_softmax(t, -1))):
-        for suffix, then in shapes:
-            yield prefix, suffix, (lambda t, first=first, then=then: then(first(t)))
+        for cut, shifted, sliced in cuts:
+            kept = sliced(out)
+            shapes = ([] if shifted else [("", lambda t: t)]) \
+                + ([flat] if kept.numel() == pred.numel() and kept.shape != pred.shape else [])  # a shift is then flattened
+            for suffix, then in shapes:
+                yield prefix, cut + suffix, shifted, (lambda t, first=first, sliced=sliced, then=then: then(sliced(first(t))))
 
 
 def _matches(candidate, pred):
@@ -241,20 +250,22 @@ class Capture:
         pred = args[0] if args else kwargs.pop("input", None)
         target = args[1] if len(args) > 1 else kwargs.pop("target", None)
         extra = args[2:]
+        ignore_index = (kwargs.get("ignore_index", getattr(function, "ignore_index", -100))
+                        if name in ("cross_entropy", "nll_loss") else None)
         if not torch.is_tensor(pred):
             return f"the loss call {name} got no tensor input; {HOW_TO_CASE}"
         for module, margs, mkwargs, output, autocast in reversed(self._model_calls):
             for path, out in _tensors(output):
                 if not feeds(out):
                     continue
-                for prefix, suffix, recipe in _recipes(out, pred):
+                for prefix, suffix, shifted, recipe in _recipes(out, pred, shift=ignore_index is not None):
                     with torch.no_grad():
                         if not _matches(recipe(out.detach()), pred):
                             continue
                     return self._found_model(module, margs, mkwargs, output, autocast, path=path, loss=(
-                        name, function, extra, kwargs, target, recipe, prefix, suffix, out, pred))
-        return (f"the input of {name} is not the model's output as is, flattened or log_softmax'ed (a slice or shift made "
-                f"outside the model?); {HOW_TO_CASE}")
+                        name, function, extra, kwargs, target, recipe, prefix, suffix, out, pred, shifted, ignore_index))
+        return (f"the input of {name} is not the model's output as is, flattened, shifted by one position or "
+                f"log_softmax'ed (another slice made outside the model?); {HOW_TO_CASE}")
 
     def _found_model(self, module, args, kwargs, output, autocast, path, loss=None):
         memo = {}
@@ -310,8 +321,11 @@ class Capture:
             prediction = next((t for p, t in _tensors(output) if p != path and t.dim() >= 2), None)
             kind = ignore_index = None
         else:
-            name, function, extra, kwargs, target, recipe, prefix, suffix, prediction, pred = found["loss"]
-            targets, unflatten = self._targets(target, prediction, pred, found["memo"])
+            name, function, extra, kwargs, target, recipe, prefix, suffix, prediction, pred, shifted, ignore_index = found["loss"]
+            targets, unflatten = self._targets(target, prediction[:, :-1] if shifted else prediction, pred, found["memo"])
+            if shifted:  # targets aligned with the output positions: the last one predicts nothing (ignore_index)
+                targets = torch.cat([targets, torch.full_like(targets[:, :1], ignore_index)], dim=1)
+                unflatten = (f"[:, :-1]{unflatten[0]}", lambda t, then=unflatten[1]: then(t[:, :-1]))
             shown = f"{prefix}({_path_text(path)})" if prefix else _path_text(path)
             loss_text = (f"{type(function).__name__ if isinstance(function, torch.nn.Module) else 'F.' + name}"
                          f"({shown}{suffix}, targets{unflatten[0]})")
@@ -320,7 +334,6 @@ class Capture:
                 return function(recipe(_pick(out, path)), unflatten(targets), *extra, **kwargs)
 
             kind = KINDS.get(name)
-            ignore_index = kwargs.get("ignore_index", getattr(function, "ignore_index", None))
         task = self._task(kind, ignore_index, found["inputs"], targets, prediction)
         self.case = {"model": model, "batch": (found["inputs"], targets), "loss_fn": loss_fn,
                      "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task}

@@ -192,7 +192,7 @@ def state():
     (LOOP + "model(x)\n", "train.py finished without an optimizer step"),
     (LOOP + "loss = (model(x)[:, 0] - y).pow(2).mean()\nloss.backward()\nopt.step()\n", "a loss written by hand"),
     (LOOP + "loss = torch.nn.functional.cross_entropy(model(x)[1:], y[1:])\nloss.backward()\nopt.step()\n",
-     "the input of cross_entropy is not the model's output as is, flattened or log_softmax'ed"),
+     "the input of cross_entropy is not the model's output as is, flattened, shifted by one position or log_softmax'ed"),
 ])
 def test_what_cannot_be_captured_is_one_line_and_exit_2(tmp_path, capsys, source, message):
     before = state()
@@ -201,6 +201,23 @@ def test_what_cannot_be_captured_is_one_line_and_exit_2(tmp_path, capsys, source
     assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0], err
     assert message in err[0], err[0]
     assert state() == before
+
+
+def test_next_token_shift_in_the_loop_is_replayed(tmp_path):
+    """The Hugging Face idiom written in a custom loop: shift_logits = logits[..., :-1, :], shift_labels = ids[..., 1:]."""
+    path = write(tmp_path, LOOP + "emb, head = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 20)\n"
+                 "model = torch.nn.Sequential(emb, head)\nopt = torch.optim.Adam(model.parameters())\n"
+                 "ids = torch.randint(0, 20, (4, 6))\nlogits = model(ids)\n"
+                 "shift_logits, shift_labels = logits[..., :-1, :].contiguous(), ids[..., 1:].contiguous()\n"
+                 "loss = torch.nn.CrossEntropyLoss()(shift_logits.view(-1, 20), shift_labels.view(-1))\n"
+                 "loss.backward()\nopt.step()\n")
+    case = capture.capture_script(str(path))
+    ids, targets = case["batch"]
+    assert targets.shape == ids.shape and torch.equal(targets[:, :-1], ids[:, 1:]) and bool((targets[:, -1] == -100).all())
+    logits = case["model"](ids)
+    expected = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 20), ids[:, 1:].reshape(-1))
+    assert torch.allclose(case["loss_fn"](logits, targets), expected)
+    assert case["task"] == {"kind": "causal_lm", "vocab_size": 20, "ignore_index": -100}
 
 
 def test_closure_optimizers_run_their_closure_before_the_capture(tmp_path):
