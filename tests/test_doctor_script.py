@@ -220,6 +220,25 @@ def test_next_token_shift_in_the_loop_is_replayed(tmp_path):
     assert case["task"] == {"kind": "causal_lm", "vocab_size": 20, "ignore_index": -100}
 
 
+def test_a_ddp_wrapped_model_is_unwrapped(tmp_path):
+    """A DistributedDataParallel script (one gloo rank here): the module inside DDP is the model the checks get."""
+    path = write(tmp_path, "import socket\nimport torch\nimport torch.distributed as dist\n"
+                 "with socket.socket() as s:\n    s.bind(('127.0.0.1', 0))\n    port = s.getsockname()[1]\n"
+                 "dist.init_process_group('gloo', rank=0, world_size=1, init_method=f'tcp://127.0.0.1:{port}')\n"
+                 "net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))\n"
+                 "model = torch.nn.parallel.DistributedDataParallel(net)\n"
+                 "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nx = torch.randn(16, 4)\n"
+                 "loss = torch.nn.functional.cross_entropy(model(x), x[:, :2].argmax(1))\nloss.backward()\nopt.step()\n"
+                 "dist.destroy_process_group()\n")
+    try:
+        case = capture.capture_script(str(path))
+    finally:
+        if torch.distributed.is_initialized():  # the script stopped before its own destroy_process_group()
+            torch.distributed.destroy_process_group()
+    assert type(case["model"]) is torch.nn.Sequential
+    assert "model Sequential(float32[16, 4])" in case["captured"]
+
+
 def test_closure_optimizers_run_their_closure_before_the_capture(tmp_path):
     """LBFGS and Lightning's automatic optimisation run forward and backward inside optimizer.step(closure)."""
     path = write(tmp_path, LOOP + "opt = torch.optim.LBFGS(model.parameters(), lr=0.5)\n"
