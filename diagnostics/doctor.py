@@ -30,6 +30,7 @@ Command
     python diagnostics/doctor.py                          # embedded demo (planted bug)
     python diagnostics/doctor.py --healthy                # its healthy twin
     python diagnostics/doctor.py --case my_case.py:make_case --json
+    python diagnostics/doctor.py --script train.py -- --lr 3e-4   # no case file: your script, stopped at its first step (capture.py)
 
 Output
     $ python diagnostics/doctor.py
@@ -334,11 +335,24 @@ def main(argv=None):
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
     parser.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
-    args = parser.parse_args(argv)
+    parser.add_argument("--script", help="path/to/train.py [-- ARGS...]: run your training script until its first optimizer "
+                        "step and check the model, batch, loss and optimizer it was using (capture.py)")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)  # after --: the arguments of the --script
+    args = parser.parse_args(argv[:cut])
+    if args.script and args.case:
+        parser.error("give --script or --case, not both")
     # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
     with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
         try:
-            case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
+            if args.script:
+                import capture  # only --script needs capture.py next to doctor.py
+                try:
+                    case = validate_case(capture.capture_script(args.script, argv[cut + 1:]), args.script)
+                except capture.CaptureError as exc:
+                    raise CaseError(exc) from None
+            else:
+                case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
         except CaseError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -346,7 +360,7 @@ def main(argv=None):
     if args.json:
         print(json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str))
     else:
-        title = args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
+        title = case.get("captured") or args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
         print(report(results, title))
     return 1 if any(r.status == "fail" for r in results) else 0
 

@@ -1,0 +1,615 @@
+"""capture: run your own training script (or function) to its first optimizer step and hand the doctor what it was doing.
+
+Symptom
+    You have a training script, not a case file, and writing one by hand (model, batch, loss
+    function, optimizer) takes minutes per model. Or you are in a notebook with a training
+    function and want the doctor to look at exactly what it trains.
+
+What it checks
+    Nothing by itself: it captures the case the doctor checks. It runs the script as
+    `python train.py ARGS` would (as __main__, with sys.argv set, its folder first on sys.path,
+    in your working directory) and watches:
+
+      the model     the outermost nn.Module whose call produced the tensor that reached
+                    backward() (DDP, DataParallel and torch.compile wrappers unwrapped);
+      the batch     the inputs of that call, and the targets of the loss call (or the model's
+                    argument named labels / targets when the model returns its loss);
+      the loss      how to recompute it from the model's output: the loss the model returns
+                    (nanoGPT `logits, loss = model(x, y)`, Hugging Face models given labels),
+                    or the torch.nn loss module / F.* loss function the script calls on the
+                    output: as is, flattened to (-1, classes), after the next-token shift
+                    [:, :-1] (targets then aligned with the output, the last position
+                    ignored), or after log_softmax;
+      the optimizer its class and every param group's settings, rebuilt on demand, with
+                    the lr each group was built with (a warmup's value at step 0 is not
+                    what the run trains at);
+      the task      causal_lm when the targets are the inputs shifted by one (or the inputs
+                    themselves, for models that shift inside), else what the loss implies.
+
+    It stops the script when its first optimizer.step() begins, before the weights change (a
+    closure given to step(), as Lightning and LBFGS do, runs first: it holds the forward pass).
+    While it runs, torch.save writes nothing and torch.compile is skipped (the checks run
+    eager). Everything it patched is restored afterwards, also when the script raises.
+    What it cannot capture is one line saying what, and how to write the case file instead:
+    a loss written by hand (no torch.nn loss or F.* call), a loss input it cannot trace back
+    to the model's output, a script that exits, raises or does not step within 300 s.
+
+Command
+    python diagnostics/doctor.py --script train.py -- --batch_size 8    # capture, then every check
+    python diagnostics/capture.py train.py -- --batch_size 8            # only show the capture
+    python diagnostics/capture.py                                       # an embedded demo loop
+    # in a notebook (torch + this file):
+    #   case = capture_case(train, model, loader)    # train() stops at its first step
+    #   with capturing() as captured: train(model, loader)
+    #   doctor.run_checks(captured.case)
+
+Output
+    $ python diagnostics/capture.py
+    captured the embedded demo loop at its first optimizer step: model TinyClassifier(float32[32, 12]), targets int64[32], loss F.cross_entropy(output, targets), optimizer SGD lr 0.1, task classification
+    (exit code 0)
+
+How to read it
+    The line says which module was taken for the model and how it was called, what the targets
+    are, the loss as the doctor will recompute it (`output` is the model's return value), the
+    optimizer settings at the first step and the task inferred. If it picked the wrong module
+    or loss, write a case file (DESIGN.md "A case"): the line tells you its parts. The script's
+    own prints show as usual; in the doctor's --json mode they go to stderr.
+
+Next step
+    python diagnostics/doctor.py --script train.py -- ARGS runs every check on this capture.
+    Checks run in float32 on the captured batch even when the script used autocast.
+"""
+import argparse
+import collections
+import contextlib
+import inspect
+import os
+import runpy
+import signal
+import sys
+import threading
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute
+KEPT_CALLS = 8  # model and loss calls remembered between two backward() calls (a validation pass without no_grad)
+LOSS_FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss",
+                  "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div", "poisson_nll_loss", "gaussian_nll_loss",
+                  "soft_margin_loss", "multilabel_soft_margin_loss", "multi_margin_loss", "multilabel_margin_loss")
+KINDS = {"cross_entropy": "classification", "nll_loss": "classification", "binary_cross_entropy": "classification",
+         "binary_cross_entropy_with_logits": "classification", "mse_loss": "regression", "l1_loss": "regression",
+         "smooth_l1_loss": "regression", "huber_loss": "regression"}
+MODULE_NAMES = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "BCELoss": "binary_cross_entropy",
+                "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "MSELoss": "mse_loss", "L1Loss": "l1_loss",
+                "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss"}
+TARGET_NAMES = ("labels", "targets", "target", "label", "y")  # a model argument that holds the targets
+HOW_TO_CASE = "write a case file instead (DESIGN.md, \"A case\")"
+
+
+class CaptureError(Exception):
+    """Nothing usable was captured; the message is one line saying what and what to do instead."""
+
+
+class _Stop(BaseException):
+    """Raised when the first optimizer step begins: a BaseException, so the script's `except Exception` lets it through."""
+
+
+class _TimeUp(BaseException):
+    """The time limit ran out before the first optimizer step."""
+
+
+def _tensors(obj, path=()):
+    """(path, tensor) for every tensor in a tensor / tuple / list / dict (ModelOutput included)."""
+    if torch.is_tensor(obj):
+        yield path, obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, path + (key,))
+    elif isinstance(obj, (tuple, list)):
+        for i, value in enumerate(obj):
+            yield from _tensors(value, path + (i,))
+
+
+def _pick(obj, path):
+    for key in path:
+        obj = obj[key]
+    return obj
+
+
+def _copy(obj, memo):
+    """A detached copy of every tensor in obj (structure kept); a tensor seen twice is copied once."""
+    if torch.is_tensor(obj):
+        if id(obj) not in memo:
+            memo[id(obj)] = obj.detach().clone()
+        return memo[id(obj)]
+    if isinstance(obj, dict):
+        return {key: _copy(value, memo) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_copy(value, memo) for value in obj)
+    return obj
+
+
+def _shape(obj):
+    """int64[4, 16] for a tensor; the shapes of the tensors in a structure, comma-separated."""
+    return ", ".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}" for _, t in _tensors(obj)) or type(obj).__name__
+
+
+def _path_text(path):
+    return "output" + "".join(f"[{key!r}]" for key in path)
+
+
+def _unwrap(model):
+    """The module itself under DDP / DataParallel / torch.compile wrappers."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    while isinstance(model, wrappers) or isinstance(getattr(model, "_orig_mod", None), torch.nn.Module):
+        model = model.module if isinstance(model, wrappers) else model._orig_mod
+    return model
+
+
+def _ancestors(tensor):
+    """Every autograd node `tensor` was computed through."""
+    seen, todo = set(), [tensor.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        todo.extend(next_node for next_node, _ in node.next_functions)
+    return seen
+
+
+def _recipes(out, pred, shift):
+    """The ways a loss input `pred` is commonly made from a model output tensor `out`.
+
+    Yields (prefix, suffix, shifted, function): log_softmax or not, the next-token shift `[:, :-1]` or not (only when
+    `shift`: a loss with an ignore_index), flattened to (-1, classes) or not.
+    """
+    rest = tuple(pred.shape[1:])
+    flat = (f".reshape(-1{''.join(f', {n}' for n in rest)})", lambda t: t.reshape(-1, *rest))
+    cuts = [("", False, lambda t: t)] + ([("[:, :-1]", True, lambda t: t[:, :-1])] if shift and out.dim() >= 3 else [])
+    for prefix, first in (("", lambda t: t), ("log_softmax", lambda t: torch.log_softmax(t, -1))):
+        for cut, shifted, sliced in cuts:
+            kept = sliced(out)
+            shapes = ([] if shifted else [("", lambda t: t)]) \
+                + ([flat] if kept.numel() == pred.numel() and kept.shape != pred.shape else [])  # a shift is then flattened
+            for suffix, then in shapes:
+                yield prefix, cut + suffix, shifted, (lambda t, first=first, sliced=sliced, then=then: then(sliced(first(t))))
+
+
+def _matches(candidate, pred):
+    return candidate.shape == pred.shape and torch.allclose(candidate.detach().float(), pred.detach().float(),
+                                                            rtol=1e-4, atol=1e-5, equal_nan=True)
+
+
+class Capture:
+    """What `capturing()` saw; `.case` is the doctor case (set when the script reached its first step)."""
+
+    def __init__(self, source):
+        self.source = source
+        self.case = None
+        self.error = None  # one line: why nothing usable was captured
+        self.skipped_saves = []
+        self.built_lrs = {}  # id(optimizer) -> each group's lr when the optimizer was built
+        self._model_calls = collections.deque(maxlen=KEPT_CALLS)  # (module, args, kwargs, output, autocast dtype or None)
+        self._loss_calls = collections.deque(maxlen=KEPT_CALLS)  # (name, function, args, kwargs, output)
+        self._found = None  # what the first backward() was traced to
+        self._local = threading.local()  # module-call depth, per thread
+
+    # --- what the patched functions report ---------------------------------------------------
+    def _depth(self):
+        return getattr(self._local, "depth", 0)
+
+    def _on_call(self, module, args, kwargs, output):
+        if not torch.is_grad_enabled():
+            return
+        if isinstance(module, torch.nn.modules.loss._Loss) or next(module.parameters(), None) is None:
+            self._loss_calls.append((MODULE_NAMES.get(type(module).__name__, type(module).__name__), module, args, kwargs,
+                                     output))
+        else:
+            autocast = next((torch.get_autocast_dtype(d) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d)), None)
+            self._model_calls.append((module, args, kwargs, output, autocast))
+
+    def _on_backward(self, tensors):
+        if self._found is not None and not isinstance(self._found, str):
+            return
+        loss = tensors if torch.is_tensor(tensors) else next((t for t in tensors if torch.is_tensor(t)), None)
+        try:
+            self._found = self._trace(loss)
+        except Exception as exc:  # a capture bug must not break the user's script: it becomes the one-line reason
+            self._found = f"the capture could not trace the loss ({type(exc).__name__}: {exc}); {HOW_TO_CASE}"
+        self._model_calls.clear()
+        self._loss_calls.clear()
+
+    # --- from the backward()'d tensor to model, batch and loss -------------------------------------
+    def _trace(self, loss):
+        if loss is None or loss.grad_fn is None:
+            return f"backward() ran on a tensor with no graph; {HOW_TO_CASE}"
+        above = _ancestors(loss)
+
+        def feeds(t):
+            return t is loss or (t.grad_fn is not None and t.grad_fn in above)
+
+        losses = [call for call in self._loss_calls if torch.is_tensor(call[4]) and call[4].dim() == 0 and feeds(call[4])]
+        if len(losses) > 1:
+            return (f"the loss adds {len(losses)} loss calls ({', '.join(c[0] for c in losses)}): the doctor takes one "
+                    f"loss_fn; {HOW_TO_CASE}")
+        if losses:
+            return self._trace_loss_call(losses[0], feeds)
+        for module, args, kwargs, output, autocast in reversed(self._model_calls):
+            scalars = [(path, t) for path, t in _tensors(output) if t.dim() == 0 and t.is_floating_point() and feeds(t)]
+            if scalars:
+                path, _ = next((s for s in scalars if s[0][-1:] == ("loss",)), scalars[0])
+                return self._found_model(module, args, kwargs, output, autocast, path=path)
+        return ("no torch.nn loss or F.* loss call and no loss returned by a model reached backward(): a loss written by "
+                f"hand cannot be replayed; {HOW_TO_CASE}")
+
+    def _trace_loss_call(self, call, feeds):
+        name, function, args, kwargs, _ = call
+        kwargs = dict(kwargs)
+        pred = args[0] if args else kwargs.pop("input", None)
+        target = args[1] if len(args) > 1 else kwargs.pop("target", None)
+        extra = args[2:]
+        ignore_index = (kwargs.get("ignore_index", getattr(function, "ignore_index", -100))
+                        if name in ("cross_entropy", "nll_loss") else None)
+        if not torch.is_tensor(pred):
+            return f"the loss call {name} got no tensor input; {HOW_TO_CASE}"
+        for module, margs, mkwargs, output, autocast in reversed(self._model_calls):
+            for path, out in _tensors(output):
+                if not feeds(out):
+                    continue
+                for prefix, suffix, shifted, recipe in _recipes(out, pred, shift=ignore_index is not None):
+                    with torch.no_grad():
+                        if not _matches(recipe(out.detach()), pred):
+                            continue
+                    return self._found_model(module, margs, mkwargs, output, autocast, path=path, loss=(
+                        name, function, extra, kwargs, target, recipe, prefix, suffix, out, pred, shifted, ignore_index))
+        return (f"the input of {name} is not the model's output as is, flattened, shifted by one position or "
+                f"log_softmax'ed (another slice made outside the model?); {HOW_TO_CASE}")
+
+    def _found_model(self, module, args, kwargs, output, autocast, path, loss=None):
+        memo = {}
+        named = self._named_inputs(module, args, kwargs)
+        if any(t.requires_grad and t.grad_fn is not None for _, t in _tensors((args, kwargs))):
+            return (f"the input of {type(module).__name__} was computed with gradients outside it (by another module?): "
+                    f"wrap the modules in one nn.Module, or {HOW_TO_CASE}")
+        if kwargs and named is None:
+            return f"cannot bind the arguments of {type(module).__name__}.forward by name; {HOW_TO_CASE}"
+        inputs = _copy(named if kwargs else args[0] if len(args) == 1 and torch.is_tensor(args[0]) else tuple(args), memo)
+        return {"module": module, "inputs": inputs, "named": _copy(named or {}, memo), "output": output,
+                "autocast": autocast, "path": path, "loss": loss, "memo": memo}
+
+    @staticmethod
+    def _named_inputs(module, args, kwargs):
+        """The call's arguments by parameter name (keyword catch-alls spread out), or None when they cannot be bound."""
+        try:
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+        except (TypeError, ValueError):
+            return None
+        named = {}
+        for name, value in bound.arguments.items():
+            kind = bound.signature.parameters[name].kind
+            if kind == inspect.Parameter.VAR_KEYWORD:
+                named.update(value)
+            elif kind == inspect.Parameter.VAR_POSITIONAL:
+                if value:
+                    return None
+            else:
+                named[name] = value
+        return named
+
+    # --- the case ------------------------------------------------------------------------------------
+    def _finish(self, optimizer):
+        found = self._found
+        if found is None:
+            self.error = f"{self.source} reached optimizer.step() before any backward(); {HOW_TO_CASE}"
+            return
+        if isinstance(found, str):
+            self.error = found
+            return
+        model = _unwrap(found["module"])
+        for p in model.parameters():
+            p.grad = None  # the script's own backward filled them; the checks start from a clean model
+        output, path = found["output"], found["path"]
+        if found["loss"] is None:  # the model returns its loss
+            targets = next((found["named"][name] for name in TARGET_NAMES if torch.is_tensor(found["named"].get(name))), None)
+            loss_text = f"{_path_text(path)} (the model's own loss)"
+
+            def loss_fn(out, targets, path=path):
+                return _pick(out, path)
+
+            prediction = next((t for p, t in _tensors(output) if p != path and t.dim() >= 2), None)
+            kind = ignore_index = None
+        else:
+            name, function, extra, kwargs, target, recipe, prefix, suffix, prediction, pred, shifted, ignore_index = found["loss"]
+            targets, unflatten = self._targets(target, prediction[:, :-1] if shifted else prediction, pred, found["memo"])
+            if shifted:  # targets aligned with the output positions: the last one predicts nothing (ignore_index)
+                targets = torch.cat([targets, torch.full_like(targets[:, :1], ignore_index)], dim=1)
+                unflatten = (f"[:, :-1]{unflatten[0]}", lambda t, then=unflatten[1]: then(t[:, :-1]))
+            shown = f"{prefix}({_path_text(path)})" if prefix else _path_text(path)
+            loss_text = (f"{type(function).__name__ if isinstance(function, torch.nn.Module) else 'F.' + name}"
+                         f"({shown}{suffix}, targets{unflatten[0]})")
+
+            def loss_fn(out, targets, path=path, recipe=recipe, unflatten=unflatten[1], function=function):
+                return function(recipe(_pick(out, path)), unflatten(targets), *extra, **kwargs)
+
+            kind = KINDS.get(name)
+        task = self._task(kind, ignore_index, found["inputs"], targets, prediction)
+        self.case = {"model": model, "batch": (found["inputs"], targets), "loss_fn": loss_fn,
+                     "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task}
+        inputs = found["inputs"]
+        call = _shape(inputs) if not isinstance(inputs, dict) else ", ".join(f"{k}={_shape(v)}" for k, v in inputs.items())
+        parts = [f"model {type(model).__name__}({call})",
+                 f"targets {_shape(targets)}" if targets is not None else "no targets", f"loss {loss_text}",
+                 f"optimizer {_optimizer_text(optimizer, self.built_lrs)}",
+                 f"task {task.get('kind', 'inferred by each check')}"]
+        if found["autocast"] is not None:
+            parts.append(f"the script ran the model under autocast {str(found['autocast']).removeprefix('torch.')} "
+                         "(the checks run in float32)")
+        if self.skipped_saves:
+            parts.append(f"skipped torch.save to {', '.join(self.skipped_saves)}")
+        self.case["captured"] = f"{self.source} at its first optimizer step: " + ", ".join(parts)
+        found.clear()  # the script's graph and outputs: not kept alive by the capture
+
+    @staticmethod
+    def _targets(target, out, pred, memo):
+        """The targets batch-first, and how the loss call flattened them: (targets, (text, function)).
+
+        When the loss input merged the output's k leading dims (B, T, V) -> (B*T, V), targets of B*T rows are
+        viewed back as (B, T): the shape the checks compare with the output, and what slicing rows of the batch needs.
+        """
+        if not torch.is_tensor(target):
+            return target, ("", lambda t: t)
+        target = _copy(target, memo)
+        k = out.dim() - pred.dim() + 1
+        if out.shape != pred.shape and k >= 2 and target.dim() >= 1 and target.shape[0] == out.shape[:k].numel():
+            rest = tuple(target.shape[1:])
+            text = f".reshape(-1{''.join(f', {n}' for n in rest)})"
+            return target.reshape(*out.shape[:k], *rest), (text, lambda t: t.reshape(-1, *rest))
+        return target, ("", lambda t: t)
+
+    @staticmethod
+    def _task(kind, ignore_index, inputs, targets, prediction):
+        """Task hints: causal_lm when the targets are the inputs shifted by one (or the inputs themselves)."""
+        task = {} if kind is None else {"kind": kind}
+        if ignore_index is not None:
+            task["ignore_index"] = ignore_index
+        ids = next((t for _, t in _tensors(inputs) if t.dim() == 2 and not t.is_floating_point() and t.dtype != torch.bool),
+                   None)
+        if kind in (None, "classification") and ids is not None and torch.is_tensor(targets) and torch.is_tensor(prediction) \
+                and targets.shape == ids.shape and prediction.dim() == 3 and prediction.shape[:2] == ids.shape:
+            kept = targets != task.get("ignore_index", -100)
+            shifted = bool(((targets[:, :-1] == ids[:, 1:]) | ~kept[:, :-1]).all()) and bool(kept[:, :-1].any())
+            same = bool(((targets == ids) | ~kept).all()) and bool(kept.any())
+            if shifted or same:
+                task.update(kind="causal_lm", vocab_size=prediction.shape[-1])
+        return task
+
+
+def _built_lrs(optimizer, built):
+    """Each group's lr as the optimizer was built (what a warmup ramps toward), else a torch scheduler's initial_lr."""
+    lrs = built.get(id(optimizer))
+    if lrs is None or len(lrs) != len(optimizer.param_groups):
+        lrs = [group.get("initial_lr", group["lr"]) for group in optimizer.param_groups]
+    return lrs
+
+
+def _optimizer_factory(optimizer, built):
+    """params -> a new optimizer of the same class, each parameter in the group it had, with that group's settings."""
+    cls = type(optimizer)
+    settings = [dict({key: value for key, value in group.items() if key != "params"}, lr=lr)
+                for group, lr in zip(optimizer.param_groups, _built_lrs(optimizer, built))]
+    where = {id(p): i for i, group in enumerate(optimizer.param_groups) for p in group["params"]}
+    defaults = dict(optimizer.defaults)
+
+    def make(params):
+        accepted = inspect.signature(cls.__init__).parameters
+        params = list(params)
+        groups = [[] for _ in settings]
+        for p in params:
+            if id(p) in where:  # a parameter the script left out of its optimizer stays out
+                groups[where[id(p)]].append(p)
+        if not any(groups):  # parameters of a copy of the model: the first group's settings for all
+            groups[0] = params
+        return cls([dict(setting, params=group) for setting, group in zip(settings, groups) if group],
+                   **{key: value for key, value in defaults.items() if key in accepted})
+    return make
+
+
+def _optimizer_text(optimizer, built):
+    def lrs(values):
+        return " / ".join(f"{lr:.3g}" for lr in sorted({float(v) for v in values}))
+    text = f"{type(optimizer).__name__} lr {lrs(_built_lrs(optimizer, built))}"
+    now = lrs(group["lr"] for group in optimizer.param_groups)
+    if now != lrs(_built_lrs(optimizer, built)):
+        text += f" as built ({now} at the first step: a warmup?)"
+    return text + (f", {len(optimizer.param_groups)} param groups" if len(optimizer.param_groups) > 1 else "")
+
+
+def _where(exc, path=None):
+    """file:line of the innermost frame in `path` (else the innermost frame) of an exception's traceback."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append(tb)
+        tb = tb.tb_next
+    frames = [f for f in frames if os.path.abspath(f.tb_frame.f_code.co_filename) != os.path.abspath(__file__)] or frames
+    mine = [f for f in frames if path and os.path.abspath(f.tb_frame.f_code.co_filename) == os.path.abspath(path)]
+    frame = (mine or frames)[-1]
+    return f"{os.path.basename(frame.tb_frame.f_code.co_filename)}:{frame.tb_lineno}"
+
+
+@contextlib.contextmanager
+def capturing(source="the code", time_limit=TIME_LIMIT):
+    """Run the block until its first optimizer step, then stop it and set `.case` on what this yields.
+
+    The step itself never runs (the weights stay as they were), torch.save writes nothing, torch.compile
+    returns its model unchanged. Everything is restored on the way out, also when the block raises.
+    """
+    captured = Capture(source)
+    module_call = torch.nn.Module.__call__
+    module_compile = torch.nn.Module.compile
+    optimizer_init = torch.optim.Optimizer.__init__
+    functions = {name: getattr(torch.nn.functional, name) for name in LOSS_FUNCTIONS}
+    backward, save, compile_ = torch.autograd.backward, torch.save, torch.compile
+
+    def call(module, *args, **kwargs):
+        captured._local.depth = captured._depth() + 1
+        try:
+            output = module_call(module, *args, **kwargs)
+        finally:
+            captured._local.depth -= 1
+        if captured._depth() == 0:
+            captured._on_call(module, args, kwargs, output)
+        return output
+
+    def loss_function(name):
+        original = functions[name]
+
+        def patched(*args, **kwargs):
+            output = original(*args, **kwargs)
+            if captured._depth() == 0 and torch.is_grad_enabled():  # inside a model or a loss module: not the script's loss
+                captured._loss_calls.append((name, original, args, kwargs, output))
+            return output
+        return patched
+
+    def patched_backward(tensors, *args, **kwargs):
+        captured._on_backward(tensors)
+        return backward(tensors, *args, **kwargs)
+
+    def patched_save(obj, f, *args, **kwargs):
+        captured.skipped_saves.append(os.fspath(f) if isinstance(f, (str, os.PathLike)) else type(f).__name__)
+
+    def built(optimizer, *args, **kwargs):
+        optimizer_init(optimizer, *args, **kwargs)
+        captured.built_lrs[id(optimizer)] = [group.get("lr") for group in optimizer.param_groups]
+
+    def patched_compile(model=None, **kwargs):
+        return model if model is not None else (lambda fn: fn)
+
+    def stop(optimizer, args, kwargs):
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
+        if captured._found is None and callable(closure):  # Lightning, LBFGS: forward and backward run inside step()
+            with torch.enable_grad():
+                closure()
+        try:
+            captured._finish(optimizer)
+        except Exception as exc:  # a capture bug: the one-line reason, not a traceback through the user's script
+            captured.error = f"the capture failed at the first step ({type(exc).__name__}: {exc}); {HOW_TO_CASE}"
+        raise _Stop
+
+    def time_up(signum, frame):
+        raise _TimeUp
+
+    timed = hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread() and time_limit
+    previous_handler = signal.signal(signal.SIGALRM, time_up) if timed else None
+    hook = register_optimizer_step_pre_hook(stop)
+    torch.nn.Module.__call__ = call
+    torch.nn.Module.compile = lambda self, *args, **kwargs: None
+    torch.optim.Optimizer.__init__ = built
+    for name in LOSS_FUNCTIONS:
+        setattr(torch.nn.functional, name, loss_function(name))
+    torch.autograd.backward, torch.save, torch.compile = patched_backward, patched_save, patched_compile
+    try:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, time_limit)
+        yield captured
+        captured.error = f"{source} finished without an optimizer step; {HOW_TO_CASE}"
+    except _Stop:
+        pass
+    except _TimeUp:
+        captured.error = f"{source} did not reach an optimizer step within {time_limit:g} s; {HOW_TO_CASE}"
+    finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous_handler)
+        hook.remove()
+        torch.nn.Module.__call__ = module_call
+        torch.nn.Module.compile = module_compile
+        torch.optim.Optimizer.__init__ = optimizer_init
+        for name, original in functions.items():
+            setattr(torch.nn.functional, name, original)
+        torch.autograd.backward, torch.save, torch.compile = backward, save, compile_
+
+
+def _run(source, run, path=None, time_limit=TIME_LIMIT):
+    """Run `run()` under capturing(); the case, or CaptureError with one line."""
+    try:
+        with capturing(source, time_limit) as captured:
+            run()
+    except SystemExit as exc:
+        arguments = "if it needs arguments, give them after --; else " if path else ""
+        raise CaptureError(f"{source} exited (sys.exit({exc.code!r})) before its first optimizer step: {arguments}"
+                           f"{HOW_TO_CASE}") from None
+    except Exception as exc:
+        raise CaptureError(f"{source} raised {type(exc).__name__} at {_where(exc, path)} before its first optimizer step: "
+                           f"{' '.join(str(exc).split())}") from None
+    if captured.case is None:
+        raise CaptureError(captured.error)
+    return captured.case
+
+
+def capture_case(fn, *args, time_limit=TIME_LIMIT, **kwargs):
+    """Call fn(*args, **kwargs) (your training function) until its first optimizer step; return the doctor case."""
+    return _run(f"{getattr(fn, '__name__', 'fn')}()", lambda: fn(*args, **kwargs), time_limit=time_limit)
+
+
+def capture_script(path, argv=(), time_limit=TIME_LIMIT):
+    """Run `python path argv...` in this process until its first optimizer step; return the doctor case."""
+    if not os.path.isfile(path):
+        raise CaptureError(f"script not found (or not a file): {path}")
+    folder = os.path.dirname(os.path.abspath(path))
+    saved_argv, saved_path = sys.argv, list(sys.path)
+    sys.argv = [path, *argv]
+    sys.path.insert(0, folder)  # as `python train.py` does: the script imports its neighbours
+    try:
+        return _run(os.path.basename(path), lambda: runpy.run_path(path, run_name="__main__"), path, time_limit)
+    finally:
+        sys.argv = saved_argv
+        sys.path[:] = saved_path
+
+
+class TinyClassifier(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 3))
+
+    def forward(self, x):  # (B, 12) -> (B, 3)
+        return self.net(x)
+
+
+def demo_training():
+    """The embedded demo: the loop of a small classifier, as a notebook would hold it."""
+    torch.manual_seed(0)
+    model = TinyClassifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(100):
+        x = torch.randn(32, 12)
+        y = x[:, :3].argmax(1)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("script", nargs="?", help="the training script; its own arguments go after --; "
+                        "without it, captures an embedded demo loop")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:cut])
+    try:
+        if args.script:
+            case = capture_script(args.script, argv[cut + 1:])
+        else:
+            case = _run("the embedded demo loop", demo_training)
+    except CaptureError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("captured " + case["captured"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
