@@ -130,21 +130,30 @@ import csv
 import itertools
 import json
 import math
+import os
 import re
+import stat
 import statistics
 import sys
 from collections import deque
 from pathlib import Path
 
 # --- column names (DESIGN.md, "A training log"); matched without regard to case ---------------
-STEP_NAME = "step"
+STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "iter", "iteration")
 LOSS_NAMES = ("loss", "train_loss", "train/loss")
 GRAD_NAMES = ("grad_norm", "train/grad_norm")  # train/...: the HF Trainer's TensorBoard tags
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
 # Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
 # nor is an fp16 loss scale.
 VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
+# Summary columns: a W&B export's min/max envelope of each series, Lightning's per-epoch means. Not datasets.
+SUMMARY = re.compile(r"(__min|__max|_epoch)$", re.IGNORECASE)
 PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
+SNIFF_BYTES = 65536  # the format is recognised from the first 64 KB...
+SNIFF_LINES = 200  # ...and at most 200 lines
+BLOCK_BYTES = 1 << 16  # text is read 64 KB at a time
+MAX_LINE = 1 << 22  # a line longer than 4 MB is no log line (a sparse or binary file): refused
+MAX_JSON = 1 << 29  # a JSON document (trainer_state.json) is loaded whole: at most 512 MB
 
 # --- detection thresholds ------------------------------------------------------------------------
 WINDOW = 64  # values in the rolling baseline; llm.c's loss and grad-norm outlier detector uses 64 too
@@ -184,27 +193,43 @@ class CliError(Exception):
 # --- reading logs --------------------------------------------------------------------------------
 
 
+def _base(name):
+    """The metric a column holds, lower case: a W&B export writes '<run name> - train/loss', Lightning's
+    CSVLogger 'train_loss_step' for the per-step values of train_loss."""
+    low = name.strip().lower()
+    if " - " in low:
+        low = low.rsplit(" - ", 1)[1]
+    if low.endswith("_step") and low not in STEP_NAMES:
+        low = low[:-5]
+    return low
+
+
 class Columns:
     """Which column plays which role: names as written in the log, None when absent."""
 
     def __init__(self, names, loss_name=None):
-        lower = {}
-        for name in names:
-            lower.setdefault(name.strip().lower(), name)
-        wanted = (loss_name.lower(),) if loss_name else LOSS_NAMES
-        self.loss = next((lower[n] for n in wanted if n in lower), None)
+        kept = [n for n in names if not SUMMARY.search(n.strip())]  # min/max envelopes, epoch means
+        exact, base = {}, {}
+        for name in kept:
+            exact.setdefault(name.strip().lower(), name)
+            base.setdefault(_base(name), name)
+        if loss_name:
+            self.loss = exact.get(loss_name.strip().lower()) or base.get(_base(loss_name))
+        else:
+            self.loss = next((base[n] for n in LOSS_NAMES if n in base), None)
+        self.step = next((exact[n] for n in STEP_NAMES if n in exact), None)
         if self.loss is None:
-            hints = [n for n in names if "loss" in n.lower()]
-            seen = ", ".join(hints or names[:8]) or "none"
-            asked = f"'{loss_name}'" if loss_name else "loss, train_loss or train/loss"
-            raise CliError(f"no loss column named {asked} (columns: {seen}); pick one with --loss COLUMN")
-        self.step = lower.get(STEP_NAME)
-        self.grad = next((lower[n] for n in GRAD_NAMES if n in lower), None)
-        self.lr = next((lower[n] for n in LR_NAMES if n in lower), None)
-        aliases = {n.lower() for n in LOSS_NAMES} | {self.loss.lower()}
+            hints = [n for n in kept if "loss" in n.lower()] or [n for n in kept if n != self.step]
+            seen = ", ".join(hints[:8]) + (f" and {len(hints) - 8} more" if len(hints) > 8 else "") or "none"
+            asked = f"no column '{loss_name}'" if loss_name else "no loss found"
+            raise CliError(f"{asked}: candidates {seen}; use --loss COLUMN")
+        self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
+        self.lr = next((base[n] for n in LR_NAMES if n in base), None)
+        taken = {n for n in LOSS_NAMES} | {_base(self.loss)}
         self.extras = [  # every other loss is taken for one dataset's loss (cm4, pmd, ...)
-            name for low, name in lower.items()
-            if "loss" in low and low not in aliases and not VALIDATION.search(low) and "scale" not in low
+            name for low, name in base.items()
+            if "loss" in low and low not in taken and name != self.loss and not VALIDATION.search(low)
+            and "scale" not in low
         ]
 
     def order(self):
@@ -234,7 +259,7 @@ def _number(value, name, line, unparsed):
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         unparsed.add(name, line)
         return None
 
@@ -243,22 +268,67 @@ def _convert(line, cells, names, unparsed):
     """Row tuple (step, loss, grad, lr, extras) from cells aligned with `names`."""
     values = [None if name is None else _number(cell, name, line, unparsed) for name, cell in zip(names, cells)]
     step = values[0]
-    if step is not None and step.is_integer():
-        step = int(step)
+    if step is not None:
+        if step - step != 0:  # a NaN or infinite step says nothing about where the row is: read as missing
+            unparsed.add(names[0], line)
+            step = None
+        elif step.is_integer():
+            step = int(step)
     return step, values[1], values[2], values[3], tuple(values[4:])
 
 
-def _csv_rows(path, delimiter, loss_name, unparsed):
-    handle = open(path, newline="", encoding="utf-8")
+def _blocks(path):
+    """The lines of a UTF-8 text file, without line ends or BOM, read in blocks of BLOCK_BYTES: a file of
+    any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file) is refused."""
+    with open(path, "rb") as handle:
+        carry, line = b"", 1
+        while True:
+            block = handle.read(BLOCK_BYTES)
+            if not block:
+                break
+            if line == 1 and not carry and block.startswith(b"\xef\xbb\xbf"):
+                block = block[3:]  # the BOM Excel and PowerShell put first: not part of the first name
+            if b"\0" in block:
+                raise CliError(f"line {line} holds NUL bytes: a binary file, not a text log")
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                if len(block) > MAX_LINE:
+                    raise CliError(f"line {line} is longer than {MAX_LINE >> 20} MB: not a training log")
+                carry = block
+                continue
+            carry = block[cut:]
+            lines = _decode(block[:cut - 1], line).split("\n")
+            line += len(lines)
+            yield lines
+        if carry:
+            yield [_decode(carry, line)]
+
+
+def _decode(data, line):
     try:
-        first = handle.readline()
-        header = next(csv.reader([first], delimiter=delimiter), None) if first.strip() else None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        handle.close()
-        raise CliError(f"not a readable CSV file ({exc})") from None
-    if header is None:
-        handle.close()
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line += data.count(b"\n", 0, exc.start)
+        raise CliError(f"not UTF-8 text (line {line})") from None
+
+
+def _lines(path):
+    """Every line of a text file, one at a time (a flat iterator over _blocks)."""
+    return itertools.chain.from_iterable(_blocks(path))
+
+
+def _csv_rows(path, delimiter, loss_name, unparsed):
+    lines = _lines(path)
+    first = next(lines, None)
+    while first is not None and not first.strip():
+        first = next(lines, None)
+    if first is None:
         raise CliError("the file is empty")
+    try:
+        header = next(csv.reader([first], delimiter=delimiter))
+    except csv.Error as exc:
+        raise CliError(f"not a readable CSV file ({exc})") from None
     header = [h.strip() for h in header]
     cols = Columns(header, loss_name)
     names = cols.order()
@@ -274,21 +344,22 @@ def _csv_rows(path, delimiter, loss_name, unparsed):
         to_step = float if idx[0] is None else int
         ex = idx[4:]
         line = 1
-        with handle:
-            try:
-                for line, text in enumerate(handle, 2):
-                    if '"' in text:  # quoted cells: let the csv module handle them (and any line breaks inside)
-                        cells = next(csv.reader(itertools.chain([text], handle), delimiter=delimiter))
-                    else:  # plain numbers: splitting is a third faster than csv.reader
-                        cells = text.split(delimiter)
-                    try:  # fast path: every wanted cell is a number (float() ignores the trailing newline)
-                        yield (to_step(cells[si]), float(cells[li]), float(cells[gi]), float(cells[ri]),
-                               tuple([float(cells[i]) for i in ex]) if ex else ())
-                    except (ValueError, IndexError):
-                        cells = cells + [""] * (width - len(cells))
-                        yield _convert(line, [None if i is None else cells[i] for i in idx], names, unparsed)
-            except (csv.Error, UnicodeDecodeError) as exc:
-                raise CliError(f"line {line}: not readable as CSV ({exc})") from None
+        try:
+            for line, text in enumerate(lines, 2):
+                if '"' in text:  # quoted cells: let the csv module handle them (and any line breaks inside)
+                    cells = next(csv.reader(itertools.chain([text], lines), delimiter=delimiter))
+                else:  # plain numbers: splitting is a third faster than csv.reader
+                    cells = text.split(delimiter)
+                try:  # fast path: every wanted cell is a number (float() ignores a trailing \r)
+                    yield (to_step(cells[si]), float(cells[li]), float(cells[gi]), float(cells[ri]),
+                           tuple([float(cells[i]) for i in ex]) if ex else ())
+                except (ValueError, IndexError):
+                    if not text.strip():
+                        continue
+                    cells = cells + [""] * (width - len(cells))
+                    yield _convert(line, [None if i is None else cells[i] for i in idx], names, unparsed)
+        except csv.Error as exc:
+            raise CliError(f"line {line}: not readable as CSV ({exc})") from None
 
     return cols, rows()
 
@@ -316,32 +387,31 @@ def _dict_rows(records, loss_name, unparsed):
 
 
 def _jsonl_records(path, unparsed):
-    with open(path, encoding="utf-8") as handle:
+    for line, text in enumerate(_lines(path), 1):
+        if not text.strip():
+            continue
         try:
-            for line, text in enumerate(handle, 1):
-                if not text.strip():
-                    continue
-                try:
-                    record = json.loads(text)
-                except ValueError:
-                    unparsed.add("<line>", line)
-                    continue
-                if isinstance(record, dict):
-                    yield line, record
-                else:
-                    unparsed.add("<line>", line)
-        except UnicodeDecodeError as exc:
-            raise CliError(f"not a UTF-8 text file ({exc})") from None
+            record = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: a record nested thousands deep
+            record = None
+        if isinstance(record, dict):
+            yield line, record
+        else:
+            unparsed.add("<line>", line)
 
 
 def _json_records(path):
+    if path.stat().st_size > MAX_JSON:
+        raise CliError(f"a JSON document over {MAX_JSON >> 20} MB is not loaded whole; write the log as JSONL")
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             data = json.load(handle)
     except UnicodeDecodeError as exc:
-        raise CliError(f"not a UTF-8 text file ({exc})") from None
+        raise CliError(f"not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:
         raise CliError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CliError("not a training log: JSON nested too deep to read") from None
     if isinstance(data, dict) and isinstance(data.get("log_history"), list):
         data = data["log_history"]  # HF Trainer's trainer_state.json
     if not isinstance(data, list):
@@ -355,7 +425,7 @@ def _event_records(path):
         from tensorboard.util import tensor_util
     except ImportError:
         raise CliError("reading TensorBoard event files needs tensorboard: pip install tensorboard") from None
-    files = sorted(p for p in path.iterdir() if "tfevents" in p.name) if path.is_dir() else [path]
+    files = sorted(p for p in path.iterdir() if "tfevents" in p.name and p.is_file()) if path.is_dir() else [path]
     if not files:
         raise CliError("directory holds no TensorBoard event file (*tfevents*)")
     last, current, number = None, {}, 0  # scalars logged at the same step make one row
@@ -378,26 +448,164 @@ def _event_records(path):
         yield number + 1, current
 
 
-def open_log(path, loss_name=None):
+# --- plain-text logs: one small parser per trainer, registered in TEXT_FORMATS ----------------------
+# Each takes one line and returns a record (a dict of named numbers) or None for a line it does not know.
+# Lines it does not know are the trainer's other output and are skipped. To add a format: write its
+# parser and add one line to TEXT_FORMATS.
+
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
+MODDED = re.compile(r"step:(\d+)(?:/\d+)?((?:\s+\w+:" + NUM + r"\w*)+)")  # step:100/1000 train_loss:3.28 ...
+KEY_VALUE = re.compile(r"(\w+):(" + NUM + ")")
+LLMC_FILE = re.compile(r"s:(\d+)((?:\s+\w+:" + NUM + r")+)\s*$")  # llm.c's -o log: s:100 trl:3.21 lr:... norm:...
+LLMC_OUT = re.compile(r"step\s+(\d+)/\d+ \| loss (" + NUM + r")[^|]*\|(?: norm (" + NUM + r")[^|]*\|)?"
+                      r"(?: lr (" + NUM + r") \|)?")  # llm.c's stdout: step   1/74 | loss 11.01 (+nanz)| norm ...
+NANOGPT = re.compile(r"iter (\d+): loss (" + NUM + "),")  # iter 100: loss 3.2100, time 12.34ms, mfu 0.50%
+MEGATRON = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)")  # iteration 100/ 1000 | ... | lm loss: ... |
+MEGATRON_FIELD = re.compile(r"\s*([a-z][a-z0-9 _-]*?)\s*:\s*(" + NUM + r")\s*$", re.IGNORECASE)
+HF_DICT = re.compile(r"\{'(?:loss|eval_\w+|train_runtime)'[^{}]*\}")  # {'loss': 3.21, 'grad_norm': ..., ...}
+HF_PAIR = re.compile(r"'(\w+)': (?:np\.float\d*\(|tensor\()?(" + NUM + ")")
+
+
+def _modded_nanogpt(line):
+    m = MODDED.match(line)
+    if m is None:
+        return None
+    record = {"step": m.group(1)}
+    for key, value in KEY_VALUE.findall(m.group(2)):
+        record["loss" if key == "train_loss" else key] = value
+    return record
+
+
+def _llmc_file(line):
+    m = LLMC_FILE.match(line)
+    if m is None:
+        return None
+    names = {"trl": "loss", "tel": "val_loss", "norm": "grad_norm", "lr": "lr"}
+    record = {"step": m.group(1)}
+    for key, value in KEY_VALUE.findall(m.group(2)):
+        if key in names:
+            record[names[key]] = value
+    return record
+
+
+def _llmc_stdout(line):
+    m = LLMC_OUT.match(line)
+    if m is None:
+        return None
+    return {k: v for k, v in zip(("step", "loss", "grad_norm", "lr"), m.groups()) if v is not None}
+
+
+def _nanogpt(line):
+    m = NANOGPT.match(line)
+    return None if m is None else {"step": m.group(1), "loss": m.group(2)}
+
+
+def _megatron(line):
+    m = MEGATRON.search(line)
+    if m is None:
+        return None
+    names = {"lm loss": "loss", "grad norm": "grad_norm", "learning rate": "lr"}
+    record = {"step": m.group(1)}
+    for field in m.group(2).split("|"):
+        f = MEGATRON_FIELD.match(field)
+        if f and f.group(1).lower() in names:
+            record[names[f.group(1).lower()]] = f.group(2)
+    return record
+
+
+def _hf_trainer(line):
+    m = HF_DICT.search(line)  # the Trainer's progress bar may share the line
+    if m is None:
+        return None
+    record = dict(HF_PAIR.findall(m.group(0)))  # no step: the training records are numbered in order
+    return record if "loss" in record else None  # eval and end-of-training summaries are not training steps
+
+
+TEXT_FORMATS = {  # name -> line parser; the format whose parser knows most of the first lines wins
+    "modded-nanogpt": _modded_nanogpt,
+    "llm.c": _llmc_file,
+    "llm.c-stdout": _llmc_stdout,
+    "nanogpt": _nanogpt,
+    "megatron": _megatron,
+    "hf-trainer": _hf_trainer,
+}
+
+
+def _text_records(path, parse):
+    for line, text in enumerate(_lines(path), 1):
+        record = parse(text)
+        if record:
+            yield line, record
+
+
+# --- which reader: by content, the suffix breaking ties ----------------------------------------------
+
+FORMATS = ("csv", "tsv", "jsonl", "json", "tensorboard", *TEXT_FORMATS)
+
+
+def sniff(path):
+    """The format of a log file, recognised from its first lines (the suffix only breaks ties)."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if b"brain.Event" in head[:128] or "tfevents" in path.name:
+        return "tensorboard"
+    if not head.strip():
+        raise CliError("the file is empty")
+    if b"\0" in head:
+        raise CliError("holds NUL bytes: a binary file, not a text log")
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    lines = [ln.strip() for ln in text.split("\n")[:SNIFF_LINES] if ln.strip()]
+    if len(head) == SNIFF_BYTES and len(lines) > 1:
+        lines.pop()  # the last line may be cut
+    first = lines[0]
+    if first.startswith("["):
+        return "json"
+    if first.startswith("{") and not first.startswith("{'"):
+        try:
+            record = json.loads(first)
+        except (ValueError, RecursionError):
+            return "json"  # a document over several lines, such as trainer_state.json
+        return "json" if isinstance(record, dict) and "log_history" in record else "jsonl"
+    known = {name: sum(parse(line) is not None for line in lines) for name, parse in TEXT_FORMATS.items()}
+    best = max(known, key=known.get)
+    if known[best]:
+        return best
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    if "\t" in first:
+        return "tsv"
+    if "," in first:
+        return "csv"
+    raise CliError(f"not a training log this tool knows (first line: {first[:60]!r}); formats: "
+                   f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+
+
+def open_log(path, loss_name=None, fmt=None):
     """(format, Columns, row iterator, Unparsed) for a log file; raises CliError when unreadable."""
     path = Path(path)
-    if not path.exists():
-        raise CliError("no such file or directory")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise CliError("no such file or directory") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO or a device would block or never end
+        raise CliError("not a regular file (a FIFO, socket or device): refused")
     unparsed = Unparsed()
-    suffix = path.suffix.lower()
-    if path.is_dir() or "tfevents" in path.name:
-        fmt, (cols, rows) = "tensorboard", _dict_rows(_event_records(path), loss_name, unparsed)
-    elif suffix in (".csv", ".tsv"):
-        fmt, (cols, rows) = suffix[1:], _csv_rows(path, "\t" if suffix == ".tsv" else ",", loss_name, unparsed)
-    elif suffix in (".jsonl", ".ndjson"):
-        fmt, (cols, rows) = "jsonl", _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
-    elif suffix == ".json":
-        fmt, (cols, rows) = "json", _dict_rows(_json_records(path), loss_name, unparsed)
+    if stat.S_ISDIR(mode):
+        if fmt not in (None, "tensorboard"):
+            raise CliError(f"a directory, not a {fmt} file")
+        fmt = "tensorboard"
+    fmt = fmt or sniff(path)
+    if fmt == "tensorboard":
+        cols, rows = _dict_rows(_event_records(path), loss_name, unparsed)
+    elif fmt in ("csv", "tsv"):
+        cols, rows = _csv_rows(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
+    elif fmt == "jsonl":
+        cols, rows = _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
+    elif fmt == "json":
+        cols, rows = _dict_rows(_json_records(path), loss_name, unparsed)
     else:
-        raise CliError(
-            f"unknown log format '{path.suffix or path.name}': expected .csv, .tsv, .jsonl, .json "
-            "(trainer_state.json) or a TensorBoard event file or directory"
-        )
+        cols, rows = _dict_rows(_text_records(path, TEXT_FORMATS[fmt]), loss_name, unparsed)
     return fmt, cols, rows, unparsed
 
 
@@ -463,7 +671,7 @@ class Episode:
         if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
             tail.append((step, row, x))
-            return self._recovered(tail[0][0], level)
+            return self._recovered(tail[0][0], tail[0][1], level)
         if x > self.peak:
             self.peak, self.peak_step, self.peak_row = x, step, row
             self.tail.clear()
@@ -472,7 +680,7 @@ class Episode:
             if len(tail) == CONFIRM:
                 values = [v for _, _, v in tail]
                 if values[0] <= self.band and statistics.median(values) <= self.band:
-                    return self._recovered(tail[0][0], statistics.median(values))
+                    return self._recovered(tail[0][0], tail[0][1], statistics.median(values))
                 del tail[0]
         if not self.block:
             self.block_step = step
@@ -487,8 +695,9 @@ class Episode:
             return self.by_level("horizon")
         return None
 
-    def _recovered(self, step, level):
-        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS else "slow_recovery"
+    def _recovered(self, step, row, level):
+        """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
+        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS or row - self.peak_row <= 1 else "slow_recovery"
         return kind, step, level, "recovered"
 
     def _settled(self, step):
@@ -514,12 +723,13 @@ class Episode:
 
     def by_level(self, ended_by):
         """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
-        after = [(step, x) for row, step, x in self.recent if row > self.peak_row]
+        after = [(step, row, x) for row, step, x in self.recent if row > self.peak_row]
         if not after:
             return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
-        level = statistics.median(x for _, x in after)
+        level = statistics.median(x for _, _, x in after)
         if level <= self.band:
-            return self._recovered(next(s for s, x in after if x <= self.band), level)[:3] + (ended_by,)
+            back = next((s, r) for s, r, x in after if x <= self.band)
+            return self._recovered(*back, level)[:3] + (ended_by,)
         if self._diverged(level):
             return "divergence", None, level, ended_by
         return "no_recovery", after[-1][0], level, ended_by
@@ -799,9 +1009,9 @@ class Report:
         }
 
 
-def analyze(path, loss_name=None, keep_curves=False):
+def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     """Read one log and return its Report. Memory: one window per series plus what is found."""
-    fmt, cols, rows, unparsed = open_log(path, loss_name)
+    fmt, cols, rows, unparsed = open_log(path, loss_name, fmt)
     report = Report(path, fmt, cols)
     events = report.events
     creep = Creep(events)
@@ -866,6 +1076,8 @@ def analyze(path, loss_name=None, keep_curves=False):
                f" ({bad[0]} cells are not numbers, the first on line {bad[1]})" if bad else "")
         raise CliError(f"no numeric values in loss column '{cols.loss}'{why}")
     report.values, report.first_step, report.last_step = values, first_step, last_step
+    if values <= MIN_POINTS:  # say so: "spikes: 0" alone would read as a clean run
+        events.append({"kind": "too_short", "step": None, "values": values, "needed": MIN_POINTS + 1, "_row": -1})
     for series in (main, grad, *extras):
         series.finish(row)
     report.spikes = main.spikes
@@ -967,6 +1179,9 @@ def summary(report, limit=40):
     ]
     kinds = _counts(report.spikes)
     out.append(f"spikes: {len(report.spikes)}" + (f" ({kinds})" if kinds else ""))
+    if report.values <= MIN_POINTS:
+        out.append(f"  detection needs at least {MIN_POINTS + 1} values (a baseline of {MIN_POINTS} first); this log "
+                   f"has {report.values}: no spike could be found")
     shown = sorted(report.spikes, key=_height, reverse=True)[:limit]
     if shown:
         out.append(f"  {'peak step':>10}  {'type':<14}{'baseline':>10}{'peak':>10}{'x base':>8}"
@@ -1006,7 +1221,7 @@ TYPE_COLORS = {"fast_recovery": "tab:green", "slow_recovery": "tab:orange",
 MAX_LABELS = 12  # more text labels than this hide the curve
 
 
-def plot(report, out):
+def plot(report, out, force=False):
     """Write a PNG: the loss with every spike marked by type; grad norm below it when logged."""
     try:  # lazy: only --plot needs matplotlib
         import matplotlib
@@ -1067,9 +1282,7 @@ def plot(report, out):
     axes[-1][0].set_xlabel("step")
     fig.tight_layout()
     try:
-        fig.savefig(out, dpi=90)
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        write_output(out, lambda handle: fig.savefig(handle, dpi=90, format=Path(out).suffix[1:].lower()), force)
     finally:
         plt.close(fig)
 
@@ -1352,41 +1565,88 @@ def _describe(e):
 
 # --- command line ----------------------------------------------------------------------------------
 
+OUTPUTS = {"--plot": (".png", ".svg", ".pdf"), "--postmortem": (".md", ".markdown", ".txt")}
+
+
+def check_output(option, out, log, force):
+    """Refuse an output path before any work: the log itself, a folder, a device, an unknown extension,
+    or (without --force) a file that is already there. Nothing is written that would destroy data."""
+    path = Path(out)
+    if path.suffix.lower() not in OUTPUTS[option]:
+        raise CliError(f"{option} {out}: unknown extension; use {', '.join(OUTPUTS[option])}")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise CliError(f"{option} {out}: no such folder {path.parent}") from None
+        return
+    if not stat.S_ISREG(mode):
+        raise CliError(f"{option} {out}: a folder or a device, not a file: refused")
+    if Path(log).exists() and path.samefile(log):
+        raise CliError(f"{option} {out}: that is the log itself: refused")
+    if not force:
+        raise CliError(f"{option} {out}: the file exists; pass --force to overwrite it, or choose another name")
+
+
+def write_output(out, write, force):
+    """Call write(binary handle) on `out`, created afresh (or replaced with --force). A file this run created
+    and could not finish is removed: it was ours."""
+    try:
+        handle = open(out, "wb" if force else "xb")
+    except FileExistsError:
+        raise CliError(f"{out}: the file exists; pass --force to overwrite it, or choose another name") from None
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        with handle:
+            write(handle)
+    except OSError as exc:
+        if not force:
+            Path(out).unlink(missing_ok=True)
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
-                    "HF trainer_state.json); optionally plot them and draft a post-mortem.")
-    parser.add_argument("log", help="the training log: .csv, .tsv, .jsonl, .json or a TensorBoard event file/dir")
+                    "HF trainer_state.json, W&B and Lightning CSV, plain-text logs of nanoGPT, llm.c, "
+                    "modded-nanogpt, Megatron-LM and the HF Trainer); optionally plot them and draft a post-mortem.")
+    parser.add_argument("log", help="the training log, any of the formats above (recognised by content), "
+                                    "or a TensorBoard event directory")
     parser.add_argument("--json", action="store_true", help="print one JSON object (spikes, events, nan_step)")
-    parser.add_argument("--plot", metavar="OUT.png", help="write a PNG of the curve with the spikes marked")
+    parser.add_argument("--plot", metavar="OUT.png", help="write a PNG (or .svg, .pdf) of the curve with the spikes marked")
     parser.add_argument("--postmortem", metavar="OUT.md", help="write a markdown post-mortem draft")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --plot/--postmortem file")
     parser.add_argument("--loss", metavar="COLUMN", help="the loss column when it is not loss/train_loss/train/loss")
+    parser.add_argument("--format", choices=FORMATS, help="read the log as this format instead of recognising it")
     args = parser.parse_args(argv)
     try:
-        report = analyze(args.log, args.loss, keep_curves=bool(args.plot))
-        if args.plot:
-            plot(report, args.plot)
-        if args.postmortem:
-            try:
-                Path(args.postmortem).write_text(postmortem(report), encoding="utf-8")
-            except OSError as exc:
-                raise CliError(f"cannot write {args.postmortem}: {exc.strerror or exc}") from None
-    except CliError as exc:
-        print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    try:
-        if args.json:
-            json.dump(report.to_json(), sys.stdout, indent=1, allow_nan=False)  # written as it is encoded
-            print()
-        else:
-            print(summary(report))
-    except BrokenPipeError:  # `spikes.py log.csv | head`: the reader left, which is fine
-        sys.stdout = None
-    return 0
+        try:
+            for option, out in (("--plot", args.plot), ("--postmortem", args.postmortem)):
+                if out:
+                    check_output(option, out, args.log, args.force)
+            report = analyze(args.log, args.loss, keep_curves=bool(args.plot), fmt=args.format)
+            if args.plot:
+                plot(report, args.plot, args.force)
+            if args.postmortem:
+                text = postmortem(report).encode("utf-8")
+                write_output(args.postmortem, lambda handle: handle.write(text), args.force)
+        except CliError as exc:
+            print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        text = json.dumps(report.to_json(), indent=1, allow_nan=False) if args.json else summary(report)
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except OSError as exc:  # `spikes.py log.csv | head` closed the pipe, or stdout is a full disk
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+            return 0 if isinstance(exc, BrokenPipeError) else 1
+        return 0
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
 
 
 if __name__ == "__main__":
