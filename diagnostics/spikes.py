@@ -176,13 +176,26 @@ SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median 
 SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
 # the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
 MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
+FALLING_Z = 2.0  # the newest 16 values' median this many sigma under the window's (6 standard errors): the
+# loss is falling fast, and the baseline becomes a line through the window instead of its median (ours)
+TREND_BLOCKS = 8  # block medians that give the pre-spike trend
+TREND_DOUBT = 0.5  # the share of the trend's extrapolated fall added to the offset margin (ours)
+VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
+OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
+OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
+FALL_Z = 0.5  # still coming down: the later median lower by 0.5 sigma (2 standard errors of the difference)
+SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baseline so far (the first loss,
+CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
 CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
 CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
 DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
 DROP_REL = 0.01  # ...and at least 1% lower is a suspicious drop (our assumption)
 JUMP_CONFIRM = 16  # values whose median must stay above the midpoint to call the jump back up
 RESUME_NEAR = 64  # rows: a spike starting this soon after a resume is a resume spike (one window)
-LEAD_STEPS = 50  # a grad-norm spike at most this many steps before a loss spike may have led it
+LEAD_STEPS = 10  # a grad-norm spike at most this many steps (or one logged row) before a loss spike led it;
+# further back, on real logs, unrelated blips were picked up (ours)
+GRAD_ALONE_RATIO = 2.0  # a grad-norm spike with no loss spike is an event from twice its baseline up: the grad
+# norm is heavy-tailed, and smaller blips alone mean nothing (ours; the llm.c log's lone spike was 6.7x)
 SHARED_GAP = 3  # rows: spikes in two dataset series this close together are one event
 
 
@@ -646,9 +659,10 @@ class Spike:
 class Episode:
     """A spike from the value that crossed the threshold until it is classified."""
 
-    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot):
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0)):
         self.start, self.start_row = step, row
         self.baseline, self.threshold = baseline, threshold
+        self.slope, self.lag = trend  # the trend the run was on: per row (<= 0), rows the baseline lags behind
         self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
         self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
         self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
@@ -662,11 +676,28 @@ class Episode:
         self.count = 1
         self.grad_peak = None
         self.lr = None
+        self.pending = None  # a recovery verdict while the level after it is checked against the trend
+        self.after = []  # (step, row, value) after the first value back in the band: fed again afterwards
+        self.dropped = []  # ...those the check slid past (only the last WINDOW of them are fed again)
+        self.back_step = None  # where the loss came back into the band
 
     def add(self, step, row, x):
         """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
         self.count += 1
         self.recent.append((row, step, x))
+        if self.pending is not None:
+            self.after.append((step, row, x))
+            if x > self.threshold + max(self.pending[2] - self.baseline, 0.0):  # a new spike (over the level
+                return self.pending  # the loss came back to) before the level could be checked: the recovery stands
+            if len(self.after) < VERIFY:
+                return None
+            verdict = self._offset()
+            if verdict is None:  # still coming down: slide on by a block (any spike in it ended the check)
+                if self.count >= MAX_FOLLOW:
+                    return self.pending
+                self.dropped.extend(self.after[:BLOCK])
+                del self.after[:BLOCK]
+            return verdict
         tail = self.tail
         if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
@@ -680,7 +711,9 @@ class Episode:
             if len(tail) == CONFIRM:
                 values = [v for _, _, v in tail]
                 if values[0] <= self.band and statistics.median(values) <= self.band:
-                    return self._recovered(tail[0][0], tail[0][1], statistics.median(values))
+                    self.pending = self._recovered(tail[0][0], tail[0][1], statistics.median(values))
+                    self.after, self.back_step = tail[1:], tail[0][0]
+                    return None
                 del tail[0]
         if not self.block:
             self.block_step = step
@@ -699,6 +732,27 @@ class Episode:
         """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
         kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS or row - self.peak_row <= 1 else "slow_recovery"
         return kind, step, level, "recovered"
+
+    def _offset(self):
+        """Back in the band, but is it back on the trend? The medians of the two halves of the last VERIFY values
+        against the pre-spike trend: higher by OFFSET_Z noise sigma and OFFSET_REL, and no longer coming down
+        faster than that trend, is a lasting offset however noisy the run (no_recovery); within that, the
+        recovery stands; still coming down: None, look again a block later."""
+        values = [v for _, _, v in self.after]
+        half = len(values) // 2
+        early, late = statistics.median(values[:half]), statistics.median(values[half:])
+        rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
+        fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
+        expected = self.baseline + fall
+        falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
+        # a loss that falls fast also slows down: a straight line overshoots, so half its fall is doubt
+        margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline)) - TREND_DOUBT * fall
+        if late - expected <= margin:
+            return self.pending
+        if falling > FALL_Z * self.noise:
+            return None
+        self.last_block = values[half:]
+        return "no_recovery", self.back_step, late, "settled"
 
     def _settled(self, step):
         """At the end of a block: has the level stopped coming down above the band?"""
@@ -723,6 +777,9 @@ class Episode:
 
     def by_level(self, ended_by):
         """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
+        if self.pending is not None:
+            verdict = (self._offset() if len(self.after) >= BLOCK else None) or self.pending
+            return verdict[:3] + (ended_by,) if verdict[3] == "recovered" else verdict
         after = [(step, row, x) for row, step, x in self.recent if row > self.peak_row]
         if not after:
             return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
@@ -733,6 +790,15 @@ class Episode:
         if self._diverged(level):
             return "divergence", None, level, ended_by
         return "no_recovery", after[-1][0], level, ended_by
+
+
+def _trend(values):
+    """(level at the newest value, robust sigma of the residuals, slope per row) of a window that falls: a line
+    through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging."""
+    n, half = len(values), len(values) // 2
+    slope = (sorted(values[half:])[half >> 1] - sorted(values[:half])[half >> 1]) / half
+    r = sorted(v - slope * i for i, v in enumerate(values))
+    return r[n >> 1] + slope * (n - 1), (r[(3 * n) >> 2] - r[n >> 2]) / IQR_PER_SIGMA, min(slope, 0.0)
 
 
 class Series:
@@ -749,6 +815,9 @@ class Series:
         self.on_block, self.on_reset = on_block, on_reset  # hooks: a block median; the baseline was rebuilt (why)
         self.window = deque(maxlen=WINDOW)
         self.med = self.sigma = None
+        self.slope = 0.0  # per row: the trend of the window when it falls clearly, else 0
+        self.scale = 0.0  # the highest baseline so far: the run's own unit for the absolute floors
+        self.blocks = deque(maxlen=TREND_BLOCKS)  # (row, median) of the latest healthy blocks: the trend
         self.threshold = math.inf
         self.until_refresh = 1
         self.refreshes = 0
@@ -766,12 +835,31 @@ class Series:
             self.med = self.sigma = None
             self.threshold, self.until_refresh = math.inf, 1
             return
-        self.med, self.sigma = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA
-        self.threshold = self.med + max(SPIKE_Z * self.sigma, SPIKE_REL * abs(self.med))
+        med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
+        if n == WINDOW:
+            newest = sorted(itertools.islice(self.window, n - REFRESH, n))
+            if newest[REFRESH >> 1] < med - FALLING_Z * sigma:  # falling fast: the median lags above the curve
+                med, sigma, slope = _trend(list(self.window))
+        self.med, self.sigma, self.slope = med, sigma, slope
+        self.scale = max(self.scale, abs(med))
+        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * abs(med), SPIKE_ABS * self.scale)
         self.until_refresh = REFRESH
         self.refreshes += 1
-        if self.on_block is not None and self.refreshes % (BLOCK // REFRESH) == 0:
-            self.on_block(step, row, statistics.median(list(self.window)[-BLOCK:]))
+        if self.refreshes % (BLOCK // REFRESH) == 0:
+            level = statistics.median(list(self.window)[-BLOCK:])
+            self.blocks.append((row, level))
+            if self.on_block is not None:
+                self.on_block(step, row, level, self.scale)
+
+    def trend(self):
+        """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last
+        TREND_BLOCKS block medians (the median of 64 values over 200 rows: far steadier than the window's own
+        halves), 0 when it rises or there is too little; the lag is the plain median's, unless it followed a fall."""
+        b = self.blocks
+        if len(b) < TREND_BLOCKS:
+            return 0.0, 0
+        slope = ((b[-1][1] + b[-2][1]) - (b[0][1] + b[1][1])) / (b[-1][0] + b[-2][0] - b[0][0] - b[1][0])
+        return min(slope, 0.0), 0 if self.slope else WINDOW // 2
 
     def feed(self, step, row, x):
         """Take one value of the series at `step` (`row`: the row of the file, a clock shared by all series)."""
@@ -785,7 +873,7 @@ class Series:
         elif self.episode is not None:
             self._follow(step, row, x)
         elif x > self.threshold:
-            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window))
+            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window), self.trend())
         else:  # healthy: the common case, kept short
             self.window.append(x)
             self.until_refresh -= 1
@@ -800,7 +888,7 @@ class Series:
             self._close(verdict, row)
             if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
                 self.last_step = -math.inf  # may hold the next spike: take them again as new values
-                for later in episode.tail[1:]:
+                for later in ((episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]):
                     self.feed(*later)
 
     def _nonfinite(self, step, row, previous):
@@ -811,7 +899,7 @@ class Series:
         else:
             self.nonfinite.append([step, step, 1, row])
         if self.episode is not None:
-            self._close(("divergence", None, None, "nonfinite"), row)
+            self._close(self.episode.pending or ("divergence", None, None, "nonfinite"), row)
 
     def _close(self, verdict, row):
         kind, end, level, ended_by = verdict
@@ -824,6 +912,7 @@ class Series:
 
     def _reset(self, values, row, why):
         self.window = deque(values, maxlen=WINDOW)
+        self.blocks.clear()
         self.refreshes = 0
         self._refresh(self.last_step, row)
         if self.on_reset is not None:
@@ -877,13 +966,16 @@ class Creep:
         self.low, self.low_step, self.above, self.event = None, None, 0, None
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 
-    def add_block(self, step, row, level):
+    def add_block(self, step, row, level, scale):
         if self.paused:
             return
         if self.low is None or level < self.low:
+            if self.event is not None:  # a new low: the rise was not a divergence after all
+                self.events.remove(self.event)
+                self.event = None
             self.low, self.low_step, self.above = level, step, 0
             return
-        if level <= self.low + CREEP_REL * abs(self.low):
+        if level <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale):
             self.above = 0
             return
         self.above += 1
@@ -1084,6 +1176,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     report.dataset_spikes = {series.name: series.spikes for series in extras}
     report.nan_step = main.nonfinite[0][0] if main.nonfinite else None
     _link_grad_leads(main.spikes, grad.spikes, report.resumes)
+    _grad_only(main.spikes, grad.spikes, events)
     _resume_spikes(main.spikes, report.resumes, events)
     _series_spikes(main, extras, events)
     for series in (main, grad, *extras):
@@ -1107,12 +1200,24 @@ def _link_grad_leads(spikes, grad_spikes, resumes):
         i = bisect.bisect_right(grad_rows, spike.start_row) - 1
         while i >= 0 and grad_rows[i] >= since:
             lead = spike.start - grad_spikes[i].start
-            if lead > LEAD_STEPS:
+            if lead > LEAD_STEPS and spike.start_row - grad_rows[i] > 1:
                 break
             if lead >= 0:
                 spike.grad_norm_lead = lead
                 break
             i -= 1
+
+
+def _grad_only(spikes, grad_spikes, events):
+    """Grad-norm spikes that neither led a loss spike nor came during one: events of their own."""
+    starts = [s.start_row for s in spikes]
+    for g in grad_spikes:
+        i = bisect.bisect_left(starts, g.start_row - 1)
+        led = i < len(spikes) and (spikes[i].start_row - g.start_row <= 1 or spikes[i].start - g.start <= LEAD_STEPS)
+        during = i > 0 and spikes[i - 1].end_row >= g.start_row
+        if not (led or during) and g.peak >= GRAD_ALONE_RATIO * g.baseline:
+            events.append({"kind": "grad_norm_spike", "step": g.step, "start": g.start, "baseline": g.baseline,
+                           "peak": g.peak, "type": g.type, "_row": g.start_row})
 
 
 def _resume_spikes(spikes, resumes, events):
@@ -1387,6 +1492,11 @@ def _spike_section(number, s, report, events):
     elif s.ended_by == "nonfinite":
         after = "none: the loss turned NaN/inf"
         cost = _lost_steps(s, report)
+    elif s.type == "no_recovery" and s.level_after is not None and s.baseline > 0:
+        after = (f"settled at {_fmt(s.level_after)}, {100 * (s.level_after / s.baseline - 1):.0f}% above the pre-spike "
+                 "level: it came down, then went on along a parallel track higher than the trend it was on. That is a "
+                 "lasting offset, not a recovery, even where the values fall inside the noise band of a noisy run")
+        cost = _lost_steps(s, report)
     else:
         after = f"settled at {_fmt(s.level_after)}" if s.level_after is not None else "none: the log ends at the peak"
         cost = _lost_steps(s, report)
@@ -1516,6 +1626,13 @@ EVENT_SECTIONS = {
         "A spike after each resume that then recovers points at state that was not restored: the data "
         "loader position and mix, the RNG states. Compare a few batches before and after a test resume.",
     ),
+    "grad_norm_spike": (
+        "Gradient-norm spikes without a loss spike",
+        "Nothing to undo: the loss did not move, because clipping or the optimizer's normalisation absorbed the "
+        "step, or the batch was odd only for the gradient. Watch them: when they grow larger or more frequent, "
+        "loss spikes often follow. The batches at those steps are the first suspects; tighter clipping or a "
+        "lower learning rate the usual remedy if they keep coming.",
+    ),
     "series_spike": (
         "Spikes per dataset",
         "A spike confined to one dataset points at that dataset: inspect the shard it came from, filter it "
@@ -1556,6 +1673,9 @@ def _describe(e):
         return (f"After the resume at step {e['resume_step']} the loss read {_fmt(e['low'])} instead of "
                 f"{_fmt(e['before'])}; at step {e['step']}, {e['step'] - e['resume_step']} steps later, it jumped back "
                 f"to {_fmt(e['high'])}, {level}.")
+    if kind == "grad_norm_spike":
+        return (f"Step {e['step']}: grad norm {_fmt(e['peak'])} against a baseline of {_fmt(e['baseline'])} "
+                f"({e['type']}); the loss stayed inside its band.")
     if kind == "resume_spike":
         return (f"{e['type']} spike at step {e['step']}, {e['rows_after_resume']} rows after the resume at step "
                 f"{e['resume_step']}.")
