@@ -176,10 +176,9 @@ SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median 
 SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
 # the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
 MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
-FALLING_Z = 2.0  # the newest 16 values' median this many sigma under the window's (6 standard errors): the
-# loss is falling fast, and the baseline becomes a line through the window instead of its median (ours)
+FALLING_Z = 3.0  # the newest 16 values' median this many sigma (of their own spread) under the oldest 16's (about
+# 7 standard errors): the loss falls fast, and the baseline is a line through the window, not its median (ours)
 TREND_BLOCKS = 8  # block medians that give the pre-spike trend
-TREND_DOUBT = 0.5  # the share of the trend's extrapolated fall added to the offset margin (ours)
 VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
 OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
 OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
@@ -745,9 +744,9 @@ class Episode:
         fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
         expected = self.baseline + fall
         falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
-        # a loss that falls fast also slows down: a straight line overshoots, so half its fall is doubt
-        margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline)) - TREND_DOUBT * fall
-        if late - expected <= margin:
+        margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline))
+        # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set back.
+        if late - expected <= margin or late <= self.baseline:
             return self.pending
         if falling > FALL_Z * self.noise:
             return None
@@ -837,9 +836,12 @@ class Series:
             return
         med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
         if n == WINDOW:
-            newest = sorted(itertools.islice(self.window, n - REFRESH, n))
-            if newest[REFRESH >> 1] < med - FALLING_Z * sigma:  # falling fast: the median lags above the curve
-                med, sigma, slope = _trend(list(self.window))
+            window = list(self.window)
+            newest, oldest = sorted(window[-REFRESH:]), sorted(window[:REFRESH])
+            local = (newest[(3 * REFRESH) >> 2] - newest[REFRESH >> 2]) / IQR_PER_SIGMA  # noise, barely the trend
+            if oldest[REFRESH >> 1] - newest[REFRESH >> 1] > FALLING_Z * local:  # falling fast: the median lags
+                med, sigma, slope = _trend(window)  # above the curve and the trend widens the IQR
+                med = max(med, newest[REFRESH >> 1] + slope * (REFRESH >> 1))  # a drop is a step, not a slope
         self.med, self.sigma, self.slope = med, sigma, slope
         self.scale = max(self.scale, abs(med))
         self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * abs(med), SPIKE_ABS * self.scale)
