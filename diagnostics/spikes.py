@@ -130,6 +130,7 @@ import csv
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import stat
@@ -176,8 +177,8 @@ SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median 
 SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
 # the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
 MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
-FALLING_Z = 3.0  # the newest 16 values' median this many sigma (of their own spread) under the oldest 16's (about
-# 7 standard errors): the loss falls fast, and the baseline is a line through the window, not its median (ours)
+FALLING_Z = 3.0  # the latest block median this many sigma (the block's own spread) under the one two blocks
+# earlier: the loss falls fast, and the baseline is a line through the window, not its median (ours)
 TREND_BLOCKS = 8  # block medians that give the pre-spike trend
 VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
 OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
@@ -280,6 +281,11 @@ def _convert(line, cells, names, unparsed):
     """Row tuple (step, loss, grad, lr, extras) from cells aligned with `names`."""
     values = [None if name is None else _number(cell, name, line, unparsed) for name, cell in zip(names, cells)]
     step = values[0]
+    if isinstance(cells[0], str) and step is not None:
+        try:
+            return int(cells[0]), values[1], values[2], values[3], tuple(values[4:])  # exact, however large
+        except ValueError:
+            pass
     if step is not None:
         if step - step != 0:  # a NaN or infinite step says nothing about where the row is: read as missing
             unparsed.add(names[0], line)
@@ -330,50 +336,85 @@ def _lines(path):
     return itertools.chain.from_iterable(_blocks(path))
 
 
-def _csv_rows(path, delimiter, loss_name, unparsed):
-    lines = _lines(path)
-    first = next(lines, None)
-    while first is not None and not first.strip():
-        first = next(lines, None)
-    if first is None:
+def _csv_chunks(path, delimiter, loss_name, unparsed):
+    blocks = _blocks(path)
+    header, line, rest = None, 0, []
+    for lines in blocks:
+        for k, text in enumerate(lines):
+            if text.strip():
+                header, line, rest = text, line + k + 1, lines[k + 1:]
+                break
+        else:
+            line += len(lines)
+            continue
+        break
+    if header is None:
         raise CliError("the file is empty")
     try:
-        header = next(csv.reader([first], delimiter=delimiter))
+        header = [h.strip() for h in next(csv.reader([header], delimiter=delimiter))]
     except csv.Error as exc:
         raise CliError(f"not a readable CSV file ({exc})") from None
-    header = [h.strip() for h in header]
     cols = Columns(header, loss_name)
     names = cols.order()
     position = {name: i for i, name in reversed(list(enumerate(header)))}
     idx = [None if name is None else position[name] for name in names]
     width = len(header)
+    si, li, gi, ri, *ex = idx
 
-    def rows():
-        # Roles the log lacks read the loss cell instead: analyze() ignores them, and the fast path
-        # stays free of per-cell tests.
-        li = idx[1]
-        si, gi, ri = (li if i is None else i for i in (idx[0], idx[2], idx[3]))
-        to_step = float if idx[0] is None else int
-        ex = idx[4:]
-        line = 1
-        try:
-            for line, text in enumerate(lines, 2):
-                if '"' in text:  # quoted cells: let the csv module handle them (and any line breaks inside)
-                    cells = next(csv.reader(itertools.chain([text], lines), delimiter=delimiter))
-                else:  # plain numbers: splitting is a third faster than csv.reader
-                    cells = text.split(delimiter)
-                try:  # fast path: every wanted cell is a number (float() ignores a trailing \r)
-                    yield (to_step(cells[si]), float(cells[li]), float(cells[gi]), float(cells[ri]),
-                           tuple([float(cells[i]) for i in ex]) if ex else ())
-                except (ValueError, IndexError):
-                    if not text.strip():
+    def by_line(lines, first):
+        """Row tuples, one line at a time: quoted cells, empty cells, words, ragged rows."""
+        rows, numbered = [], enumerate(lines, first)
+        for number, text in numbered:
+            if not text.strip():
+                continue
+            if '"' in text:  # quoted cells: the csv module handles them, and line breaks inside them
+                cells = next(csv.reader(itertools.chain([text], (t for _, t in numbered)), delimiter=delimiter))
+            else:
+                cells = text.split(delimiter)
+            cells += [""] * (width - len(cells))
+            rows.append(_convert(number, [None if i is None else cells[i] for i in idx], names, unparsed))
+        return _columns(rows, cols)
+
+    def chunks():
+        number = line
+        for lines in itertools.chain([rest], blocks):
+            first, number = number + 1, number + len(lines)
+            if not lines:
+                continue
+            joined = delimiter.join(lines)
+            if '"' not in joined:  # plain numbers: one split per block and a column is a slice (3x faster)
+                flat = joined.split(delimiter)
+                if len(flat) == width * len(lines):
+                    try:  # int() and float() ignore a trailing \r
+                        yield (None if si is None else [*map(int, flat[si::width])], [*map(float, flat[li::width])],
+                               None if gi is None else [*map(float, flat[gi::width])],
+                               None if ri is None else [*map(float, flat[ri::width])],
+                               [[*map(float, flat[i::width])] for i in ex])
                         continue
-                    cells = cells + [""] * (width - len(cells))
-                    yield _convert(line, [None if i is None else cells[i] for i in idx], names, unparsed)
-        except csv.Error as exc:
-            raise CliError(f"line {line}: not readable as CSV ({exc})") from None
+                    except ValueError:  # a word, an empty cell, a float step: line by line
+                        pass
+            try:
+                yield by_line(lines, first)
+            except csv.Error as exc:
+                raise CliError(f"line {first}: not readable as CSV ({exc})") from None
 
-    return cols, rows()
+    return cols, chunks()
+
+
+def _columns(rows, cols):
+    """A chunk (steps, losses, grads, lrs, [extra series]) from row tuples; None for a role the log lacks."""
+    steps, losses, grads, lrs, extras = zip(*rows) if rows else ((),) * 5
+    return (list(steps) if cols.step else None, list(losses), list(grads) if cols.grad else None,
+            list(lrs) if cols.lr else None, [list(x) for x in zip(*extras)] if cols.extras else [])
+
+
+def _chunked(rows, cols, size=4096):
+    """Chunks from row tuples (the readers of records: JSONL, JSON, TensorBoard, plain text)."""
+    while True:
+        batch = list(itertools.islice(rows, size))
+        if not batch:
+            return
+        yield _columns(batch, cols)
 
 
 def _dict_rows(records, loss_name, unparsed):
@@ -391,11 +432,9 @@ def _dict_rows(records, loss_name, unparsed):
     cols = Columns(names, loss_name)
     wanted = cols.order()
 
-    def rows():
-        for line, record in itertools.chain(preview, records):
-            yield _convert(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
-
-    return cols, rows()
+    rows = (_convert(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
+            for line, record in itertools.chain(preview, records))
+    return cols, _chunked(rows, cols)
 
 
 def _jsonl_records(path, unparsed):
@@ -594,7 +633,8 @@ def sniff(path):
 
 
 def open_log(path, loss_name=None, fmt=None):
-    """(format, Columns, row iterator, Unparsed) for a log file; raises CliError when unreadable."""
+    """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
+    a stretch of rows column by column: (steps, losses, grads, lrs, [extra series]), None for an absent role."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -611,7 +651,7 @@ def open_log(path, loss_name=None, fmt=None):
     if fmt == "tensorboard":
         cols, rows = _dict_rows(_event_records(path), loss_name, unparsed)
     elif fmt in ("csv", "tsv"):
-        cols, rows = _csv_rows(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
+        cols, rows = _csv_chunks(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
     elif fmt == "jsonl":
         cols, rows = _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
     elif fmt == "json":
@@ -817,6 +857,7 @@ class Series:
         self.slope = 0.0  # per row: the trend of the window when it falls clearly, else 0
         self.scale = 0.0  # the highest baseline so far: the run's own unit for the absolute floors
         self.blocks = deque(maxlen=TREND_BLOCKS)  # (row, median) of the latest healthy blocks: the trend
+        self.falling = False  # the latest block median is far below the one two blocks earlier
         self.threshold = math.inf
         self.until_refresh = 1
         self.refreshes = 0
@@ -827,31 +868,36 @@ class Series:
         self.nonfinite = []  # [first step, last step, count, first row] per run of NaN/inf values
 
     def _refresh(self, step, row):
-        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values)."""
-        w = sorted(self.window)
+        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values); every
+        BLOCK values also a block median, for the trend, the creep watch, and to tell a fast fall."""
+        window = self.window
+        w = sorted(window)
         n = len(w)
         if n < MIN_POINTS:
             self.med = self.sigma = None
             self.threshold, self.until_refresh = math.inf, 1
             return
+        self.refreshes += 1
+        block = None
+        if not self.refreshes % (BLOCK // REFRESH):
+            block = sorted(itertools.islice(window, n - BLOCK, n))
+            level = (block[(BLOCK >> 1) - 1] + block[BLOCK >> 1]) / 2
+            blocks = self.blocks
+            blocks.append((row, level))
+            local = (block[(3 * BLOCK) >> 2] - block[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a bit of the trend
+            self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
         med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
-        if n == WINDOW:
-            window = list(self.window)
-            newest, oldest = sorted(window[-REFRESH:]), sorted(window[:REFRESH])
-            local = (newest[(3 * REFRESH) >> 2] - newest[REFRESH >> 2]) / IQR_PER_SIGMA  # noise, barely the trend
-            if oldest[REFRESH >> 1] - newest[REFRESH >> 1] > FALLING_Z * local:  # falling fast: the median lags
-                med, sigma, slope = _trend(window)  # above the curve and the trend widens the IQR
-                med = max(med, newest[REFRESH >> 1] + slope * (REFRESH >> 1))  # a drop is a step, not a slope
+        if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
+            med, sigma, slope = _trend(list(window))
+            last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block
+            med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
         self.med, self.sigma, self.slope = med, sigma, slope
-        self.scale = max(self.scale, abs(med))
+        if med > self.scale or -med > self.scale:
+            self.scale = abs(med)
         self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * abs(med), SPIKE_ABS * self.scale)
         self.until_refresh = REFRESH
-        self.refreshes += 1
-        if self.refreshes % (BLOCK // REFRESH) == 0:
-            level = statistics.median(list(self.window)[-BLOCK:])
-            self.blocks.append((row, level))
-            if self.on_block is not None:
-                self.on_block(step, row, level, self.scale)
+        if block is not None and self.on_block is not None:
+            self.on_block(step, row, level, self.scale)
 
     def trend(self):
         """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last
@@ -881,6 +927,32 @@ class Series:
             self.until_refresh -= 1
             if not self.until_refresh:
                 self._refresh(step, row)
+
+    def feed_run(self, steps, values, row, stop, strict=False):
+        """Feed values[:stop] (rows row, row + 1, ...; steps increasing, no None). A stretch up to the next refresh
+        that is all finite and under the threshold, with no spike open, goes into the window at once: the same
+        result as one value at a time, several times faster. Anything else is fed value by value, or, when
+        `strict`, left to the caller: returns how many values were taken."""
+        i = 0
+        window = self.window
+        while i < stop:
+            if self.episode is None:
+                k = min(self.until_refresh, stop - i)
+                stretch = values[i:i + k]
+                total = sum(stretch)
+                if total - total == 0 and max(stretch) <= self.threshold:
+                    window.extend(stretch)
+                    i += k
+                    self.last_step = steps[i - 1]
+                    self.until_refresh -= k
+                    if not self.until_refresh:
+                        self._refresh(self.last_step, row + i - 1)
+                    continue
+            if strict:
+                return i
+            self.feed(steps[i], row + i, values[i])
+            i += 1
+        return i
 
     def _follow(self, step, row, x):
         """Feed the open spike; close it once it has a verdict."""
@@ -915,6 +987,7 @@ class Series:
     def _reset(self, values, row, why):
         self.window = deque(values, maxlen=WINDOW)
         self.blocks.clear()
+        self.falling = False
         self.refreshes = 0
         self._refresh(self.last_step, row)
         if self.on_reset is not None:
@@ -942,6 +1015,8 @@ class Series:
     def rollback(self, step, row):
         """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
         self.last_step = -math.inf
+        self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
+        self.falling = False
         if self.episode is not None:
             self._close(self.episode.by_level("resume"), row)
         if self.snapshot is not None and step <= self.snapshot[0]:
@@ -1120,50 +1195,70 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     first_step = None
     last_step = -math.inf
     values = segment = 0
-    row = -1
+    row = 0  # the row of the file (data rows only) at the start of the chunk
     feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
-    for row, (step, loss, gnorm, lr, extra) in enumerate(rows):
+    for steps, losses, grads, lrs, extra in rows:
+        n = len(losses)
         if not has_step:
-            step = row
-        elif step is None:
-            step = last_step + 1 if values else row
-        if loss is not None:
-            if step <= last_step:  # a resume or a rollback
-                events.append({"kind": "resume", "step": step, "from_step": last_step,
-                               "rollback_steps": last_step - step, "_row": row})
-                report.resumes.append((row, step, last_step))
-                main.rollback(step, row)
-                creep.reset()
-                segment += 1
-                recent = list(main.window)[-BLOCK:]  # the level just before the resume
-                watch = None
-                if recent and main.med is not None:
-                    watch = ResumeWatch(step, row, statistics.median(recent), main, events)
-            elif first_step is None:
-                first_step = step
-            last_step = step
-            values += 1
-            feed_loss(step, row, loss)
-            if watch is not None and watch.add(step, row, loss):
-                watch = None
-            episode = main.episode
-            if episode is not None:
-                if episode.count == 1 and has_lr:
-                    episode.lr = lr
-                if has_grad and gnorm is not None and gnorm - gnorm == 0:
-                    episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
-            if curves and loss - loss == 0:
-                curves[cols.loss].add(segment, step, loss)
-        if has_grad and gnorm is not None:
-            feed_grad(step, row, gnorm)
-            if curves and gnorm - gnorm == 0:
-                curves[cols.grad].add(segment, step, gnorm)
-        if extra:
-            for series, x in zip(extras, extra):
+            steps = range(row, row + n)
+        done = 0
+        if (watch is None and not curves and (not has_step or None not in steps) and None not in losses
+                and steps[0] > last_step and all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
+                and (grads is None or None not in grads) and all(None not in x for x in extra)):
+            done = main.feed_run(steps, losses, row, n, strict=True)  # the healthy stretches, a block at a time
+            if done:
+                if grads is not None:
+                    grad.feed_run(steps, grads, row, done)
+                for series, x in zip(extras, extra):
+                    series.feed_run(steps, x, row, done)
+                first_step = steps[0] if first_step is None else first_step
+                last_step = steps[done - 1]
+                values += done
+        for i in range(done, n):  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+            r = row + i
+            step, loss = steps[i], losses[i]
+            gnorm = grads[i] if grads is not None else None
+            if step is None:
+                step = last_step + 1 if values else r
+            if loss is not None:
+                if step <= last_step:  # a resume or a rollback
+                    events.append({"kind": "resume", "step": step, "from_step": last_step,
+                                   "rollback_steps": last_step - step, "_row": r})
+                    report.resumes.append((r, step, last_step))
+                    main.rollback(step, r)
+                    creep.reset()
+                    segment += 1
+                    recent = list(main.window)[-BLOCK:]  # the level just before the resume
+                    watch = None
+                    if recent and main.med is not None:
+                        watch = ResumeWatch(step, r, statistics.median(recent), main, events)
+                elif first_step is None:
+                    first_step = step
+                last_step = step
+                values += 1
+                feed_loss(step, r, loss)
+                if watch is not None and watch.add(step, r, loss):
+                    watch = None
+                episode = main.episode
+                if episode is not None:
+                    if episode.count == 1 and has_lr:
+                        episode.lr = lrs[i]
+                    if has_grad and gnorm is not None and gnorm - gnorm == 0:
+                        episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
+                if curves and loss - loss == 0:
+                    curves[cols.loss].add(segment, step, loss)
+            if gnorm is not None:
+                feed_grad(step, r, gnorm)
+                if curves and gnorm - gnorm == 0:
+                    curves[cols.grad].add(segment, step, gnorm)
+            for series, column in zip(extras, extra):
+                x = column[i]
                 if x is not None:
-                    series.feed(step, row, x)
+                    series.feed(step, r, x)
                     if curves and x - x == 0:
                         curves[series.name].add(segment, step, x)
+        row += n
+    row -= 1  # the last row
     if values == 0:
         bad = unparsed.columns.get(cols.loss)
         why = (" (header only)" if row < 0 else
