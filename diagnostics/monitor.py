@@ -90,7 +90,7 @@ Output
     run.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 1 (1 slow_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
-             200  slow_recovery     0.1461     6.804   46.57        50         0
+             200  slow_recovery     0.1235     6.804   55.07        57         0
     events: none
     nan_step: none
     $ python diagnostics/monitor.py --healthy --out /tmp/run.jsonl

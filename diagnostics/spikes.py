@@ -296,8 +296,9 @@ def _convert(line, cells, names, unparsed):
 
 
 def _blocks(path):
-    """The lines of a UTF-8 text file, without line ends or BOM, read in blocks of BLOCK_BYTES: a file of
-    any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file) is refused."""
+    """A UTF-8 text file in whole lines (joined by \\n, the last line end and a BOM left out), BLOCK_BYTES at a
+    time: a file of any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file)
+    is refused. Yields (number of the first line, text)."""
     with open(path, "rb") as handle:
         carry, line = b"", 1
         while True:
@@ -316,11 +317,11 @@ def _blocks(path):
                 carry = block
                 continue
             carry = block[cut:]
-            lines = _decode(block[:cut - 1], line).split("\n")
-            line += len(lines)
-            yield lines
+            text = _decode(block[:cut - 1], line)
+            yield line, text
+            line += text.count("\n") + 1
         if carry:
-            yield [_decode(carry, line)]
+            yield line, _decode(carry, line)
 
 
 def _decode(data, line):
@@ -333,21 +334,18 @@ def _decode(data, line):
 
 def _lines(path):
     """Every line of a text file, one at a time (a flat iterator over _blocks)."""
-    return itertools.chain.from_iterable(_blocks(path))
+    return itertools.chain.from_iterable(text.split("\n") for _, text in _blocks(path))
 
 
 def _csv_chunks(path, delimiter, loss_name, unparsed):
     blocks = _blocks(path)
-    header, line, rest = None, 0, []
-    for lines in blocks:
-        for k, text in enumerate(lines):
-            if text.strip():
-                header, line, rest = text, line + k + 1, lines[k + 1:]
-                break
-        else:
-            line += len(lines)
-            continue
-        break
+    header = None
+    for line, text in blocks:
+        lines = text.split("\n")
+        k = next((k for k, text in enumerate(lines) if text.strip()), None)
+        if k is not None:  # the first line that is not blank
+            header, rest = lines[k], (line + k + 1, "\n".join(lines[k + 1:]))
+            break
     if header is None:
         raise CliError("the file is empty")
     try:
@@ -376,25 +374,22 @@ def _csv_chunks(path, delimiter, loss_name, unparsed):
         return _columns(rows, cols)
 
     def chunks():
-        number = line
-        for lines in itertools.chain([rest], blocks):
-            first, number = number + 1, number + len(lines)
-            if not lines:
+        for first, text in itertools.chain([rest], blocks):
+            if not text:
                 continue
-            joined = delimiter.join(lines)
-            if '"' not in joined:  # plain numbers: one split per block and a column is a slice (3x faster)
-                flat = joined.split(delimiter)
-                if len(flat) == width * len(lines):
+            if '"' not in text:  # plain numbers: one split per block and a column is a slice (3x faster)
+                flat = text.replace("\n", delimiter).split(delimiter)
+                if len(flat) == width * (text.count("\n") + 1):
                     try:  # int() and float() ignore a trailing \r
                         yield (None if si is None else [*map(int, flat[si::width])], [*map(float, flat[li::width])],
                                None if gi is None else [*map(float, flat[gi::width])],
-                               None if ri is None else [*map(float, flat[ri::width])],
+                               None if ri is None else flat[ri::width],  # read only where a spike starts
                                [[*map(float, flat[i::width])] for i in ex])
                         continue
                     except ValueError:  # a word, an empty cell, a float step: line by line
                         pass
             try:
-                yield by_line(lines, first)
+                yield by_line(text.split("\n"), first)
             except csv.Error as exc:
                 raise CliError(f"line {first}: not readable as CSV ({exc})") from None
 
@@ -1242,7 +1237,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
                 episode = main.episode
                 if episode is not None:
                     if episode.count == 1 and has_lr:
-                        episode.lr = lrs[i]
+                        episode.lr = _number(lrs[i], cols.lr, None, Unparsed())
                     if has_grad and gnorm is not None and gnorm - gnorm == 0:
                         episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
                 if curves and loss - loss == 0:
