@@ -107,7 +107,7 @@ How to read it
     for tens of steps (0.48 at step 220) while Adam's v norm, up about 160-fold in one step, decays
     slowly: the momentum keeps pushing in the direction the bad batch gave it, and a normal
     gradient is then small against the inflated v. spikes.py reads the same file: one spike
-    starting at step 200, a slow recovery (back in the noise band after 50 steps), grad-norm
+    starting at step 200, a slow recovery (back in the noise band after 57 steps), grad-norm
     lead 0 (the grad norm jumped on the same step). With --healthy it finds no spike. A column
     missing from the log was not available: grad_norm and param_norm without a model,
     adam_v_norm with an optimizer that keeps no exp_avg_sq, tokens_per_s without tokens=.
