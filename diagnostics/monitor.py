@@ -90,7 +90,7 @@ Output
     run.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 1 (1 slow_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
-             200  slow_recovery     0.1235     6.804   55.07        57         0
+             200  slow_recovery     0.1461     6.804   46.57        50         0
     events: none
     nan_step: none
     $ python diagnostics/monitor.py --healthy --out /tmp/run.jsonl
@@ -107,7 +107,7 @@ How to read it
     for tens of steps (0.48 at step 220) while Adam's v norm, up about 160-fold in one step, decays
     slowly: the momentum keeps pushing in the direction the bad batch gave it, and a normal
     gradient is then small against the inflated v. spikes.py reads the same file: one spike
-    starting at step 200, a slow recovery (back in the noise band after 57 steps), grad-norm
+    starting at step 200, a slow recovery (back in the noise band after 50 steps), grad-norm
     lead 0 (the grad norm jumped on the same step). With --healthy it finds no spike. A column
     missing from the log was not available: grad_norm and param_norm without a model,
     adam_v_norm with an optimizer that keeps no exp_avg_sq, tokens_per_s without tokens=.

@@ -8,29 +8,39 @@ back, lower the learning rate, swap a dataset, or fix the resume code.
 
 What it checks
 --------------
-It reads the log once, as a stream: CSV or TSV, JSONL, a TensorBoard event file or directory, or
-the HF Trainer's `trainer_state.json`. Columns are matched by name: `step` (else the row order), the
-loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`, `lr`/`learning_rate`,
-and every other column with "loss" in its name (validation losses and the fp16 loss scale aside),
-taken as the loss of one dataset of a mix.
+It reads the log once, as a stream, and recognises its format by content (--format NAME forces one):
+CSV or TSV (W&B exports and Lightning's CSVLogger metrics.csv included), JSONL, a TensorBoard event file
+or directory, the HF Trainer's `trainer_state.json`, and the plain-text logs of modded-nanogpt
+(`step:100/1000 train_loss:3.28 ...`), llm.c (`s:100 trl:3.21 lr:... norm:...` and its stdout),
+nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`) and
+the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`). Columns are matched by name: `step` (else
+the row order), the loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`,
+`lr`/`learning_rate`, and every other column with "loss" in its name (validation losses and the fp16
+loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
+Lightning's `_step` suffix are read through; summary columns (`__MIN`, `__MAX`, `_epoch`) are left out.
 
 Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
-its last 64 healthy values. A value above median + max(6 sigma, 5%) opens a spike. Values inside a
-spike never enter the window, as in llm.c's outlier detector and ZClip, so a burst of spikes cannot
-raise the bar for the next one. The spike is followed until it can be classified (DESIGN.md; steps
-come from the `step` column; the noise band is baseline + max(3 sigma, 1%)):
+its last 64 healthy values; while the loss falls fast, a line through them instead, so the baseline
+follows the fall. A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
+a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
+burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
+classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
+max(3 sigma, 1%)):
 
-  fast_recovery   back in the band within 20 steps of the peak (the first value back and the median
-                  of it and the next four are in the band)
+  fast_recovery   back in the band within 20 steps of the peak, or on the next logged row (the first
+                  value back and the median of it and the next four are in the band)
   slow_recovery   back in the band, later than that
   no_recovery     stops coming down above the band (block medians of 32 values level off, or fall
-                  so slowly that the band is more than 4x the time since the peak away), below 1.5x
+                  so slowly that the band is more than 4x the time since the peak away), below 1.5x;
+                  or back in the band but not on the trend: the 128 values after it sit 2% and 1.5
+                  sigma or more above where the pre-spike trend leads, and above the pre-spike level,
+                  and have stopped coming down (a lasting offset, however noisy the run)
   divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
                   ends (or rolls back) at the peak
 
 Each spike in --json: step (of the peak), start, end, type, baseline, peak, recovery_steps,
-grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 50 steps
-earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
+grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
+logged row earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
 nonfinite, resume, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
 Events, each with "kind" and "step":
 
@@ -44,12 +54,16 @@ Events, each with "kind" and "step":
                         the pre-resume trend predicts there, baseline + drop; spike). The jump is no spike: a
                         spike open at the jump is measured from `expected` and kept (spike: true) only if its
                         peak clears the spike threshold of that level
-  non_spike_divergence  healthy block medians 10% above the lowest so far, twice running, no spike in
-                        between (step: where the rise began; detected_step, last_step, from, to)
+  non_spike_divergence  healthy block medians 10% (and 1% of the run's highest baseline) above the lowest
+                        so far, twice running, no spike in between (step: where the rise began;
+                        detected_step, last_step, from, to); withdrawn if the loss later makes a new low
+  grad_norm_spike       a grad-norm spike, twice its baseline or more, that neither led a loss spike nor
+                        came during one: start, baseline, peak, type
   nonfinite             a run of NaN/inf values: last_step, count, series
   series_spike          two or more dataset losses: series (those that spiked), quiet, scope ("shared"
                         or "confined"), in_main, types
   unparsed              cells that were not numbers, read as missing: column, count, first_line (step null)
+  too_short             33 values or fewer: detection needs a 32-value baseline first (values, needed)
 
 Command
 -------
@@ -61,11 +75,11 @@ Output
     run.csv (csv): 6000 values of 'loss', steps 0..4489; grad norm: grad_norm; dataset series: none
     spikes: 5 (2 fast_recovery, 1 slow_recovery, 1 no_recovery, 1 divergence)
        peak step  type            baseline      peak  x base  recovery grad lead
-            1500  no_recovery         3.91     8.844   2.262         -         3
-            1833  fast_recovery      3.788     4.805   1.268         3         2
+            1500  no_recovery        3.917     8.844   2.258         -         3
+            1833  fast_recovery      3.797     4.805   1.265         3         2
             2324  divergence         3.688     10.35   2.805         -         0
-            2625  fast_recovery      3.584     4.387   1.224         3         3
-            3007  slow_recovery      3.506     8.427   2.404       478         0
+            2625  fast_recovery      3.588     4.387   1.223         4         3
+            3007  slow_recovery      3.507     8.427   2.403       478         0
     events: 2
       resume at step 1430: from_step=2298, rollback_steps=868
       resume at step 2156: from_step=2796, rollback_steps=640
@@ -74,9 +88,9 @@ Output
 On a real log, the public modded-nanogpt 1B run in ../shared/data/modded-nanogpt/:
 
     scaleup1b_ad8d7ae5.csv (csv): 20344 values of 'train_loss', steps 1..20344; grad norm: not logged; dataset series: none
-    spikes: 124 (124 fast_recovery)
+    spikes: 122 (122 fast_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
-             536  fast_recovery      3.757      5.69   1.515         1         -
+             536  fast_recovery      3.774      5.69   1.508         1         -
 
 How to read it
 --------------
@@ -96,6 +110,7 @@ Next step
   the batches around its start.
 - no_recovery or divergence: roll back to a checkpoint well before the spike, skip those batches,
   and lower the learning rate if it happens again; numerics (fp16) and data quality come next.
+- grad_norm_spike alone: nothing to undo; if they grow larger or more frequent, loss spikes often follow.
 - resume_spike, resume_drop, repeat_data: check the resume itself (RNG states, data loader position).
   After repeat_data do not roll back for the jump: the loss was under-reported before it, not worse after.
 - series_spike confined to one dataset: inspect or swap that dataset.
@@ -105,24 +120,28 @@ Next step
 Exit codes: 0 whenever the log was read, whatever it holds: NaN/inf values are data (nan_step,
 nonfinite events) and cells that are not numbers are counted in an unparsed event and read as
 missing, so the half-written last line of a crashed run does no harm. 2 when it cannot be read: no
-such file, unknown extension, empty file, header only, no loss column, no numeric loss, binary junk,
-tensorboard missing for an event file, matplotlib missing for --plot, an output that cannot be
-written. Then one line on stderr and no traceback.
+such file, not a regular file (a FIFO or a device is refused at once), a format it does not know,
+empty file, header only, no loss column (the line lists the candidates), no numeric loss, binary
+junk or a line over 4 MB, JSON nested too deep, tensorboard missing for an event file, matplotlib
+missing for --plot. Then one line on stderr and no traceback. Outputs: --plot (.png, .svg, .pdf) and
+--postmortem (.md, .markdown, .txt) never overwrite a file without --force, and never write to the log
+itself, a folder or a device (exit 2, one line). Ctrl-C exits 130 quietly; a closed stdout (`| head`)
+ends quietly with 0, a full one (/dev/full) with 1.
 
-Limits: the baseline is the pre-spike level, not an extrapolated trend, so early in training, while
-the loss still falls fast, a small lasting offset can pass for a slow recovery. A spike on top of the
-jump that ends a repeated stretch is measured from the true level only once the jump is confirmed (16
-values), so its recovery can be counted up to 16 steps late. Two spikes fewer than five values apart
-merge unless the loss was back in the band between them. For JSONL and event files the first 1000
-records decide the columns; trainer_state.json is one JSON document and is loaded whole. Memory is
-one 64-value window per series plus what is found (every spike and event is kept); --plot keeps at
-most 4000 min/max buckets per series.
+Limits: a lasting offset is told from a slow recovery against a straight-line trend of the 256 healthy
+values before the spike, extrapolated at most 128 rows; a loss back under its pre-spike level is never
+called set back, so an offset early in training, while the loss still falls fast, can pass for a
+recovery. A spike on top of the jump that ends a repeated stretch is measured from the true level only
+once the jump is confirmed (16 values), so its recovery can be counted up to 16 steps late. Two spikes
+fewer than five values apart merge unless the loss was back in the band between them. For JSONL, event
+files and plain text the first 1000 records decide the columns; trainer_state.json is one JSON
+document and is loaded whole (up to 512 MB). Memory is one 64-value window per series and a 64 KB
+block of the file, plus what is found (every spike and event is kept); --plot keeps at most 4000
+min/max buckets per series.
 
-Speed and memory, measured with benchmarks/spikes_throughput.py on a 2-core AMD EPYC VM (Linux,
-Python 3.11.7, load average 0.9 at the start): a 10-million-step CSV (step, loss, grad_norm, lr) in
-22.9 s (21.7 s CPU, 0.46 M steps per CPU second) at a peak RSS of 15.5 MB, the same as for 1 million
-steps; a 10-million-step log holding 14,373 spikes and 4,745 events in 31.5 s (0.34 M steps per CPU
-second) at 36 MB, the findings being what grows.
+Speed and memory, measured with benchmarks/spikes_throughput.py next to a 15-line pandas rolling-median
+detector (which only counts outliers), each in its own process: see the figures at the end of
+refs/loss_patterns.md, with the machine and its load.
 """
 import argparse
 import bisect
@@ -159,9 +178,9 @@ MAX_JSON = 1 << 29  # a JSON document (trainer_state.json) is loaded whole: at m
 # --- detection thresholds ------------------------------------------------------------------------
 WINDOW = 64  # values in the rolling baseline; llm.c's loss and grad-norm outlier detector uses 64 too
 MIN_POINTS = 32  # values before detection starts: order statistics need some mass (our assumption)
-REFRESH = 16  # healthy values between two recomputations of the threshold: it lags a little, the
-# median lags half a window anyway, and sorting 64 values for every row would halve the throughput
-# (a sorted copy kept up to date with bisect.insort costs 0.28 us per row, one sort every 16 rows 0.08: measured)
+REFRESH = 32  # healthy values between two recomputations of the threshold: it lags a little, the
+# median lags half a window anyway (and follows a fast fall, see FALLING_Z), and each recomputation costs
+# ~5 us: every 16 rows it was a third of the time per row (measured); every 32 the synthetic scores are the same
 IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
 SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
 # the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
@@ -872,26 +891,28 @@ class Series:
             self.med = self.sigma = None
             self.threshold, self.until_refresh = math.inf, 1
             return
+        self.until_refresh = REFRESH
         self.refreshes += 1
-        block = None
-        if not self.refreshes % (BLOCK // REFRESH):
-            block = sorted(itertools.islice(window, n - BLOCK, n))
-            level = (block[(BLOCK >> 1) - 1] + block[BLOCK >> 1]) / 2
+        block = not self.refreshes % (BLOCK // REFRESH)
+        if block:
+            b = sorted(itertools.islice(window, n - BLOCK, n))
+            level = (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2
             blocks = self.blocks
             blocks.append((row, level))
-            local = (block[(3 * BLOCK) >> 2] - block[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a bit of the trend
+            local = (b[(3 * BLOCK) >> 2] - b[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a little of the trend
             self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
-        med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
         if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
             med, sigma, slope = _trend(list(window))
             last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block
             med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
+        else:
+            med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
         self.med, self.sigma, self.slope = med, sigma, slope
-        if med > self.scale or -med > self.scale:
-            self.scale = abs(med)
-        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * abs(med), SPIKE_ABS * self.scale)
-        self.until_refresh = REFRESH
-        if block is not None and self.on_block is not None:
+        size = med if med >= 0 else -med
+        if size > self.scale:
+            self.scale = size
+        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * size, SPIKE_ABS * self.scale)
+        if block and self.on_block is not None:
             self.on_block(step, row, level, self.scale)
 
     def trend(self):

@@ -719,7 +719,7 @@ def test_a_creep_is_withdrawn_when_the_loss_makes_new_lows(tmp_path):
     climb = lambda s: 0.4 * min(max(s - 1000, 0), 600) / 600 - 0.7 * min(max(s - 1600, 0), 600) / 600  # noqa: E731
     rows = [f"{s},{(3.0 + climb(s)) * (1 + 0.005 * rng.gauss(0, 1)):.6g}" for s in range(2400)]
     lines = "step,loss\n" + "\n".join(rows) + "\n"
-    early = spikes.analyze(write(tmp_path, "climb.csv", "\n".join(lines.splitlines()[:1500])))
+    early = spikes.analyze(write(tmp_path, "climb.csv", "\n".join(lines.splitlines()[:1650])))
     assert [e["kind"] for e in early.to_json()["events"]] == ["non_spike_divergence"]  # while it climbs
     assert spikes.analyze(write(tmp_path, "climb-then-low.csv", lines)).to_json()["events"] == []
 
