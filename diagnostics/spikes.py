@@ -1495,6 +1495,11 @@ def plot(report, out, force=False):
     if has_grad:
         gax = axes[1][0]
         _scale(gax, _draw(gax, grad_curve, "tab:gray", None), 10, ticker)
+        alone = [e for e in report.events if e["kind"] == "grad_norm_spike"]
+        if alone:  # the loss did not move: marked on the grad-norm panel only
+            gax.scatter([e["step"] for e in alone], [e["peak"] for e in alone], s=22, marker="^", color="tab:red",
+                        zorder=3, label=f"grad-norm spike, no loss spike ({len(alone)})")
+            gax.legend(fontsize=7, loc="best", framealpha=0.85)
         gax.set_ylabel(cols.grad)
         gax.grid(alpha=0.3)
     axes[-1][0].set_xlabel("step")

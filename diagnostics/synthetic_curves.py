@@ -10,6 +10,7 @@ of what it planted, so that `spikes.py` can be scored against it:
 | `mixed` | spikes of all four types with a grad-norm spike 0-3 steps ahead of each; most lasting and diverging spikes are followed by a rollback to before them |
 | `fast_recovery`, `slow_recovery`, `no_recovery`, `divergence` | like `mixed`, with spikes of that one type only |
 | `lasting_offset` | fast, slow and not recovering spikes, the last settling only 3-10% above the curve: an offset inside the noise band of a noisy run |
+| `grad_spikes` | grad-norm spikes (4-9x) with no loss spike |
 | `creep` | the loss climbs slowly without a spike (divergence without a spike) |
 | `nan` | a spike that diverges and turns into NaN until the end of the log |
 | `resume` | crash-resumes, each followed by a small spike (a data loader restored badly) |
@@ -38,9 +39,9 @@ import random
 import sys
 
 SPIKE_TYPES = ("fast_recovery", "slow_recovery", "no_recovery", "divergence")
-SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "lasting_offset", "creep", "nan", "resume", "repeat_data", "datasets")
+SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "lasting_offset", "grad_spikes", "creep", "nan", "resume", "repeat_data", "datasets")
 DEFAULT_ROWS = {"clean": 6000, "mixed": 12000, "fast_recovery": 4000, "slow_recovery": 5000, "no_recovery": 5000,
-                "divergence": 4000, "lasting_offset": 12000, "creep": 5000, "nan": 4000, "resume": 7000, "repeat_data": 6000,
+                "divergence": 4000, "lasting_offset": 12000, "grad_spikes": 4000, "creep": 5000, "nan": 4000, "resume": 7000, "repeat_data": 6000,
                 "datasets": 6000}
 WARMUP_ROWS = 1500  # no pattern before this row: the curve still falls fast and the baseline fills
 
@@ -174,6 +175,13 @@ class Curve:
                 self._resume(row, back=row - start + rng.randint(20, 200))
                 row += rng.randint(300, 500)
 
+    def _plan_grad_spikes(self):
+        row = WARMUP_ROWS
+        while row < self.n_rows - 300:
+            self._at(row, "grad_spike", self.rng.uniform(3, 8))
+            self.truth["events"].append({"kind": "grad_norm_spike", "step": self._step(row)})
+            row += self.rng.randint(300, 600)
+
     def _plan_creep(self):
         start = self.rng.randint(2500, 3000)
         self._at(start, "creep", self.rng.uniform(0.3, 0.6) / 1500)  # +30-60% over 1500 rows
@@ -289,7 +297,7 @@ class Curve:
                 grad = grad_trend(step) * math.exp(0.1 * gauss(0.0, 1.0))
                 for at, height in grad_spikes:
                     if 0 <= row - at < 3:
-                        grad *= 1.0 + height * math.exp(-(row - at))
+                        grad *= 1.0 + height * math.exp(-(row - at))  # BUG: a grad-norm spike (a loss spike's, or alone)
                 out.update({"loss": loss, "grad_norm": grad, "lr": 3e-4 * min(1.0, (step + 1) / 500)})
             yield out
             step += 1

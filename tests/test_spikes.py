@@ -746,3 +746,11 @@ def test_the_postmortem_names_a_lasting_offset(tmp_path):
     assert run_cli("spikes.py", path, "--postmortem", pm).returncode == 0
     section = pm.read_text().split("(no_recovery)")[1].split("\n## ")[0]
     assert "lasting offset, not a recovery" in section
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_planted_grad_norm_spikes_alone_are_events_not_spikes(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "grad_spikes", seed)
+    report = spikes.analyze(path)
+    found = [e["step"] for e in report.to_json()["events"] if e["kind"] == "grad_norm_spike"]
+    assert report.spikes == [] and found == [e["step"] for e in curve.truth["events"]]
