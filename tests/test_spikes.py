@@ -754,3 +754,10 @@ def test_planted_grad_norm_spikes_alone_are_events_not_spikes(tmp_path, seed):
     report = spikes.analyze(path)
     found = [e["step"] for e in report.to_json()["events"] if e["kind"] == "grad_norm_spike"]
     assert report.spikes == [] and found == [e["step"] for e in curve.truth["events"]]
+
+
+def test_a_one_row_spike_in_a_sparse_log_is_a_fast_recovery(tmp_path):
+    """Logged every 50 steps: the spike is one row, back on the next one, 50 steps later. Fast, not slow."""
+    rows = [f"{s},{6.0 if s == 5000 else 3.0 + 0.01 * math.sin(s * 1.7):.4f}" for s in range(0, 10000, 50)]
+    report = spikes.analyze(write(tmp_path, "every50.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.step, s.type, s.recovery_steps) for s in report.spikes] == [(5000, "fast_recovery", 50)]
