@@ -403,7 +403,7 @@ def _csv_chunks(path, delimiter, loss_name, unparsed):
                         yield (None if si is None else [*map(int, flat[si::width])], [*map(float, flat[li::width])],
                                None if gi is None else [*map(float, flat[gi::width])],
                                None if ri is None else flat[ri::width],  # read only where a spike starts
-                               [[*map(float, flat[i::width])] for i in ex])
+                               [[*map(float, flat[i::width])] for i in ex], True)
                         continue
                     except ValueError:  # a word, an empty cell, a float step: line by line
                         pass
@@ -416,10 +416,13 @@ def _csv_chunks(path, delimiter, loss_name, unparsed):
 
 
 def _columns(rows, cols):
-    """A chunk (steps, losses, grads, lrs, [extra series]) from row tuples; None for a role the log lacks."""
+    """A chunk (steps, losses, grads, lrs, [extra series], complete) from row tuples; None for a role the log
+    lacks; complete: no value is missing (None) in steps, losses, grads and extra series."""
     steps, losses, grads, lrs, extras = zip(*rows) if rows else ((),) * 5
-    return (list(steps) if cols.step else None, list(losses), list(grads) if cols.grad else None,
-            list(lrs) if cols.lr else None, [list(x) for x in zip(*extras)] if cols.extras else [])
+    chunk = (list(steps) if cols.step else None, list(losses), list(grads) if cols.grad else None,
+             list(lrs) if cols.lr else None, [list(x) for x in zip(*extras)] if cols.extras else [])
+    complete = all(c is None or None not in c for c in (chunk[0], chunk[1], chunk[2], *chunk[4]))
+    return chunk + (complete,)
 
 
 def _chunked(rows, cols, size=4096):
@@ -648,7 +651,8 @@ def sniff(path):
 
 def open_log(path, loss_name=None, fmt=None):
     """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
-    a stretch of rows column by column: (steps, losses, grads, lrs, [extra series]), None for an absent role."""
+    a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
+    absent role; complete when no value is missing."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -1213,14 +1217,12 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     values = segment = 0
     row = 0  # the row of the file (data rows only) at the start of the chunk
     feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
-    for steps, losses, grads, lrs, extra in rows:
+    for steps, losses, grads, lrs, extra, complete in rows:
         n = len(losses)
         if not has_step:
             steps = range(row, row + n)
         done = 0
-        if (watch is None and not curves and (not has_step or None not in steps) and None not in losses
-                and steps[0] > last_step and all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
-                and (grads is None or None not in grads) and all(None not in x for x in extra)):
+        if complete and watch is None and not curves and steps[0] > last_step and _increasing(steps):
             done = main.feed_run(steps, losses, row, n, strict=True)  # the healthy stretches, a block at a time
             if done:
                 if grads is not None:
@@ -1300,6 +1302,16 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
         events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
                        "_row": -1})
     return report
+
+
+def _increasing(steps):
+    """Steps strictly increasing: no resume inside. Evenly spaced ones (most logs) are checked at C speed."""
+    if isinstance(steps, range):  # the row numbers of a log without a step column
+        return True
+    stride = steps[1] - steps[0] if len(steps) > 1 else 1
+    if stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
+        return steps == list(range(steps[0], steps[-1] + 1, stride))
+    return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
 
 
 def _link_grad_leads(spikes, grad_spikes, resumes):
