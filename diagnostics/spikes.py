@@ -948,12 +948,12 @@ class Series:
             if not self.until_refresh:
                 self._refresh(step, row)
 
-    def feed_run(self, steps, values, row, stop, strict=False):
-        """Feed values[:stop] (rows row, row + 1, ...; steps increasing, no None). A stretch up to the next refresh
-        that is all finite and under the threshold, with no spike open, goes into the window at once: the same
-        result as one value at a time, several times faster. Anything else is fed value by value, or, when
-        `strict`, left to the caller: returns how many values were taken."""
-        i = 0
+    def feed_run(self, steps, values, row, start, stop, strict=False):
+        """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
+        refresh that is all finite and under the threshold, with no spike open, goes into the window at once: the
+        same result as one value at a time, several times faster. Anything else is fed value by value, or, when
+        `strict`, left to the caller: returns the index it got to."""
+        i = start
         window = self.window
         while i < stop:
             if self.episode is None:
@@ -1221,60 +1221,68 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
         n = len(losses)
         if not has_step:
             steps = range(row, row + n)
-        done = 0
-        if complete and watch is None and not curves and steps[0] > last_step and _increasing(steps):
-            done = main.feed_run(steps, losses, row, n, strict=True)  # the healthy stretches, a block at a time
-            if done:
-                if grads is not None:
-                    grad.feed_run(steps, grads, row, done)
-                for series, x in zip(extras, extra):
-                    series.feed_run(steps, x, row, done)
-                first_step = steps[0] if first_step is None else first_step
-                last_step = steps[done - 1]
-                values += done
-        for i in range(done, n):  # row by row: spikes, resumes, missing values, NaN, the plot's curves
-            r = row + i
-            step, loss = steps[i], losses[i]
-            gnorm = grads[i] if grads is not None else None
-            if step is None:
-                step = last_step + 1 if values else r
-            if loss is not None:
-                if step <= last_step:  # a resume or a rollback
-                    events.append({"kind": "resume", "step": step, "from_step": last_step,
-                                   "rollback_steps": last_step - step, "_row": r})
-                    report.resumes.append((r, step, last_step))
-                    main.rollback(step, r)
-                    creep.reset()
-                    segment += 1
-                    recent = list(main.window)[-BLOCK:]  # the level just before the resume
-                    watch = None
-                    if recent and main.med is not None:
-                        watch = ResumeWatch(step, r, statistics.median(recent), main, events)
-                elif first_step is None:
-                    first_step = step
-                last_step = step
-                values += 1
-                feed_loss(step, r, loss)
-                if watch is not None and watch.add(step, r, loss):
-                    watch = None
-                episode = main.episode
-                if episode is not None:
-                    if episode.count == 1 and has_lr:
-                        episode.lr = _number(lrs[i], cols.lr, None, Unparsed())
-                    if has_grad and gnorm is not None and gnorm - gnorm == 0:
-                        episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
-                if curves and loss - loss == 0:
-                    curves[cols.loss].add(segment, step, loss)
-            if gnorm is not None:
-                feed_grad(step, r, gnorm)
-                if curves and gnorm - gnorm == 0:
-                    curves[cols.grad].add(segment, step, gnorm)
-            for series, column in zip(extras, extra):
-                x = column[i]
-                if x is not None:
-                    series.feed(step, r, x)
-                    if curves and x - x == 0:
-                        curves[series.name].add(segment, step, x)
+        fast = complete and not curves and steps[0] > last_step and _increasing(steps)
+        i = 0
+        while i < n:
+            if fast and watch is None and main.episode is None:  # healthy stretches, a block at a time
+                done = main.feed_run(steps, losses, row, i, n, strict=True)
+                if done > i:
+                    if grads is not None:
+                        grad.feed_run(steps, grads, row, i, done)
+                    for series, x in zip(extras, extra):
+                        series.feed_run(steps, x, row, i, done)
+                    first_step = steps[i] if first_step is None else first_step
+                    last_step = steps[done - 1]
+                    values += done - i
+                    i = done
+                    if i == n:
+                        break
+            while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                r = row + i
+                step, loss = steps[i], losses[i]
+                gnorm = grads[i] if grads is not None else None
+                if step is None:
+                    step = last_step + 1 if values else r
+                if loss is not None:
+                    if step <= last_step:  # a resume or a rollback
+                        events.append({"kind": "resume", "step": step, "from_step": last_step,
+                                       "rollback_steps": last_step - step, "_row": r})
+                        report.resumes.append((r, step, last_step))
+                        main.rollback(step, r)
+                        creep.reset()
+                        segment += 1
+                        recent = list(main.window)[-BLOCK:]  # the level just before the resume
+                        watch = None
+                        if recent and main.med is not None:
+                            watch = ResumeWatch(step, r, statistics.median(recent), main, events)
+                    elif first_step is None:
+                        first_step = step
+                    last_step = step
+                    values += 1
+                    feed_loss(step, r, loss)
+                    if watch is not None and watch.add(step, r, loss):
+                        watch = None
+                    episode = main.episode
+                    if episode is not None:
+                        if episode.count == 1 and has_lr:
+                            episode.lr = _number(lrs[i], cols.lr, None, Unparsed())
+                        if has_grad and gnorm is not None and gnorm - gnorm == 0:
+                            episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
+                    if curves and loss - loss == 0:
+                        curves[cols.loss].add(segment, step, loss)
+                if gnorm is not None:
+                    feed_grad(step, r, gnorm)
+                    if curves and gnorm - gnorm == 0:
+                        curves[cols.grad].add(segment, step, gnorm)
+                for series, column in zip(extras, extra):
+                    x = column[i]
+                    if x is not None:
+                        series.feed(step, r, x)
+                        if curves and x - x == 0:
+                            curves[series.name].add(segment, step, x)
+                i += 1
+                if fast and main.episode is None and watch is None:
+                    break  # back to the blocks
         row += n
     row -= 1  # the last row
     if values == 0:
