@@ -1237,6 +1237,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
                     i = done
                     if i == n:
                         break
+            k = i
             while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
                 r = row + i
                 step, loss = steps[i], losses[i]
@@ -1270,19 +1271,25 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
                             episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
                     if curves and loss - loss == 0:
                         curves[cols.loss].add(segment, step, loss)
-                if gnorm is not None:
-                    feed_grad(step, r, gnorm)
-                    if curves and gnorm - gnorm == 0:
-                        curves[cols.grad].add(segment, step, gnorm)
-                for series, column in zip(extras, extra):
-                    x = column[i]
-                    if x is not None:
-                        series.feed(step, r, x)
-                        if curves and x - x == 0:
-                            curves[series.name].add(segment, step, x)
+                if not fast:  # (in a complete chunk the other series take the stretch as a whole, below)
+                    if gnorm is not None:
+                        feed_grad(step, r, gnorm)
+                        if curves and gnorm - gnorm == 0:
+                            curves[cols.grad].add(segment, step, gnorm)
+                    for series, column in zip(extras, extra):
+                        x = column[i]
+                        if x is not None:
+                            series.feed(step, r, x)
+                            if curves and x - x == 0:
+                                curves[series.name].add(segment, step, x)
                 i += 1
                 if fast and main.episode is None and watch is None:
                     break  # back to the blocks
+            if fast:  # the other series do not wait on the loss: their own spikes are found value by value
+                if grads is not None:
+                    grad.feed_run(steps, grads, row, k, i)
+                for series, x in zip(extras, extra):
+                    series.feed_run(steps, x, row, k, i)
         row += n
     row -= 1  # the last row
     if values == 0:
