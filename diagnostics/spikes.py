@@ -140,8 +140,13 @@ block of the file, plus what is found (every spike and event is kept); --plot ke
 min/max buckets per series.
 
 Speed and memory, measured with benchmarks/spikes_throughput.py next to a 15-line pandas rolling-median
-detector (which only counts outliers), each in its own process: see the figures at the end of
-refs/loss_patterns.md, with the machine and its load.
+detector (which only counts outliers), each in its own process, on a 2-core AMD EPYC VM shared with
+other jobs (Linux, Python 3.11.7, load average 3.3-3.8 at the start): a 10-million-row CSV (step, loss,
+grad_norm, lr; 336 MB) in 23.8 s CPU (0.42 M rows per CPU second) at a peak RSS of 18.0 MB, the same as
+for 1 million rows, where pandas took 24.5 s CPU and 1000 MB. Healthy stretches are read a 64 KB block
+and 32 values at a time; spikes are followed value by value, so a log dense with them is slower: one
+with a spike every ~700 rows (half the rows inside a spike or its follow-up) ran at 0.20 M rows per CPU
+second, against 0.35 for pandas (1 million rows: 5.0 s and 22.5 MB against 2.9 s and 161 MB).
 """
 import argparse
 import bisect
