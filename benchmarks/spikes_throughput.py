@@ -1,21 +1,26 @@
-"""How fast does spikes.py read a long log, and does its memory stay flat? (Not run in CI.)
+"""How fast does spikes.py read a long log, next to a pandas rolling-median detector, and does its memory
+stay flat? (Not run in CI.)
 
     python benchmarks/spikes_throughput.py [--rows 10000000] [--scenarios clean,mixed] [--keep DIR]
 
 For each scenario it writes a synthetic CSV log of `--rows` steps (step, loss, grad_norm, lr) with
-diagnostics/synthetic_curves.py, then runs `python diagnostics/spikes.py LOG --json` in a child
-process and reports its wall time, CPU time, steps per CPU second and peak resident memory (the child's
-ru_maxrss, as the child reports it). A tenth-length log is measured too: if memory is bounded by the
-window and not by the log, both peaks are close. `clean` plants nothing, so its memory is the
-window alone; `mixed` plants a spike every ~600 steps, so it shows what the findings themselves
-cost (they are kept: the report lists them all).
+diagnostics/synthetic_curves.py, then runs, each in a child process of its own and one after the other:
 
-The machine is printed with the figures: they mean little without it.
+- `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes;
+- the baseline a reader would write in 15 lines of pandas: `read_csv`, then for loss and grad norm a
+  rolling median and interquartile range over the previous 64 values and a count of the values above
+  median + max(6 sigma, 5%). It finds outliers only: no types, no recovery, no events.
+
+For both it reports wall time, CPU time, rows per CPU second and peak resident memory (the child's
+ru_maxrss, as the child reports it). A tenth-length log is measured too: if memory is bounded by the
+window and not by the log, both spikes.py peaks are close (pandas holds the whole log, so its peak grows
+with it). `clean` plants nothing; `mixed` plants a spike every ~600 steps and shows what the findings cost.
+
+The machine and its load are printed with the figures: they mean little without them.
 """
 import argparse
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -34,36 +39,56 @@ def machine():
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}; load average at start {load}")
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}, Python {platform.python_version()}"
 
 
-# The child runs spikes.py and reports its own peak resident memory (Linux: ru_maxrss in kilobytes).
-CHILD = """
+def load():
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+
+
+# Each child reports its own CPU time and peak resident memory (Linux: ru_maxrss in kilobytes) on stderr.
+SPIKES = """
 import resource, runpy, sys
 sys.argv = [sys.argv[1], sys.argv[2], "--json"]
+code = 0
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
 except SystemExit as exc:
     code = exc.code
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(use.ru_utime + use.ru_stime, use.ru_maxrss, file=sys.stderr)
 sys.exit(code)
 """
 
+PANDAS = """
+import resource, sys
+import numpy as np
+import pandas as pd
 
-def run_spikes(log):
-    """(wall seconds, CPU seconds, peak RSS in MB) of `spikes.py LOG --json` in a child process."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+log = pd.read_csv(sys.argv[2])
+outliers = 0
+for column in ("loss", "grad_norm"):
+    x = log[column]
+    window = x.rolling(64, min_periods=32)
+    median = window.median().shift(1)
+    sigma = ((window.quantile(0.75) - window.quantile(0.25)) / 1.349).shift(1)
+    outliers += int((x > median + np.maximum(6 * sigma, 0.05 * median.abs())).sum())
+print(outliers)
+use = resource.getrusage(resource.RUSAGE_SELF)
+print(use.ru_utime + use.ru_stime, use.ru_maxrss, file=sys.stderr)
+"""
+
+
+def run(child, log):
+    """(wall seconds, CPU seconds, peak RSS in MB) of one child process."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT / "diagnostics" / "spikes.py"), str(log)],
+    proc = subprocess.run([sys.executable, "-c", child, str(ROOT / "diagnostics" / "spikes.py"), str(log)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
-        raise SystemExit(f"spikes.py failed on {log}: {proc.stderr.strip()}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, int(proc.stderr.split()[-1]) / 1024
+        raise SystemExit(f"the child failed on {log}: {proc.stderr.strip()}")
+    cpu, rss = proc.stderr.split()[-2:]
+    return wall, float(cpu), int(rss) / 1024
 
 
 def main():
@@ -80,9 +105,12 @@ def main():
             log = directory / f"{scenario}-{rows}.csv"
             if not log.exists():  # a log kept from an earlier run is measured again as it is
                 synthetic_curves.make_curve(scenario, seed=0, rows=rows).write_csv(log)
-            wall, cpu, rss = run_spikes(log)
-            print(f"{scenario:>6} {rows:>11,} steps ({log.stat().st_size / 1e6:,.0f} MB CSV): {wall:6.1f} s wall, "
-                  f"{cpu:6.1f} s CPU, {rows / cpu / 1e6:5.2f} M steps per CPU second, peak RSS {rss:6.1f} MB")
+            for name, child in (("spikes.py", SPIKES), ("pandas", PANDAS)):
+                before = load()
+                wall, cpu, rss = run(child, log)
+                print(f"{scenario:>6} {rows:>11,} rows ({log.stat().st_size / 1e6:,.0f} MB CSV) {name:>9}: "
+                      f"{wall:6.1f} s wall, {cpu:6.1f} s CPU, {rows / cpu / 1e6:5.2f} M rows per CPU second, "
+                      f"peak RSS {rss:7.1f} MB (load average before: {before})")
             if not args.keep:
                 log.unlink()
     if not args.keep:

@@ -8,29 +8,39 @@ back, lower the learning rate, swap a dataset, or fix the resume code.
 
 What it checks
 --------------
-It reads the log once, as a stream: CSV or TSV, JSONL, a TensorBoard event file or directory, or
-the HF Trainer's `trainer_state.json`. Columns are matched by name: `step` (else the row order), the
-loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`, `lr`/`learning_rate`,
-and every other column with "loss" in its name (validation losses and the fp16 loss scale aside),
-taken as the loss of one dataset of a mix.
+It reads the log once, as a stream, and recognises its format by content (--format NAME forces one):
+CSV or TSV (W&B exports and Lightning's CSVLogger metrics.csv included), JSONL, a TensorBoard event file
+or directory, the HF Trainer's `trainer_state.json`, and the plain-text logs of modded-nanogpt
+(`step:100/1000 train_loss:3.28 ...`), llm.c (`s:100 trl:3.21 lr:... norm:...` and its stdout),
+nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`) and
+the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`). Columns are matched by name: `step` (else
+the row order), the loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`,
+`lr`/`learning_rate`, and every other column with "loss" in its name (validation losses and the fp16
+loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
+Lightning's `_step` suffix are read through; summary columns (`__MIN`, `__MAX`, `_epoch`) are left out.
 
 Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
-its last 64 healthy values. A value above median + max(6 sigma, 5%) opens a spike. Values inside a
-spike never enter the window, as in llm.c's outlier detector and ZClip, so a burst of spikes cannot
-raise the bar for the next one. The spike is followed until it can be classified (DESIGN.md; steps
-come from the `step` column; the noise band is baseline + max(3 sigma, 1%)):
+its last 64 healthy values; while the loss falls fast, a line through them instead, so the baseline
+follows the fall. A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
+a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
+burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
+classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
+max(3 sigma, 1%)):
 
-  fast_recovery   back in the band within 20 steps of the peak (the first value back and the median
-                  of it and the next four are in the band)
+  fast_recovery   back in the band within 20 steps of the peak, or on the next logged row (the first
+                  value back and the median of it and the next four are in the band)
   slow_recovery   back in the band, later than that
   no_recovery     stops coming down above the band (block medians of 32 values level off, or fall
-                  so slowly that the band is more than 4x the time since the peak away), below 1.5x
+                  so slowly that the band is more than 4x the time since the peak away), below 1.5x;
+                  or back in the band but not on the trend: the 128 values after it sit 2% and 1.5
+                  sigma or more above where the pre-spike trend leads, and above the pre-spike level,
+                  and have stopped coming down (a lasting offset, however noisy the run)
   divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
                   ends (or rolls back) at the peak
 
 Each spike in --json: step (of the peak), start, end, type, baseline, peak, recovery_steps,
-grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 50 steps
-earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
+grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
+logged row earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
 nonfinite, resume, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
 Events, each with "kind" and "step":
 
@@ -44,12 +54,16 @@ Events, each with "kind" and "step":
                         the pre-resume trend predicts there, baseline + drop; spike). The jump is no spike: a
                         spike open at the jump is measured from `expected` and kept (spike: true) only if its
                         peak clears the spike threshold of that level
-  non_spike_divergence  healthy block medians 10% above the lowest so far, twice running, no spike in
-                        between (step: where the rise began; detected_step, last_step, from, to)
+  non_spike_divergence  healthy block medians 10% (and 1% of the run's highest baseline) above the lowest
+                        so far, twice running, no spike in between (step: where the rise began;
+                        detected_step, last_step, from, to); withdrawn if the loss later makes a new low
+  grad_norm_spike       a grad-norm spike, twice its baseline or more, that neither led a loss spike nor
+                        came during one: start, baseline, peak, type
   nonfinite             a run of NaN/inf values: last_step, count, series
   series_spike          two or more dataset losses: series (those that spiked), quiet, scope ("shared"
                         or "confined"), in_main, types
   unparsed              cells that were not numbers, read as missing: column, count, first_line (step null)
+  too_short             33 values or fewer: detection needs a 32-value baseline first (values, needed)
 
 Command
 -------
@@ -61,11 +75,11 @@ Output
     run.csv (csv): 6000 values of 'loss', steps 0..4489; grad norm: grad_norm; dataset series: none
     spikes: 5 (2 fast_recovery, 1 slow_recovery, 1 no_recovery, 1 divergence)
        peak step  type            baseline      peak  x base  recovery grad lead
-            1500  no_recovery         3.91     8.844   2.262         -         3
-            1833  fast_recovery      3.788     4.805   1.268         3         2
+            1500  no_recovery        3.917     8.844   2.258         -         3
+            1833  fast_recovery      3.797     4.805   1.265         3         2
             2324  divergence         3.688     10.35   2.805         -         0
-            2625  fast_recovery      3.584     4.387   1.224         3         3
-            3007  slow_recovery      3.506     8.427   2.404       478         0
+            2625  fast_recovery      3.588     4.387   1.223         4         3
+            3007  slow_recovery      3.507     8.427   2.403       478         0
     events: 2
       resume at step 1430: from_step=2298, rollback_steps=868
       resume at step 2156: from_step=2796, rollback_steps=640
@@ -74,9 +88,9 @@ Output
 On a real log, the public modded-nanogpt 1B run in ../shared/data/modded-nanogpt/:
 
     scaleup1b_ad8d7ae5.csv (csv): 20344 values of 'train_loss', steps 1..20344; grad norm: not logged; dataset series: none
-    spikes: 124 (124 fast_recovery)
+    spikes: 122 (122 fast_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
-             536  fast_recovery      3.757      5.69   1.515         1         -
+             536  fast_recovery      3.774      5.69   1.508         1         -
 
 How to read it
 --------------
@@ -96,6 +110,7 @@ Next step
   the batches around its start.
 - no_recovery or divergence: roll back to a checkpoint well before the spike, skip those batches,
   and lower the learning rate if it happens again; numerics (fp16) and data quality come next.
+- grad_norm_spike alone: nothing to undo; if they grow larger or more frequent, loss spikes often follow.
 - resume_spike, resume_drop, repeat_data: check the resume itself (RNG states, data loader position).
   After repeat_data do not roll back for the jump: the loss was under-reported before it, not worse after.
 - series_spike confined to one dataset: inspect or swap that dataset.
@@ -105,24 +120,33 @@ Next step
 Exit codes: 0 whenever the log was read, whatever it holds: NaN/inf values are data (nan_step,
 nonfinite events) and cells that are not numbers are counted in an unparsed event and read as
 missing, so the half-written last line of a crashed run does no harm. 2 when it cannot be read: no
-such file, unknown extension, empty file, header only, no loss column, no numeric loss, binary junk,
-tensorboard missing for an event file, matplotlib missing for --plot, an output that cannot be
-written. Then one line on stderr and no traceback.
+such file, not a regular file (a FIFO or a device is refused at once), a format it does not know,
+empty file, header only, no loss column (the line lists the candidates), no numeric loss, binary
+junk or a line over 4 MB, JSON nested too deep, tensorboard missing for an event file, matplotlib
+missing for --plot. Then one line on stderr and no traceback. Outputs: --plot (.png, .svg, .pdf) and
+--postmortem (.md, .markdown, .txt) never overwrite a file without --force, and never write to the log
+itself, a folder or a device (exit 2, one line). Ctrl-C exits 130 quietly; a closed stdout (`| head`)
+ends quietly with 0, a full one (/dev/full) with 1.
 
-Limits: the baseline is the pre-spike level, not an extrapolated trend, so early in training, while
-the loss still falls fast, a small lasting offset can pass for a slow recovery. A spike on top of the
-jump that ends a repeated stretch is measured from the true level only once the jump is confirmed (16
-values), so its recovery can be counted up to 16 steps late. Two spikes fewer than five values apart
-merge unless the loss was back in the band between them. For JSONL and event files the first 1000
-records decide the columns; trainer_state.json is one JSON document and is loaded whole. Memory is
-one 64-value window per series plus what is found (every spike and event is kept); --plot keeps at
-most 4000 min/max buckets per series.
+Limits: a lasting offset is told from a slow recovery against a straight-line trend of the 256 healthy
+values before the spike, extrapolated at most 128 rows; a loss back under its pre-spike level is never
+called set back, so an offset early in training, while the loss still falls fast, can pass for a
+recovery. A spike on top of the jump that ends a repeated stretch is measured from the true level only
+once the jump is confirmed (16 values), so its recovery can be counted up to 16 steps late. Two spikes
+fewer than five values apart merge unless the loss was back in the band between them. For JSONL, event
+files and plain text the first 1000 records decide the columns; trainer_state.json is one JSON
+document and is loaded whole (up to 512 MB). Memory is one 64-value window per series and a 64 KB
+block of the file, plus what is found (every spike and event is kept); --plot keeps at most 4000
+min/max buckets per series.
 
-Speed and memory, measured with benchmarks/spikes_throughput.py on a 2-core AMD EPYC VM (Linux,
-Python 3.11.7, load average 0.9 at the start): a 10-million-step CSV (step, loss, grad_norm, lr) in
-22.9 s (21.7 s CPU, 0.46 M steps per CPU second) at a peak RSS of 15.5 MB, the same as for 1 million
-steps; a 10-million-step log holding 14,373 spikes and 4,745 events in 31.5 s (0.34 M steps per CPU
-second) at 36 MB, the findings being what grows.
+Speed and memory, measured with benchmarks/spikes_throughput.py next to a 15-line pandas rolling-median
+detector (which only counts outliers), each in its own process, on a 2-core AMD EPYC VM shared with
+other jobs (Linux, Python 3.11.7, load average 3.3-3.8 at the start): a 10-million-row CSV (step, loss,
+grad_norm, lr; 336 MB) in 23.8 s CPU (0.42 M rows per CPU second) at a peak RSS of 18.0 MB, the same as
+for 1 million rows, where pandas took 24.5 s CPU and 1000 MB. Healthy stretches are read a 64 KB block
+and 32 values at a time; spikes are followed value by value, so a log dense with them is slower: one
+with a spike every ~700 rows (half the rows inside a spike or its follow-up) ran at 0.20 M rows per CPU
+second, against 0.35 for pandas (1 million rows: 5.0 s and 22.5 MB against 2.9 s and 161 MB).
 """
 import argparse
 import bisect
@@ -130,28 +154,38 @@ import csv
 import itertools
 import json
 import math
+import operator
+import os
 import re
+import stat
 import statistics
 import sys
 from collections import deque
 from pathlib import Path
 
 # --- column names (DESIGN.md, "A training log"); matched without regard to case ---------------
-STEP_NAME = "step"
+STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "iter", "iteration")
 LOSS_NAMES = ("loss", "train_loss", "train/loss")
 GRAD_NAMES = ("grad_norm", "train/grad_norm")  # train/...: the HF Trainer's TensorBoard tags
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
 # Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
 # nor is an fp16 loss scale.
 VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
+# Summary columns: a W&B export's min/max envelope of each series, Lightning's per-epoch means. Not datasets.
+SUMMARY = re.compile(r"(__min|__max|_epoch)$", re.IGNORECASE)
 PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
+SNIFF_BYTES = 65536  # the format is recognised from the first 64 KB...
+SNIFF_LINES = 200  # ...and at most 200 lines
+BLOCK_BYTES = 1 << 16  # text is read 64 KB at a time
+MAX_LINE = 1 << 22  # a line longer than 4 MB is no log line (a sparse or binary file): refused
+MAX_JSON = 1 << 29  # a JSON document (trainer_state.json) is loaded whole: at most 512 MB
 
 # --- detection thresholds ------------------------------------------------------------------------
 WINDOW = 64  # values in the rolling baseline; llm.c's loss and grad-norm outlier detector uses 64 too
 MIN_POINTS = 32  # values before detection starts: order statistics need some mass (our assumption)
-REFRESH = 16  # healthy values between two recomputations of the threshold: it lags a little, the
-# median lags half a window anyway, and sorting 64 values for every row would halve the throughput
-# (a sorted copy kept up to date with bisect.insort costs 0.28 us per row, one sort every 16 rows 0.08: measured)
+REFRESH = 32  # healthy values between two recomputations of the threshold: it lags a little, the
+# median lags half a window anyway (and follows a fast fall, see FALLING_Z), and each recomputation costs
+# ~5 us: every 16 rows it was a third of the time per row (measured); every 32 the synthetic scores are the same
 IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
 SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
 # the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
@@ -167,13 +201,25 @@ SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median 
 SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
 # the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
 MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
+FALLING_Z = 3.0  # the latest block median this many sigma (the block's own spread) under the one two blocks
+# earlier: the loss falls fast, and the baseline is a line through the window, not its median (ours)
+TREND_BLOCKS = 8  # block medians that give the pre-spike trend
+VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
+OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
+OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
+FALL_Z = 0.5  # still coming down: the later median lower by 0.5 sigma (2 standard errors of the difference)
+SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baseline so far (the first loss,
+CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
 CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
 CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
 DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
 DROP_REL = 0.01  # ...and at least 1% lower is a suspicious drop (our assumption)
 JUMP_CONFIRM = 16  # values whose median must stay above the midpoint to call the jump back up
 RESUME_NEAR = 64  # rows: a spike starting this soon after a resume is a resume spike (one window)
-LEAD_STEPS = 50  # a grad-norm spike at most this many steps before a loss spike may have led it
+LEAD_STEPS = 10  # a grad-norm spike at most this many steps (or one logged row) before a loss spike led it;
+# further back, on real logs, unrelated blips were picked up (ours)
+GRAD_ALONE_RATIO = 2.0  # a grad-norm spike with no loss spike is an event from twice its baseline up: the grad
+# norm is heavy-tailed, and smaller blips alone mean nothing (ours; the llm.c log's lone spike was 6.7x)
 SHARED_GAP = 3  # rows: spikes in two dataset series this close together are one event
 
 
@@ -184,27 +230,43 @@ class CliError(Exception):
 # --- reading logs --------------------------------------------------------------------------------
 
 
+def _base(name):
+    """The metric a column holds, lower case: a W&B export writes '<run name> - train/loss', Lightning's
+    CSVLogger 'train_loss_step' for the per-step values of train_loss."""
+    low = name.strip().lower()
+    if " - " in low:
+        low = low.rsplit(" - ", 1)[1]
+    if low.endswith("_step") and low not in STEP_NAMES:
+        low = low[:-5]
+    return low
+
+
 class Columns:
     """Which column plays which role: names as written in the log, None when absent."""
 
     def __init__(self, names, loss_name=None):
-        lower = {}
-        for name in names:
-            lower.setdefault(name.strip().lower(), name)
-        wanted = (loss_name.lower(),) if loss_name else LOSS_NAMES
-        self.loss = next((lower[n] for n in wanted if n in lower), None)
+        kept = [n for n in names if not SUMMARY.search(n.strip())]  # min/max envelopes, epoch means
+        exact, base = {}, {}
+        for name in kept:
+            exact.setdefault(name.strip().lower(), name)
+            base.setdefault(_base(name), name)
+        if loss_name:
+            self.loss = exact.get(loss_name.strip().lower()) or base.get(_base(loss_name))
+        else:
+            self.loss = next((base[n] for n in LOSS_NAMES if n in base), None)
+        self.step = next((exact[n] for n in STEP_NAMES if n in exact), None)
         if self.loss is None:
-            hints = [n for n in names if "loss" in n.lower()]
-            seen = ", ".join(hints or names[:8]) or "none"
-            asked = f"'{loss_name}'" if loss_name else "loss, train_loss or train/loss"
-            raise CliError(f"no loss column named {asked} (columns: {seen}); pick one with --loss COLUMN")
-        self.step = lower.get(STEP_NAME)
-        self.grad = next((lower[n] for n in GRAD_NAMES if n in lower), None)
-        self.lr = next((lower[n] for n in LR_NAMES if n in lower), None)
-        aliases = {n.lower() for n in LOSS_NAMES} | {self.loss.lower()}
+            hints = [n for n in kept if "loss" in n.lower()] or [n for n in kept if n != self.step]
+            seen = ", ".join(hints[:8]) + (f" and {len(hints) - 8} more" if len(hints) > 8 else "") or "none"
+            asked = f"no column '{loss_name}'" if loss_name else "no loss found"
+            raise CliError(f"{asked}: candidates {seen}; use --loss COLUMN")
+        self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
+        self.lr = next((base[n] for n in LR_NAMES if n in base), None)
+        taken = {n for n in LOSS_NAMES} | {_base(self.loss)}
         self.extras = [  # every other loss is taken for one dataset's loss (cm4, pmd, ...)
-            name for low, name in lower.items()
-            if "loss" in low and low not in aliases and not VALIDATION.search(low) and "scale" not in low
+            name for low, name in base.items()
+            if "loss" in low and low not in taken and name != self.loss and not VALIDATION.search(low)
+            and "scale" not in low
         ]
 
     def order(self):
@@ -234,7 +296,7 @@ def _number(value, name, line, unparsed):
         return None
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         unparsed.add(name, line)
         return None
 
@@ -243,54 +305,138 @@ def _convert(line, cells, names, unparsed):
     """Row tuple (step, loss, grad, lr, extras) from cells aligned with `names`."""
     values = [None if name is None else _number(cell, name, line, unparsed) for name, cell in zip(names, cells)]
     step = values[0]
-    if step is not None and step.is_integer():
-        step = int(step)
+    if isinstance(cells[0], str) and step is not None:
+        try:
+            return int(cells[0]), values[1], values[2], values[3], tuple(values[4:])  # exact, however large
+        except ValueError:
+            pass
+    if step is not None:
+        if step - step != 0:  # a NaN or infinite step says nothing about where the row is: read as missing
+            unparsed.add(names[0], line)
+            step = None
+        elif step.is_integer():
+            step = int(step)
     return step, values[1], values[2], values[3], tuple(values[4:])
 
 
-def _csv_rows(path, delimiter, loss_name, unparsed):
-    handle = open(path, newline="", encoding="utf-8")
+def _blocks(path):
+    """A UTF-8 text file in whole lines (joined by \\n, the last line end and a BOM left out), BLOCK_BYTES at a
+    time: a file of any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file)
+    is refused. Yields (number of the first line, text)."""
+    with open(path, "rb") as handle:
+        carry, line = b"", 1
+        while True:
+            block = handle.read(BLOCK_BYTES)
+            if not block:
+                break
+            if line == 1 and not carry and block.startswith(b"\xef\xbb\xbf"):
+                block = block[3:]  # the BOM Excel and PowerShell put first: not part of the first name
+            if b"\0" in block:
+                raise CliError(f"line {line} holds NUL bytes: a binary file, not a text log")
+            block = carry + block
+            cut = block.rfind(b"\n") + 1
+            if not cut:
+                if len(block) > MAX_LINE:
+                    raise CliError(f"line {line} is longer than {MAX_LINE >> 20} MB: not a training log")
+                carry = block
+                continue
+            carry = block[cut:]
+            text = _decode(block[:cut - 1], line)
+            yield line, text
+            line += text.count("\n") + 1
+        if carry:
+            yield line, _decode(carry, line)
+
+
+def _decode(data, line):
     try:
-        first = handle.readline()
-        header = next(csv.reader([first], delimiter=delimiter), None) if first.strip() else None
-    except (csv.Error, UnicodeDecodeError) as exc:
-        handle.close()
-        raise CliError(f"not a readable CSV file ({exc})") from None
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line += data.count(b"\n", 0, exc.start)
+        raise CliError(f"not UTF-8 text (line {line})") from None
+
+
+def _lines(path):
+    """Every line of a text file, one at a time (a flat iterator over _blocks)."""
+    return itertools.chain.from_iterable(text.split("\n") for _, text in _blocks(path))
+
+
+def _csv_chunks(path, delimiter, loss_name, unparsed):
+    blocks = _blocks(path)
+    header = None
+    for line, text in blocks:
+        lines = text.split("\n")
+        k = next((k for k, text in enumerate(lines) if text.strip()), None)
+        if k is not None:  # the first line that is not blank
+            header, rest = lines[k], (line + k + 1, "\n".join(lines[k + 1:]))
+            break
     if header is None:
-        handle.close()
         raise CliError("the file is empty")
-    header = [h.strip() for h in header]
+    try:
+        header = [h.strip() for h in next(csv.reader([header], delimiter=delimiter))]
+    except csv.Error as exc:
+        raise CliError(f"not a readable CSV file ({exc})") from None
     cols = Columns(header, loss_name)
     names = cols.order()
     position = {name: i for i, name in reversed(list(enumerate(header)))}
     idx = [None if name is None else position[name] for name in names]
     width = len(header)
+    si, li, gi, ri, *ex = idx
 
-    def rows():
-        # Roles the log lacks read the loss cell instead: analyze() ignores them, and the fast path
-        # stays free of per-cell tests.
-        li = idx[1]
-        si, gi, ri = (li if i is None else i for i in (idx[0], idx[2], idx[3]))
-        to_step = float if idx[0] is None else int
-        ex = idx[4:]
-        line = 1
-        with handle:
+    def by_line(lines, first):
+        """Row tuples, one line at a time: quoted cells, empty cells, words, ragged rows."""
+        rows, numbered = [], enumerate(lines, first)
+        for number, text in numbered:
+            if not text.strip():
+                continue
+            if '"' in text:  # quoted cells: the csv module handles them, and line breaks inside them
+                cells = next(csv.reader(itertools.chain([text], (t for _, t in numbered)), delimiter=delimiter))
+            else:
+                cells = text.split(delimiter)
+            cells += [""] * (width - len(cells))
+            rows.append(_convert(number, [None if i is None else cells[i] for i in idx], names, unparsed))
+        return _columns(rows, cols)
+
+    def chunks():
+        for first, text in itertools.chain([rest], blocks):
+            if not text:
+                continue
+            if '"' not in text:  # plain numbers: one split per block and a column is a slice (3x faster)
+                flat = text.replace("\n", delimiter).split(delimiter)
+                if len(flat) == width * (text.count("\n") + 1):
+                    try:  # int() and float() ignore a trailing \r
+                        yield (None if si is None else [*map(int, flat[si::width])], [*map(float, flat[li::width])],
+                               None if gi is None else [*map(float, flat[gi::width])],
+                               None if ri is None else flat[ri::width],  # read only where a spike starts
+                               [[*map(float, flat[i::width])] for i in ex], True)
+                        continue
+                    except ValueError:  # a word, an empty cell, a float step: line by line
+                        pass
             try:
-                for line, text in enumerate(handle, 2):
-                    if '"' in text:  # quoted cells: let the csv module handle them (and any line breaks inside)
-                        cells = next(csv.reader(itertools.chain([text], handle), delimiter=delimiter))
-                    else:  # plain numbers: splitting is a third faster than csv.reader
-                        cells = text.split(delimiter)
-                    try:  # fast path: every wanted cell is a number (float() ignores the trailing newline)
-                        yield (to_step(cells[si]), float(cells[li]), float(cells[gi]), float(cells[ri]),
-                               tuple([float(cells[i]) for i in ex]) if ex else ())
-                    except (ValueError, IndexError):
-                        cells = cells + [""] * (width - len(cells))
-                        yield _convert(line, [None if i is None else cells[i] for i in idx], names, unparsed)
-            except (csv.Error, UnicodeDecodeError) as exc:
-                raise CliError(f"line {line}: not readable as CSV ({exc})") from None
+                yield by_line(text.split("\n"), first)
+            except csv.Error as exc:
+                raise CliError(f"line {first}: not readable as CSV ({exc})") from None
 
-    return cols, rows()
+    return cols, chunks()
+
+
+def _columns(rows, cols):
+    """A chunk (steps, losses, grads, lrs, [extra series], complete) from row tuples; None for a role the log
+    lacks; complete: no value is missing (None) in steps, losses, grads and extra series."""
+    steps, losses, grads, lrs, extras = zip(*rows) if rows else ((),) * 5
+    chunk = (list(steps) if cols.step else None, list(losses), list(grads) if cols.grad else None,
+             list(lrs) if cols.lr else None, [list(x) for x in zip(*extras)] if cols.extras else [])
+    complete = all(c is None or None not in c for c in (chunk[0], chunk[1], chunk[2], *chunk[4]))
+    return chunk + (complete,)
+
+
+def _chunked(rows, cols, size=4096):
+    """Chunks from row tuples (the readers of records: JSONL, JSON, TensorBoard, plain text)."""
+    while True:
+        batch = list(itertools.islice(rows, size))
+        if not batch:
+            return
+        yield _columns(batch, cols)
 
 
 def _dict_rows(records, loss_name, unparsed):
@@ -308,40 +454,37 @@ def _dict_rows(records, loss_name, unparsed):
     cols = Columns(names, loss_name)
     wanted = cols.order()
 
-    def rows():
-        for line, record in itertools.chain(preview, records):
-            yield _convert(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
-
-    return cols, rows()
+    rows = (_convert(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
+            for line, record in itertools.chain(preview, records))
+    return cols, _chunked(rows, cols)
 
 
 def _jsonl_records(path, unparsed):
-    with open(path, encoding="utf-8") as handle:
+    for line, text in enumerate(_lines(path), 1):
+        if not text.strip():
+            continue
         try:
-            for line, text in enumerate(handle, 1):
-                if not text.strip():
-                    continue
-                try:
-                    record = json.loads(text)
-                except ValueError:
-                    unparsed.add("<line>", line)
-                    continue
-                if isinstance(record, dict):
-                    yield line, record
-                else:
-                    unparsed.add("<line>", line)
-        except UnicodeDecodeError as exc:
-            raise CliError(f"not a UTF-8 text file ({exc})") from None
+            record = json.loads(text)
+        except (ValueError, RecursionError):  # RecursionError: a record nested thousands deep
+            record = None
+        if isinstance(record, dict):
+            yield line, record
+        else:
+            unparsed.add("<line>", line)
 
 
 def _json_records(path):
+    if path.stat().st_size > MAX_JSON:
+        raise CliError(f"a JSON document over {MAX_JSON >> 20} MB is not loaded whole; write the log as JSONL")
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open(path, encoding="utf-8-sig") as handle:
             data = json.load(handle)
     except UnicodeDecodeError as exc:
-        raise CliError(f"not a UTF-8 text file ({exc})") from None
+        raise CliError(f"not a UTF-8 text file ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:
         raise CliError(f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CliError("not a training log: JSON nested too deep to read") from None
     if isinstance(data, dict) and isinstance(data.get("log_history"), list):
         data = data["log_history"]  # HF Trainer's trainer_state.json
     if not isinstance(data, list):
@@ -355,7 +498,7 @@ def _event_records(path):
         from tensorboard.util import tensor_util
     except ImportError:
         raise CliError("reading TensorBoard event files needs tensorboard: pip install tensorboard") from None
-    files = sorted(p for p in path.iterdir() if "tfevents" in p.name) if path.is_dir() else [path]
+    files = sorted(p for p in path.iterdir() if "tfevents" in p.name and p.is_file()) if path.is_dir() else [path]
     if not files:
         raise CliError("directory holds no TensorBoard event file (*tfevents*)")
     last, current, number = None, {}, 0  # scalars logged at the same step make one row
@@ -378,26 +521,166 @@ def _event_records(path):
         yield number + 1, current
 
 
-def open_log(path, loss_name=None):
-    """(format, Columns, row iterator, Unparsed) for a log file; raises CliError when unreadable."""
-    path = Path(path)
-    if not path.exists():
-        raise CliError("no such file or directory")
-    unparsed = Unparsed()
+# --- plain-text logs: one small parser per trainer, registered in TEXT_FORMATS ----------------------
+# Each takes one line and returns a record (a dict of named numbers) or None for a line it does not know.
+# Lines it does not know are the trainer's other output and are skipped. To add a format: write its
+# parser and add one line to TEXT_FORMATS.
+
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
+MODDED = re.compile(r"step:(\d+)(?:/\d+)?((?:\s+\w+:" + NUM + r"\w*)+)")  # step:100/1000 train_loss:3.28 ...
+KEY_VALUE = re.compile(r"(\w+):(" + NUM + ")")
+LLMC_FILE = re.compile(r"s:(\d+)((?:\s+\w+:" + NUM + r")+)\s*$")  # llm.c's -o log: s:100 trl:3.21 lr:... norm:...
+LLMC_OUT = re.compile(r"step\s+(\d+)/\d+ \| loss (" + NUM + r")[^|]*\|(?: norm (" + NUM + r")[^|]*\|)?"
+                      r"(?: lr (" + NUM + r") \|)?")  # llm.c's stdout: step   1/74 | loss 11.01 (+nanz)| norm ...
+NANOGPT = re.compile(r"iter (\d+): loss (" + NUM + "),")  # iter 100: loss 3.2100, time 12.34ms, mfu 0.50%
+MEGATRON = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)")  # iteration 100/ 1000 | ... | lm loss: ... |
+MEGATRON_FIELD = re.compile(r"\s*([a-z][a-z0-9 _-]*?)\s*:\s*(" + NUM + r")\s*$", re.IGNORECASE)
+HF_DICT = re.compile(r"\{'(?:loss|eval_\w+|train_runtime)'[^{}]*\}")  # {'loss': 3.21, 'grad_norm': ..., ...}
+HF_PAIR = re.compile(r"'(\w+)': (?:np\.float\d*\(|tensor\()?(" + NUM + ")")
+
+
+def _modded_nanogpt(line):
+    m = MODDED.match(line)
+    if m is None:
+        return None
+    record = {"step": m.group(1)}
+    for key, value in KEY_VALUE.findall(m.group(2)):
+        record["loss" if key == "train_loss" else key] = value
+    return record
+
+
+def _llmc_file(line):
+    m = LLMC_FILE.match(line)
+    if m is None:
+        return None
+    names = {"trl": "loss", "tel": "val_loss", "norm": "grad_norm", "lr": "lr"}
+    record = {"step": m.group(1)}
+    for key, value in KEY_VALUE.findall(m.group(2)):
+        if key in names:
+            record[names[key]] = value
+    return record
+
+
+def _llmc_stdout(line):
+    m = LLMC_OUT.match(line)
+    if m is None:
+        return None
+    return {k: v for k, v in zip(("step", "loss", "grad_norm", "lr"), m.groups()) if v is not None}
+
+
+def _nanogpt(line):
+    m = NANOGPT.match(line)
+    return None if m is None else {"step": m.group(1), "loss": m.group(2)}
+
+
+def _megatron(line):
+    m = MEGATRON.search(line)
+    if m is None:
+        return None
+    names = {"lm loss": "loss", "grad norm": "grad_norm", "learning rate": "lr"}
+    record = {"step": m.group(1)}
+    for field in m.group(2).split("|"):
+        f = MEGATRON_FIELD.match(field)
+        if f and f.group(1).lower() in names:
+            record[names[f.group(1).lower()]] = f.group(2)
+    return record
+
+
+def _hf_trainer(line):
+    m = HF_DICT.search(line)  # the Trainer's progress bar may share the line
+    if m is None:
+        return None
+    record = dict(HF_PAIR.findall(m.group(0)))  # no step: the training records are numbered in order
+    return record if "loss" in record else None  # eval and end-of-training summaries are not training steps
+
+
+TEXT_FORMATS = {  # name -> line parser; the format whose parser knows most of the first lines wins
+    "modded-nanogpt": _modded_nanogpt,
+    "llm.c": _llmc_file,
+    "llm.c-stdout": _llmc_stdout,
+    "nanogpt": _nanogpt,
+    "megatron": _megatron,
+    "hf-trainer": _hf_trainer,
+}
+
+
+def _text_records(path, parse):
+    for line, text in enumerate(_lines(path), 1):
+        record = parse(text)
+        if record:
+            yield line, record
+
+
+# --- which reader: by content, the suffix breaking ties ----------------------------------------------
+
+FORMATS = ("csv", "tsv", "jsonl", "json", "tensorboard", *TEXT_FORMATS)
+
+
+def sniff(path):
+    """The format of a log file, recognised from its first lines (the suffix only breaks ties)."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if b"brain.Event" in head[:128] or "tfevents" in path.name:
+        return "tensorboard"
+    if not head.strip():
+        raise CliError("the file is empty")
+    if b"\0" in head:
+        raise CliError("holds NUL bytes: a binary file, not a text log")
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    lines = [ln.strip() for ln in text.split("\n")[:SNIFF_LINES] if ln.strip()]
+    if len(head) == SNIFF_BYTES and len(lines) > 1:
+        lines.pop()  # the last line may be cut
+    first = lines[0]
+    if first.startswith("["):
+        return "json"
+    if first.startswith("{") and not first.startswith("{'"):
+        try:
+            record = json.loads(first)
+        except (ValueError, RecursionError):
+            return "json"  # a document over several lines, such as trainer_state.json
+        return "json" if isinstance(record, dict) and "log_history" in record else "jsonl"
+    known = {name: sum(parse(line) is not None for line in lines) for name, parse in TEXT_FORMATS.items()}
+    best = max(known, key=known.get)
+    if known[best]:
+        return best
     suffix = path.suffix.lower()
-    if path.is_dir() or "tfevents" in path.name:
-        fmt, (cols, rows) = "tensorboard", _dict_rows(_event_records(path), loss_name, unparsed)
-    elif suffix in (".csv", ".tsv"):
-        fmt, (cols, rows) = suffix[1:], _csv_rows(path, "\t" if suffix == ".tsv" else ",", loss_name, unparsed)
-    elif suffix in (".jsonl", ".ndjson"):
-        fmt, (cols, rows) = "jsonl", _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
-    elif suffix == ".json":
-        fmt, (cols, rows) = "json", _dict_rows(_json_records(path), loss_name, unparsed)
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    if "\t" in first:
+        return "tsv"
+    if "," in first:
+        return "csv"
+    raise CliError(f"not a training log this tool knows (first line: {first[:60]!r}); formats: "
+                   f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+
+
+def open_log(path, loss_name=None, fmt=None):
+    """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
+    a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
+    absent role; complete when no value is missing."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise CliError("no such file or directory") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO or a device would block or never end
+        raise CliError("not a regular file (a FIFO, socket or device): refused")
+    unparsed = Unparsed()
+    if stat.S_ISDIR(mode):
+        if fmt not in (None, "tensorboard"):
+            raise CliError(f"a directory, not a {fmt} file")
+        fmt = "tensorboard"
+    fmt = fmt or sniff(path)
+    if fmt == "tensorboard":
+        cols, rows = _dict_rows(_event_records(path), loss_name, unparsed)
+    elif fmt in ("csv", "tsv"):
+        cols, rows = _csv_chunks(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
+    elif fmt == "jsonl":
+        cols, rows = _dict_rows(_jsonl_records(path, unparsed), loss_name, unparsed)
+    elif fmt == "json":
+        cols, rows = _dict_rows(_json_records(path), loss_name, unparsed)
     else:
-        raise CliError(
-            f"unknown log format '{path.suffix or path.name}': expected .csv, .tsv, .jsonl, .json "
-            "(trainer_state.json) or a TensorBoard event file or directory"
-        )
+        cols, rows = _dict_rows(_text_records(path, TEXT_FORMATS[fmt]), loss_name, unparsed)
     return fmt, cols, rows, unparsed
 
 
@@ -438,9 +721,10 @@ class Spike:
 class Episode:
     """A spike from the value that crossed the threshold until it is classified."""
 
-    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot):
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0)):
         self.start, self.start_row = step, row
         self.baseline, self.threshold = baseline, threshold
+        self.slope, self.lag = trend  # the trend the run was on: per row (<= 0), rows the baseline lags behind
         self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
         self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
         self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
@@ -454,16 +738,33 @@ class Episode:
         self.count = 1
         self.grad_peak = None
         self.lr = None
+        self.pending = None  # a recovery verdict while the level after it is checked against the trend
+        self.after = []  # (step, row, value) after the first value back in the band: fed again afterwards
+        self.dropped = []  # ...those the check slid past (only the last WINDOW of them are fed again)
+        self.back_step = None  # where the loss came back into the band
 
     def add(self, step, row, x):
         """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
         self.count += 1
         self.recent.append((row, step, x))
+        if self.pending is not None:
+            self.after.append((step, row, x))
+            if x > self.threshold + max(self.pending[2] - self.baseline, 0.0):  # a new spike (over the level
+                return self.pending  # the loss came back to) before the level could be checked: the recovery stands
+            if len(self.after) < VERIFY:
+                return None
+            verdict = self._offset()
+            if verdict is None:  # still coming down: slide on by a block (any spike in it ended the check)
+                if self.count >= MAX_FOLLOW:
+                    return self.pending
+                self.dropped.extend(self.after[:BLOCK])
+                del self.after[:BLOCK]
+            return verdict
         tail = self.tail
         if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
             tail.append((step, row, x))
-            return self._recovered(tail[0][0], level)
+            return self._recovered(tail[0][0], tail[0][1], level)
         if x > self.peak:
             self.peak, self.peak_step, self.peak_row = x, step, row
             self.tail.clear()
@@ -472,7 +773,9 @@ class Episode:
             if len(tail) == CONFIRM:
                 values = [v for _, _, v in tail]
                 if values[0] <= self.band and statistics.median(values) <= self.band:
-                    return self._recovered(tail[0][0], statistics.median(values))
+                    self.pending = self._recovered(tail[0][0], tail[0][1], statistics.median(values))
+                    self.after, self.back_step = tail[1:], tail[0][0]
+                    return None
                 del tail[0]
         if not self.block:
             self.block_step = step
@@ -487,9 +790,31 @@ class Episode:
             return self.by_level("horizon")
         return None
 
-    def _recovered(self, step, level):
-        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS else "slow_recovery"
+    def _recovered(self, step, row, level):
+        """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
+        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS or row - self.peak_row <= 1 else "slow_recovery"
         return kind, step, level, "recovered"
+
+    def _offset(self):
+        """Back in the band, but is it back on the trend? The medians of the two halves of the last VERIFY values
+        against the pre-spike trend: higher by OFFSET_Z noise sigma and OFFSET_REL, and no longer coming down
+        faster than that trend, is a lasting offset however noisy the run (no_recovery); within that, the
+        recovery stands; still coming down: None, look again a block later."""
+        values = [v for _, _, v in self.after]
+        half = len(values) // 2
+        early, late = statistics.median(values[:half]), statistics.median(values[half:])
+        rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
+        fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
+        expected = self.baseline + fall
+        falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
+        margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline))
+        # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set back.
+        if late - expected <= margin or late <= self.baseline:
+            return self.pending
+        if falling > FALL_Z * self.noise:
+            return None
+        self.last_block = values[half:]
+        return "no_recovery", self.back_step, late, "settled"
 
     def _settled(self, step):
         """At the end of a block: has the level stopped coming down above the band?"""
@@ -514,15 +839,28 @@ class Episode:
 
     def by_level(self, ended_by):
         """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
-        after = [(step, x) for row, step, x in self.recent if row > self.peak_row]
+        if self.pending is not None:
+            verdict = (self._offset() if len(self.after) >= BLOCK else None) or self.pending
+            return verdict[:3] + (ended_by,) if verdict[3] == "recovered" else verdict
+        after = [(step, row, x) for row, step, x in self.recent if row > self.peak_row]
         if not after:
             return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
-        level = statistics.median(x for _, x in after)
+        level = statistics.median(x for _, _, x in after)
         if level <= self.band:
-            return self._recovered(next(s for s, x in after if x <= self.band), level)[:3] + (ended_by,)
+            back = next((s, r) for s, r, x in after if x <= self.band)
+            return self._recovered(*back, level)[:3] + (ended_by,)
         if self._diverged(level):
             return "divergence", None, level, ended_by
         return "no_recovery", after[-1][0], level, ended_by
+
+
+def _trend(values):
+    """(level at the newest value, robust sigma of the residuals, slope per row) of a window that falls: a line
+    through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging."""
+    n, half = len(values), len(values) // 2
+    slope = (sorted(values[half:])[half >> 1] - sorted(values[:half])[half >> 1]) / half
+    r = sorted(v - slope * i for i, v in enumerate(values))
+    return r[n >> 1] + slope * (n - 1), (r[(3 * n) >> 2] - r[n >> 2]) / IQR_PER_SIGMA, min(slope, 0.0)
 
 
 class Series:
@@ -539,6 +877,10 @@ class Series:
         self.on_block, self.on_reset = on_block, on_reset  # hooks: a block median; the baseline was rebuilt (why)
         self.window = deque(maxlen=WINDOW)
         self.med = self.sigma = None
+        self.slope = 0.0  # per row: the trend of the window when it falls clearly, else 0
+        self.scale = 0.0  # the highest baseline so far: the run's own unit for the absolute floors
+        self.blocks = deque(maxlen=TREND_BLOCKS)  # (row, median) of the latest healthy blocks: the trend
+        self.falling = False  # the latest block median is far below the one two blocks earlier
         self.threshold = math.inf
         self.until_refresh = 1
         self.refreshes = 0
@@ -549,19 +891,48 @@ class Series:
         self.nonfinite = []  # [first step, last step, count, first row] per run of NaN/inf values
 
     def _refresh(self, step, row):
-        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values)."""
-        w = sorted(self.window)
+        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values); every
+        BLOCK values also a block median, for the trend, the creep watch, and to tell a fast fall."""
+        window = self.window
+        w = sorted(window)
         n = len(w)
         if n < MIN_POINTS:
             self.med = self.sigma = None
             self.threshold, self.until_refresh = math.inf, 1
             return
-        self.med, self.sigma = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA
-        self.threshold = self.med + max(SPIKE_Z * self.sigma, SPIKE_REL * abs(self.med))
         self.until_refresh = REFRESH
         self.refreshes += 1
-        if self.on_block is not None and self.refreshes % (BLOCK // REFRESH) == 0:
-            self.on_block(step, row, statistics.median(list(self.window)[-BLOCK:]))
+        block = not self.refreshes % (BLOCK // REFRESH)
+        if block:
+            b = sorted(itertools.islice(window, n - BLOCK, n))
+            level = (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2
+            blocks = self.blocks
+            blocks.append((row, level))
+            local = (b[(3 * BLOCK) >> 2] - b[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a little of the trend
+            self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
+        if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
+            med, sigma, slope = _trend(list(window))
+            last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block
+            med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
+        else:
+            med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
+        self.med, self.sigma, self.slope = med, sigma, slope
+        size = med if med >= 0 else -med
+        if size > self.scale:
+            self.scale = size
+        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * size, SPIKE_ABS * self.scale)
+        if block and self.on_block is not None:
+            self.on_block(step, row, level, self.scale)
+
+    def trend(self):
+        """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last
+        TREND_BLOCKS block medians (the median of 64 values over 200 rows: far steadier than the window's own
+        halves), 0 when it rises or there is too little; the lag is the plain median's, unless it followed a fall."""
+        b = self.blocks
+        if len(b) < TREND_BLOCKS:
+            return 0.0, 0
+        slope = ((b[-1][1] + b[-2][1]) - (b[0][1] + b[1][1])) / (b[-1][0] + b[-2][0] - b[0][0] - b[1][0])
+        return min(slope, 0.0), 0 if self.slope else WINDOW // 2
 
     def feed(self, step, row, x):
         """Take one value of the series at `step` (`row`: the row of the file, a clock shared by all series)."""
@@ -575,12 +946,38 @@ class Series:
         elif self.episode is not None:
             self._follow(step, row, x)
         elif x > self.threshold:
-            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window))
+            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window), self.trend())
         else:  # healthy: the common case, kept short
             self.window.append(x)
             self.until_refresh -= 1
             if not self.until_refresh:
                 self._refresh(step, row)
+
+    def feed_run(self, steps, values, row, start, stop, strict=False):
+        """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
+        refresh that is all finite and under the threshold, with no spike open, goes into the window at once: the
+        same result as one value at a time, several times faster. Anything else is fed value by value, or, when
+        `strict`, left to the caller: returns the index it got to."""
+        i = start
+        window = self.window
+        while i < stop:
+            if self.episode is None:
+                k = min(self.until_refresh, stop - i)
+                stretch = values[i:i + k]
+                total = sum(stretch)
+                if total - total == 0 and max(stretch) <= self.threshold:
+                    window.extend(stretch)
+                    i += k
+                    self.last_step = steps[i - 1]
+                    self.until_refresh -= k
+                    if not self.until_refresh:
+                        self._refresh(self.last_step, row + i - 1)
+                    continue
+            if strict:
+                return i
+            self.feed(steps[i], row + i, values[i])
+            i += 1
+        return i
 
     def _follow(self, step, row, x):
         """Feed the open spike; close it once it has a verdict."""
@@ -590,7 +987,7 @@ class Series:
             self._close(verdict, row)
             if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
                 self.last_step = -math.inf  # may hold the next spike: take them again as new values
-                for later in episode.tail[1:]:
+                for later in ((episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]):
                     self.feed(*later)
 
     def _nonfinite(self, step, row, previous):
@@ -601,7 +998,7 @@ class Series:
         else:
             self.nonfinite.append([step, step, 1, row])
         if self.episode is not None:
-            self._close(("divergence", None, None, "nonfinite"), row)
+            self._close(self.episode.pending or ("divergence", None, None, "nonfinite"), row)
 
     def _close(self, verdict, row):
         kind, end, level, ended_by = verdict
@@ -614,6 +1011,8 @@ class Series:
 
     def _reset(self, values, row, why):
         self.window = deque(values, maxlen=WINDOW)
+        self.blocks.clear()
+        self.falling = False
         self.refreshes = 0
         self._refresh(self.last_step, row)
         if self.on_reset is not None:
@@ -641,6 +1040,8 @@ class Series:
     def rollback(self, step, row):
         """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
         self.last_step = -math.inf
+        self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
+        self.falling = False
         if self.episode is not None:
             self._close(self.episode.by_level("resume"), row)
         if self.snapshot is not None and step <= self.snapshot[0]:
@@ -667,13 +1068,16 @@ class Creep:
         self.low, self.low_step, self.above, self.event = None, None, 0, None
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 
-    def add_block(self, step, row, level):
+    def add_block(self, step, row, level, scale):
         if self.paused:
             return
         if self.low is None or level < self.low:
+            if self.event is not None:  # a new low: the rise was not a divergence after all
+                self.events.remove(self.event)
+                self.event = None
             self.low, self.low_step, self.above = level, step, 0
             return
-        if level <= self.low + CREEP_REL * abs(self.low):
+        if level <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale):
             self.above = 0
             return
         self.above += 1
@@ -799,9 +1203,9 @@ class Report:
         }
 
 
-def analyze(path, loss_name=None, keep_curves=False):
+def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     """Read one log and return its Report. Memory: one window per series plus what is found."""
-    fmt, cols, rows, unparsed = open_log(path, loss_name)
+    fmt, cols, rows, unparsed = open_log(path, loss_name, fmt)
     report = Report(path, fmt, cols)
     events = report.events
     creep = Creep(events)
@@ -816,62 +1220,98 @@ def analyze(path, loss_name=None, keep_curves=False):
     first_step = None
     last_step = -math.inf
     values = segment = 0
-    row = -1
+    row = 0  # the row of the file (data rows only) at the start of the chunk
     feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
-    for row, (step, loss, gnorm, lr, extra) in enumerate(rows):
+    for steps, losses, grads, lrs, extra, complete in rows:
+        n = len(losses)
         if not has_step:
-            step = row
-        elif step is None:
-            step = last_step + 1 if values else row
-        if loss is not None:
-            if step <= last_step:  # a resume or a rollback
-                events.append({"kind": "resume", "step": step, "from_step": last_step,
-                               "rollback_steps": last_step - step, "_row": row})
-                report.resumes.append((row, step, last_step))
-                main.rollback(step, row)
-                creep.reset()
-                segment += 1
-                recent = list(main.window)[-BLOCK:]  # the level just before the resume
-                watch = None
-                if recent and main.med is not None:
-                    watch = ResumeWatch(step, row, statistics.median(recent), main, events)
-            elif first_step is None:
-                first_step = step
-            last_step = step
-            values += 1
-            feed_loss(step, row, loss)
-            if watch is not None and watch.add(step, row, loss):
-                watch = None
-            episode = main.episode
-            if episode is not None:
-                if episode.count == 1 and has_lr:
-                    episode.lr = lr
-                if has_grad and gnorm is not None and gnorm - gnorm == 0:
-                    episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
-            if curves and loss - loss == 0:
-                curves[cols.loss].add(segment, step, loss)
-        if has_grad and gnorm is not None:
-            feed_grad(step, row, gnorm)
-            if curves and gnorm - gnorm == 0:
-                curves[cols.grad].add(segment, step, gnorm)
-        if extra:
-            for series, x in zip(extras, extra):
-                if x is not None:
-                    series.feed(step, row, x)
-                    if curves and x - x == 0:
-                        curves[series.name].add(segment, step, x)
+            steps = range(row, row + n)
+        fast = complete and not curves and steps[0] > last_step and _increasing(steps)
+        i = 0
+        while i < n:
+            if fast and watch is None and main.episode is None:  # healthy stretches, a block at a time
+                done = main.feed_run(steps, losses, row, i, n, strict=True)
+                if done > i:
+                    if grads is not None:
+                        grad.feed_run(steps, grads, row, i, done)
+                    for series, x in zip(extras, extra):
+                        series.feed_run(steps, x, row, i, done)
+                    first_step = steps[i] if first_step is None else first_step
+                    last_step = steps[done - 1]
+                    values += done - i
+                    i = done
+                    if i == n:
+                        break
+            k = i
+            while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                r = row + i
+                step, loss = steps[i], losses[i]
+                gnorm = grads[i] if grads is not None else None
+                if step is None:
+                    step = last_step + 1 if values else r
+                if loss is not None:
+                    if step <= last_step:  # a resume or a rollback
+                        events.append({"kind": "resume", "step": step, "from_step": last_step,
+                                       "rollback_steps": last_step - step, "_row": r})
+                        report.resumes.append((r, step, last_step))
+                        main.rollback(step, r)
+                        creep.reset()
+                        segment += 1
+                        recent = list(main.window)[-BLOCK:]  # the level just before the resume
+                        watch = None
+                        if recent and main.med is not None:
+                            watch = ResumeWatch(step, r, statistics.median(recent), main, events)
+                    elif first_step is None:
+                        first_step = step
+                    last_step = step
+                    values += 1
+                    feed_loss(step, r, loss)
+                    if watch is not None and watch.add(step, r, loss):
+                        watch = None
+                    episode = main.episode
+                    if episode is not None:
+                        if episode.count == 1 and has_lr:
+                            episode.lr = _number(lrs[i], cols.lr, None, Unparsed())
+                        if has_grad and gnorm is not None and gnorm - gnorm == 0:
+                            episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
+                    if curves and loss - loss == 0:
+                        curves[cols.loss].add(segment, step, loss)
+                if not fast:  # (in a complete chunk the other series take the stretch as a whole, below)
+                    if gnorm is not None:
+                        feed_grad(step, r, gnorm)
+                        if curves and gnorm - gnorm == 0:
+                            curves[cols.grad].add(segment, step, gnorm)
+                    for series, column in zip(extras, extra):
+                        x = column[i]
+                        if x is not None:
+                            series.feed(step, r, x)
+                            if curves and x - x == 0:
+                                curves[series.name].add(segment, step, x)
+                i += 1
+                if fast and main.episode is None and watch is None:
+                    break  # back to the blocks
+            if fast:  # the other series do not wait on the loss: their own spikes are found value by value
+                if grads is not None:
+                    grad.feed_run(steps, grads, row, k, i)
+                for series, x in zip(extras, extra):
+                    series.feed_run(steps, x, row, k, i)
+        row += n
+    row -= 1  # the last row
     if values == 0:
         bad = unparsed.columns.get(cols.loss)
         why = (" (header only)" if row < 0 else
                f" ({bad[0]} cells are not numbers, the first on line {bad[1]})" if bad else "")
         raise CliError(f"no numeric values in loss column '{cols.loss}'{why}")
     report.values, report.first_step, report.last_step = values, first_step, last_step
+    if values <= MIN_POINTS:  # say so: "spikes: 0" alone would read as a clean run
+        events.append({"kind": "too_short", "step": None, "values": values, "needed": MIN_POINTS + 1, "_row": -1})
     for series in (main, grad, *extras):
         series.finish(row)
     report.spikes = main.spikes
     report.dataset_spikes = {series.name: series.spikes for series in extras}
     report.nan_step = main.nonfinite[0][0] if main.nonfinite else None
     _link_grad_leads(main.spikes, grad.spikes, report.resumes)
+    _grad_only(main.spikes, grad.spikes, events)
     _resume_spikes(main.spikes, report.resumes, events)
     _series_spikes(main, extras, events)
     for series in (main, grad, *extras):
@@ -882,6 +1322,16 @@ def analyze(path, loss_name=None, keep_curves=False):
         events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
                        "_row": -1})
     return report
+
+
+def _increasing(steps):
+    """Steps strictly increasing: no resume inside. Evenly spaced ones (most logs) are checked at C speed."""
+    if isinstance(steps, range):  # the row numbers of a log without a step column
+        return True
+    stride = steps[1] - steps[0] if len(steps) > 1 else 1
+    if stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
+        return steps == list(range(steps[0], steps[-1] + 1, stride))
+    return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
 
 
 def _link_grad_leads(spikes, grad_spikes, resumes):
@@ -895,12 +1345,24 @@ def _link_grad_leads(spikes, grad_spikes, resumes):
         i = bisect.bisect_right(grad_rows, spike.start_row) - 1
         while i >= 0 and grad_rows[i] >= since:
             lead = spike.start - grad_spikes[i].start
-            if lead > LEAD_STEPS:
+            if lead > LEAD_STEPS and spike.start_row - grad_rows[i] > 1:
                 break
             if lead >= 0:
                 spike.grad_norm_lead = lead
                 break
             i -= 1
+
+
+def _grad_only(spikes, grad_spikes, events):
+    """Grad-norm spikes that neither led a loss spike nor came during one: events of their own."""
+    starts = [s.start_row for s in spikes]
+    for g in grad_spikes:
+        i = bisect.bisect_left(starts, g.start_row - 1)
+        led = i < len(spikes) and (spikes[i].start_row - g.start_row <= 1 or spikes[i].start - g.start <= LEAD_STEPS)
+        during = i > 0 and spikes[i - 1].end_row >= g.start_row
+        if not (led or during) and g.peak >= GRAD_ALONE_RATIO * g.baseline:
+            events.append({"kind": "grad_norm_spike", "step": g.step, "start": g.start, "baseline": g.baseline,
+                           "peak": g.peak, "type": g.type, "_row": g.start_row})
 
 
 def _resume_spikes(spikes, resumes, events):
@@ -967,6 +1429,9 @@ def summary(report, limit=40):
     ]
     kinds = _counts(report.spikes)
     out.append(f"spikes: {len(report.spikes)}" + (f" ({kinds})" if kinds else ""))
+    if report.values <= MIN_POINTS:
+        out.append(f"  detection needs at least {MIN_POINTS + 1} values (a baseline of {MIN_POINTS} first); this log "
+                   f"has {report.values}: no spike could be found")
     shown = sorted(report.spikes, key=_height, reverse=True)[:limit]
     if shown:
         out.append(f"  {'peak step':>10}  {'type':<14}{'baseline':>10}{'peak':>10}{'x base':>8}"
@@ -1006,7 +1471,7 @@ TYPE_COLORS = {"fast_recovery": "tab:green", "slow_recovery": "tab:orange",
 MAX_LABELS = 12  # more text labels than this hide the curve
 
 
-def plot(report, out):
+def plot(report, out, force=False):
     """Write a PNG: the loss with every spike marked by type; grad norm below it when logged."""
     try:  # lazy: only --plot needs matplotlib
         import matplotlib
@@ -1062,14 +1527,17 @@ def plot(report, out):
     if has_grad:
         gax = axes[1][0]
         _scale(gax, _draw(gax, grad_curve, "tab:gray", None), 10, ticker)
+        alone = [e for e in report.events if e["kind"] == "grad_norm_spike"]
+        if alone:  # the loss did not move: marked on the grad-norm panel only
+            gax.scatter([e["step"] for e in alone], [e["peak"] for e in alone], s=22, marker="^", color="tab:red",
+                        zorder=3, label=f"grad-norm spike, no loss spike ({len(alone)})")
+            gax.legend(fontsize=7, loc="best", framealpha=0.85)
         gax.set_ylabel(cols.grad)
         gax.grid(alpha=0.3)
     axes[-1][0].set_xlabel("step")
     fig.tight_layout()
     try:
-        fig.savefig(out, dpi=90)
-    except OSError as exc:
-        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+        write_output(out, lambda handle: fig.savefig(handle, dpi=90, format=Path(out).suffix[1:].lower()), force)
     finally:
         plt.close(fig)
 
@@ -1173,6 +1641,11 @@ def _spike_section(number, s, report, events):
         cost = f"{_int(s.end - s.start)} steps from the start of the spike until the loss was back in its band."
     elif s.ended_by == "nonfinite":
         after = "none: the loss turned NaN/inf"
+        cost = _lost_steps(s, report)
+    elif s.type == "no_recovery" and s.level_after is not None and s.baseline > 0:
+        after = (f"settled at {_fmt(s.level_after)}, {100 * (s.level_after / s.baseline - 1):.0f}% above the pre-spike "
+                 "level: it came down, then went on along a parallel track higher than the trend it was on. That is a "
+                 "lasting offset, not a recovery, even where the values fall inside the noise band of a noisy run")
         cost = _lost_steps(s, report)
     else:
         after = f"settled at {_fmt(s.level_after)}" if s.level_after is not None else "none: the log ends at the peak"
@@ -1303,6 +1776,13 @@ EVENT_SECTIONS = {
         "A spike after each resume that then recovers points at state that was not restored: the data "
         "loader position and mix, the RNG states. Compare a few batches before and after a test resume.",
     ),
+    "grad_norm_spike": (
+        "Gradient-norm spikes without a loss spike",
+        "Nothing to undo: the loss did not move, because clipping or the optimizer's normalisation absorbed the "
+        "step, or the batch was odd only for the gradient. Watch them: when they grow larger or more frequent, "
+        "loss spikes often follow. The batches at those steps are the first suspects; tighter clipping or a "
+        "lower learning rate the usual remedy if they keep coming.",
+    ),
     "series_spike": (
         "Spikes per dataset",
         "A spike confined to one dataset points at that dataset: inspect the shard it came from, filter it "
@@ -1343,6 +1823,9 @@ def _describe(e):
         return (f"After the resume at step {e['resume_step']} the loss read {_fmt(e['low'])} instead of "
                 f"{_fmt(e['before'])}; at step {e['step']}, {e['step'] - e['resume_step']} steps later, it jumped back "
                 f"to {_fmt(e['high'])}, {level}.")
+    if kind == "grad_norm_spike":
+        return (f"Step {e['step']}: grad norm {_fmt(e['peak'])} against a baseline of {_fmt(e['baseline'])} "
+                f"({e['type']}); the loss stayed inside its band.")
     if kind == "resume_spike":
         return (f"{e['type']} spike at step {e['step']}, {e['rows_after_resume']} rows after the resume at step "
                 f"{e['resume_step']}.")
@@ -1352,41 +1835,88 @@ def _describe(e):
 
 # --- command line ----------------------------------------------------------------------------------
 
+OUTPUTS = {"--plot": (".png", ".svg", ".pdf"), "--postmortem": (".md", ".markdown", ".txt")}
+
+
+def check_output(option, out, log, force):
+    """Refuse an output path before any work: the log itself, a folder, a device, an unknown extension,
+    or (without --force) a file that is already there. Nothing is written that would destroy data."""
+    path = Path(out)
+    if path.suffix.lower() not in OUTPUTS[option]:
+        raise CliError(f"{option} {out}: unknown extension; use {', '.join(OUTPUTS[option])}")
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise CliError(f"{option} {out}: no such folder {path.parent}") from None
+        return
+    if not stat.S_ISREG(mode):
+        raise CliError(f"{option} {out}: a folder or a device, not a file: refused")
+    if Path(log).exists() and path.samefile(log):
+        raise CliError(f"{option} {out}: that is the log itself: refused")
+    if not force:
+        raise CliError(f"{option} {out}: the file exists; pass --force to overwrite it, or choose another name")
+
+
+def write_output(out, write, force):
+    """Call write(binary handle) on `out`, created afresh (or replaced with --force). A file this run created
+    and could not finish is removed: it was ours."""
+    try:
+        handle = open(out, "wb" if force else "xb")
+    except FileExistsError:
+        raise CliError(f"{out}: the file exists; pass --force to overwrite it, or choose another name") from None
+    except OSError as exc:
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+    try:
+        with handle:
+            write(handle)
+    except OSError as exc:
+        if not force:
+            Path(out).unlink(missing_ok=True)
+        raise CliError(f"cannot write {out}: {exc.strerror or exc}") from None
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
-                    "HF trainer_state.json); optionally plot them and draft a post-mortem.")
-    parser.add_argument("log", help="the training log: .csv, .tsv, .jsonl, .json or a TensorBoard event file/dir")
+                    "HF trainer_state.json, W&B and Lightning CSV, plain-text logs of nanoGPT, llm.c, "
+                    "modded-nanogpt, Megatron-LM and the HF Trainer); optionally plot them and draft a post-mortem.")
+    parser.add_argument("log", help="the training log, any of the formats above (recognised by content), "
+                                    "or a TensorBoard event directory")
     parser.add_argument("--json", action="store_true", help="print one JSON object (spikes, events, nan_step)")
-    parser.add_argument("--plot", metavar="OUT.png", help="write a PNG of the curve with the spikes marked")
+    parser.add_argument("--plot", metavar="OUT.png", help="write a PNG (or .svg, .pdf) of the curve with the spikes marked")
     parser.add_argument("--postmortem", metavar="OUT.md", help="write a markdown post-mortem draft")
+    parser.add_argument("--force", action="store_true", help="overwrite an existing --plot/--postmortem file")
     parser.add_argument("--loss", metavar="COLUMN", help="the loss column when it is not loss/train_loss/train/loss")
+    parser.add_argument("--format", choices=FORMATS, help="read the log as this format instead of recognising it")
     args = parser.parse_args(argv)
     try:
-        report = analyze(args.log, args.loss, keep_curves=bool(args.plot))
-        if args.plot:
-            plot(report, args.plot)
-        if args.postmortem:
-            try:
-                Path(args.postmortem).write_text(postmortem(report), encoding="utf-8")
-            except OSError as exc:
-                raise CliError(f"cannot write {args.postmortem}: {exc.strerror or exc}") from None
-    except CliError as exc:
-        print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    try:
-        if args.json:
-            json.dump(report.to_json(), sys.stdout, indent=1, allow_nan=False)  # written as it is encoded
-            print()
-        else:
-            print(summary(report))
-    except BrokenPipeError:  # `spikes.py log.csv | head`: the reader left, which is fine
-        sys.stdout = None
-    return 0
+        try:
+            for option, out in (("--plot", args.plot), ("--postmortem", args.postmortem)):
+                if out:
+                    check_output(option, out, args.log, args.force)
+            report = analyze(args.log, args.loss, keep_curves=bool(args.plot), fmt=args.format)
+            if args.plot:
+                plot(report, args.plot, args.force)
+            if args.postmortem:
+                text = postmortem(report).encode("utf-8")
+                write_output(args.postmortem, lambda handle: handle.write(text), args.force)
+        except CliError as exc:
+            print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        text = json.dumps(report.to_json(), indent=1, allow_nan=False) if args.json else summary(report)
+        try:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+        except OSError as exc:  # `spikes.py log.csv | head` closed the pipe, or stdout is a full disk
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
+            return 0 if isinstance(exc, BrokenPipeError) else 1
+        return 0
+    except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
+        return 130
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ of what it planted, so that `spikes.py` can be scored against it:
 | `clean` | nothing: noise only (a detector must report no spike) |
 | `mixed` | spikes of all four types with a grad-norm spike 0-3 steps ahead of each; most lasting and diverging spikes are followed by a rollback to before them |
 | `fast_recovery`, `slow_recovery`, `no_recovery`, `divergence` | like `mixed`, with spikes of that one type only |
+| `lasting_offset` | fast, slow and not recovering spikes, the last settling only 3-10% above the curve: an offset inside the noise band of a noisy run |
+| `grad_spikes` | grad-norm spikes (4-9x) with no loss spike |
 | `creep` | the loss climbs slowly without a spike (divergence without a spike) |
 | `nan` | a spike that diverges and turns into NaN until the end of the log |
 | `resume` | crash-resumes, each followed by a small spike (a data loader restored badly) |
@@ -38,9 +40,9 @@ import random
 import sys
 
 SPIKE_TYPES = ("fast_recovery", "slow_recovery", "no_recovery", "divergence")
-SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "creep", "nan", "resume", "repeat_data", "datasets")
+SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "lasting_offset", "grad_spikes", "creep", "nan", "resume", "repeat_data", "datasets")
 DEFAULT_ROWS = {"clean": 6000, "mixed": 12000, "fast_recovery": 4000, "slow_recovery": 5000, "no_recovery": 5000,
-                "divergence": 4000, "creep": 5000, "nan": 4000, "resume": 7000, "repeat_data": 6000,
+                "divergence": 4000, "lasting_offset": 12000, "grad_spikes": 4000, "creep": 5000, "nan": 4000, "resume": 7000, "repeat_data": 6000,
                 "datasets": 6000}
 WARMUP_ROWS = 1500  # no pattern before this row: the curve still falls fast and the baseline fills
 
@@ -128,7 +130,11 @@ class Curve:
     def _plan_mixed(self):
         self._plan_spikes(["fast_recovery"] * 3 + ["slow_recovery"] * 2 + ["no_recovery"] * 2 + ["divergence"])
 
-    def _plan_spikes(self, kinds):
+    def _plan_lasting_offset(self):
+        self.noise = self.rng.uniform(0.012, 0.02)  # a noisy run: its noise band is wider than the offsets
+        self._plan_spikes(["fast_recovery", "slow_recovery", "no_recovery", "no_recovery"], offsets=(0.03, 0.10))
+
+    def _plan_spikes(self, kinds, offsets=(0.12, 0.35)):
         """Spikes of the given kinds, drawn in shuffled rounds, one after the other to the end of the log."""
         rng = self.rng
         bag = []
@@ -148,7 +154,7 @@ class Curve:
                 row += back_in + rng.randint(250, 400)
             elif kind == "no_recovery":
                 start = row
-                self._spike(kind, row, height=rng.uniform(0.3, 1.5), offset=rng.uniform(0.12, 0.35),
+                self._spike(kind, row, height=rng.uniform(0.3, 1.5), offset=rng.uniform(*offsets),
                             tau=rng.uniform(3, 15))
                 row += rng.randint(600, 900)
                 if rng.random() < 0.7:  # usually someone restarts from a checkpoint before the spike
@@ -169,6 +175,13 @@ class Curve:
                     row = s.peak + nan_after + rng.randint(10, 30)
                 self._resume(row, back=row - start + rng.randint(20, 200))
                 row += rng.randint(300, 500)
+
+    def _plan_grad_spikes(self):
+        row = WARMUP_ROWS
+        while row < self.n_rows - 300:
+            self._at(row, "grad_spike", self.rng.uniform(3, 8))
+            self.truth["events"].append({"kind": "grad_norm_spike", "step": self._step(row)})
+            row += self.rng.randint(300, 600)
 
     def _plan_creep(self):
         start = self.rng.randint(2500, 3000)
@@ -285,7 +298,7 @@ class Curve:
                 grad = grad_trend(step) * math.exp(0.1 * gauss(0.0, 1.0))
                 for at, height in grad_spikes:
                     if 0 <= row - at < 3:
-                        grad *= 1.0 + height * math.exp(-(row - at))
+                        grad *= 1.0 + height * math.exp(-(row - at))  # BUG: a grad-norm spike (a loss spike's, or alone)
                 out.update({"loss": loss, "grad_norm": grad, "lr": 3e-4 * min(1.0, (step + 1) / 500)})
             yield out
             step += 1

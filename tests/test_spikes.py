@@ -3,6 +3,7 @@ every kind of bad input."""
 import json
 import math
 import os
+import random
 import subprocess
 import sys
 import tracemalloc
@@ -484,11 +485,13 @@ BAD = {
     "not-json.json": b"{this is not json",
     "object.json": b'{"no": "log_history"}',
     "empty.jsonl": b"\n\n",
-    "run.log": b"step:1 loss:3.0\n",
-    "noext": b"step,loss\n1,2\n",
+    "run.log": b"Epoch one started\nall good so far\n",
+    "notes.txt": b"loss went up at some point\n",
+    "long-line.csv": b"x" * 5_000_000,  # no line end in 5 MB: refused at 4 MB, not held whole
 }
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("name", BAD)
 def test_unreadable_input_is_a_one_line_error(tmp_path, name):
     path = tmp_path / name
@@ -516,3 +519,245 @@ def test_odd_cells_and_a_truncated_last_line_give_a_partial_result(tmp_path):
     assert out["log"]["values"] == 62  # the unreadable cell is left out; the truncated "3." still reads
     assert [e for e in out["events"] if e["kind"] == "unparsed"] == [
         {"kind": "unparsed", "step": None, "column": "loss", "count": 1, "first_line": 62}]
+
+
+# --- logs as people have them: a corpus of real formats, written by hand from each format's layout ----------
+
+LOGS = ROOT / "tests" / "data" / "logs"
+CORPUS = {  # file: (format recognised, loss column, grad-norm column, planted one-row spike: its step)
+    "modded_nanogpt.txt": ("modded-nanogpt", "loss", None, 131),
+    "llmc_main.log": ("llm.c", "loss", "grad_norm", 130),
+    "llmc_stdout.txt": ("llm.c-stdout", "loss", "grad_norm", 131),
+    "nanogpt.txt": ("nanogpt", "loss", None, 130),
+    "megatron.txt": ("megatron", "loss", "grad_norm", 1310),  # logged every 10 steps
+    "hf_trainer_stdout.txt": ("hf-trainer", "loss", "grad_norm", 130),  # no step printed: the 131st record
+    "wandb_export.csv": ("csv", "bright-sun-12 - train/loss", "bright-sun-12 - train/grad_norm", 260),
+    "lightning_metrics.csv": ("csv", "train_loss_step", None, 6549),  # logged every 50 steps
+}
+
+
+@pytest.mark.parametrize("name", CORPUS)
+def test_every_corpus_log_is_read_with_no_flag(name):
+    fmt, loss, grad, step = CORPUS[name]
+    report = spikes.analyze(LOGS / name)
+    assert (report.format, report.columns.loss, report.columns.grad) == (fmt, loss, grad)
+    assert report.values == 220 and report.columns.extras == []  # no __MIN/__MAX/_epoch/val "datasets"
+    assert [(s.step, s.type) for s in report.spikes] == [(step, "fast_recovery")]  # one row, whatever the interval
+    assert report.to_json()["events"] == []
+
+
+def test_format_can_be_forced_and_a_wrong_one_is_a_one_line_error(tmp_path):
+    copy = write(tmp_path, "train.out", (LOGS / "nanogpt.txt").read_text())
+    assert spikes.analyze(copy, fmt="nanogpt").format == "nanogpt"
+    assert_one_line_error(run_cli("spikes.py", copy, "--format", "megatron"))
+
+
+def test_no_loss_column_names_the_candidates_and_the_flag(tmp_path):
+    path = write(tmp_path, "m.csv", "epoch,step,nll_step,nll_epoch,acc\n" + "0,1,2.0,,0.5\n" * 40)
+    proc = run_cli("spikes.py", path)
+    assert_one_line_error(proc)
+    assert "no loss found: candidates" in proc.stderr and "nll_step" in proc.stderr and "--loss" in proc.stderr
+    assert "nll_epoch" not in proc.stderr  # a summary column is no candidate
+    assert spikes.analyze(path, "nll_step").values == 40
+
+
+def test_a_short_log_says_detection_needs_more_values(tmp_path):
+    path = write(tmp_path, "short.csv", "step,loss\n" + "".join(f"{i},{9.0 if i == 20 else 2.0}\n" for i in range(25)))
+    proc = run_cli("spikes.py", path, "--json")
+    events = json.loads(proc.stdout)["events"]
+    assert events == [{"kind": "too_short", "step": None, "values": 25, "needed": spikes.MIN_POINTS + 1}]
+    assert "needs at least 33 values" in run_cli("spikes.py", path).stdout
+
+
+# --- hostile inputs and outputs (DESIGN.md, "Safety") --------------------------------------------------
+
+
+def spiked_csv(tmp_path, name="run.csv", prefix=""):
+    """200 steps from 1200 with a one-step spike at 1300."""
+    rows = [f"{s},{6.0 if s == 1300 else 3.0 + 0.01 * math.sin(s * 1.7):.4f}" for s in range(1200, 1400)]
+    path = tmp_path / name
+    path.write_bytes((prefix + "step,loss\n" + "\n".join(rows) + "\n").encode())
+    return path
+
+
+@pytest.mark.hostile
+def test_a_utf8_bom_does_not_lose_the_step_column(tmp_path):
+    report = spikes.analyze(spiked_csv(tmp_path, prefix="\ufeff"))
+    assert report.columns.step == "step" and [s.step for s in report.spikes] == [1300]
+
+
+@pytest.mark.hostile
+def test_nan_and_huge_steps_are_read_as_missing_or_as_they_are(tmp_path):
+    rows = [f"{i},3.0" for i in range(60)] + ["nan,3.0", "inf,3.0", "1e400,3.0", "60,3.0",
+                                              f"{10**30},3.0", f"{10**30 + 1},6.0", f"{10**30 + 2},3.0"]
+    proc = run_cli("spikes.py", write(tmp_path, "steps.csv", "step,loss\n" + "\n".join(rows) + "\n"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert [s["step"] for s in out["spikes"]] == [10**30 + 1]
+    assert {"kind": "unparsed", "step": None, "column": "step", "count": 3, "first_line": 62} in out["events"]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("name", ["deep.json", "deep.jsonl"])
+def test_json_nested_100000_deep_is_no_traceback(tmp_path, name):
+    deep = "[" * 100_000 + "]" * 100_000
+    good = "".join(json.dumps({"step": i, "loss": 3.0}) + "\n" for i in range(40))
+    path = write(tmp_path, name, deep if name.endswith(".json") else good + '{"a": ' + deep + "}\n")
+    proc = run_cli("spikes.py", path, "--json")
+    if name.endswith(".json"):
+        assert_one_line_error(proc)
+    else:  # one bad line of a JSONL log is counted and skipped
+        assert proc.returncode == 0 and json.loads(proc.stdout)["log"]["values"] == 40
+
+
+@pytest.mark.hostile
+def test_fifo_and_device_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "log.csv"
+    os.mkfifo(fifo)
+    for target in (fifo, "/dev/zero"):
+        proc = run_cli("spikes.py", target, timeout=20)  # reading either would never end
+        assert_one_line_error(proc)
+        assert "not a regular file" in proc.stderr
+
+
+@pytest.mark.hostile
+def test_a_sparse_2_gb_file_is_refused_without_reading_it(tmp_path):
+    path = tmp_path / "huge.csv"
+    with open(path, "wb") as handle:
+        handle.truncate(2 << 30)  # 2 GB of holes: no disk, no time
+    tracemalloc.start()
+    with pytest.raises(spikes.CliError, match="NUL bytes"):
+        spikes.analyze(path)
+    assert tracemalloc.get_traced_memory()[1] < 2_000_000
+    tracemalloc.stop()
+
+
+@pytest.mark.hostile
+def test_outputs_never_destroy_what_is_there(tmp_path):
+    log = spiked_csv(tmp_path)
+    mine = write(tmp_path, "notes.md", "my notes\n")
+    for option, out in [("--postmortem", mine), ("--plot", log.with_suffix(".png")), ("--postmortem", log),
+                        ("--postmortem", tmp_path), ("--plot", "/dev/full"), ("--plot", tmp_path / "x.jpgx"),
+                        ("--postmortem", tmp_path / "pm.csv")]:
+        if option == "--plot" and str(out).endswith(".png"):
+            out.write_bytes(b"a picture of mine")
+        proc = run_cli("spikes.py", log, option, out, *(["--force"] if out in (log, tmp_path) else []))
+        assert_one_line_error(proc)
+    assert mine.read_text() == "my notes\n" and log.with_suffix(".png").read_bytes() == b"a picture of mine"
+    assert log.read_text().startswith("step,loss\n")
+    proc = run_cli("spikes.py", log, "--postmortem", mine, "--force")  # told to: it does
+    assert proc.returncode == 0 and mine.read_text().startswith("# Post-mortem draft")
+
+
+@pytest.mark.hostile
+def test_ctrl_c_exits_130_quietly(tmp_path):
+    code = ("import sys, spikes\n"
+            "def interrupted(*a, **k):\n    raise KeyboardInterrupt\n"
+            "spikes.analyze = interrupted\nsys.exit(spikes.main([sys.argv[1]]))\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(spiked_csv(tmp_path))], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT / "diagnostics")), timeout=60)
+    assert (proc.returncode, proc.stderr) == (130, "")
+
+
+@pytest.mark.hostile
+def test_a_closed_or_full_stdout_ends_quietly(tmp_path):
+    log = spiked_csv(tmp_path)
+    command = [sys.executable, str(spikes.__file__), str(log), "--json"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (1, "")
+    reader = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader.stdout.close()  # like `| head` that has already left
+    assert reader.wait(timeout=60) == 0 and reader.stderr.read() == ""
+    reader.stderr.close()
+
+
+# --- verdicts that hold on real curves ----------------------------------------------------------------------
+
+
+def test_lasting_offsets_inside_a_noisy_band_are_no_recovery(tmp_path):
+    """Offsets of 3-10% on a run whose noise band is 4-6% wide: the level after the spike, against the pre-spike
+    trend, tells them from recoveries however noisy the single values."""
+    pairs = []
+    for seed in range(3):
+        curve, path = synthetic(tmp_path, "lasting_offset", seed)
+        pairs += match(spikes.analyze(path).spikes, curve.truth["spikes"])
+    lasting = [s.type for t, s in pairs if t["type"] == "no_recovery"]
+    assert len(lasting) >= 15 and lasting.count("no_recovery") / len(lasting) >= 0.9, lasting
+    assert sum(t["type"] == s.type for t, s in pairs) / len(pairs) >= 0.9
+
+
+def test_the_baseline_follows_a_fast_falling_loss(tmp_path):
+    """A fine-tune whose loss still falls fast: a 2x spike at step 300 (loss 0.036) stands out once the baseline
+    follows the fall; the window's lagging median and trend-widened spread hid it."""
+    rng = random.Random(0)
+    rows = [f"{s},{(0.011 + 0.5 * math.exp(-s / 100)) * (1 + 0.01 * rng.gauss(0, 1)) * (2 if s == 300 else 1):.6g}"
+            for s in range(700)]
+    report = spikes.analyze(write(tmp_path, "finetune.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.step, s.type) for s in report.spikes] == [(300, "fast_recovery")]
+    assert report.spikes[0].baseline == pytest.approx(0.011 + 0.5 * math.exp(-3), rel=0.1)
+
+
+def near_zero_log(tmp_path, bump):
+    """A loss from 2.0 down to ~0.0037, then `bump` on top, then on down to new lows."""
+    rng = random.Random(1)
+    rows = []
+    for s in range(3000):
+        level = 0.003 + 2.0 * math.exp(-s / 120) + bump(s)
+        rows.append(f"{s},{level * (1 + 0.02 * rng.gauss(0, 1)):.6g}")
+    return spikes.analyze(write(tmp_path, "near-zero.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+
+
+def test_a_near_zero_loss_moving_by_a_hair_is_no_divergence(tmp_path):
+    """0.0037 to 0.0041 is 11% up, and 0.0004 in a run that started at 2: the absolute floor keeps it quiet."""
+    report = near_zero_log(tmp_path, lambda s: 0.0007 + 0.0004 * min(max(s - 1500, 0), 500) / 500)
+    assert report.spikes == [] and report.to_json()["events"] == []
+
+
+def test_a_creep_is_withdrawn_when_the_loss_makes_new_lows(tmp_path):
+    rng = random.Random(2)
+    climb = lambda s: 0.4 * min(max(s - 1000, 0), 600) / 600 - 0.7 * min(max(s - 1600, 0), 600) / 600  # noqa: E731
+    rows = [f"{s},{(3.0 + climb(s)) * (1 + 0.005 * rng.gauss(0, 1)):.6g}" for s in range(2400)]
+    lines = "step,loss\n" + "\n".join(rows) + "\n"
+    early = spikes.analyze(write(tmp_path, "climb.csv", "\n".join(lines.splitlines()[:1650])))
+    assert [e["kind"] for e in early.to_json()["events"]] == ["non_spike_divergence"]  # while it climbs
+    assert spikes.analyze(write(tmp_path, "climb-then-low.csv", lines)).to_json()["events"] == []
+
+
+def test_a_grad_norm_spike_without_a_loss_spike_is_an_event(tmp_path):
+    rows = ["step,loss,grad_norm"]
+    for s in range(600):
+        loss = 3.0 + 0.01 * math.sin(s * 1.7) + (3.0 if s == 450 else 0.0)  # one loss spike, at 450
+        grad = 0.3 + 0.01 * math.cos(s * 1.3) + (1.7 if s in (200, 420) else 0.0)  # grad spikes: 200 alone, 420
+        rows.append(f"{s},{loss:.5f},{grad:.5f}")  # 30 steps before the loss spike: too far to have led it
+    path = write(tmp_path, "grad.csv", "\n".join(rows) + "\n")
+    report = spikes.analyze(path)
+    assert [(s.step, s.grad_norm_lead) for s in report.spikes] == [(450, None)]
+    alone = [(e["step"], e["type"]) for e in report.to_json()["events"] if e["kind"] == "grad_norm_spike"]
+    assert alone == [(200, "fast_recovery"), (420, "fast_recovery")]
+    pm = tmp_path / "pm.md"
+    assert run_cli("spikes.py", path, "--postmortem", pm).returncode == 0
+    assert "## Gradient-norm spikes without a loss spike (2)" in pm.read_text()
+
+
+def test_the_postmortem_names_a_lasting_offset(tmp_path):
+    curve, path = synthetic(tmp_path, "lasting_offset", 0)
+    pm = tmp_path / "pm.md"
+    assert run_cli("spikes.py", path, "--postmortem", pm).returncode == 0
+    section = pm.read_text().split("(no_recovery)")[1].split("\n## ")[0]
+    assert "lasting offset, not a recovery" in section
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_planted_grad_norm_spikes_alone_are_events_not_spikes(tmp_path, seed):
+    curve, path = synthetic(tmp_path, "grad_spikes", seed)
+    report = spikes.analyze(path)
+    found = [e["step"] for e in report.to_json()["events"] if e["kind"] == "grad_norm_spike"]
+    assert report.spikes == [] and found == [e["step"] for e in curve.truth["events"]]
+
+
+def test_a_one_row_spike_in_a_sparse_log_is_a_fast_recovery(tmp_path):
+    """Logged every 50 steps: the spike is one row, back on the next one, 50 steps later. Fast, not slow."""
+    rows = [f"{s},{6.0 if s == 5000 else 3.0 + 0.01 * math.sin(s * 1.7):.4f}" for s in range(0, 10000, 50)]
+    report = spikes.analyze(write(tmp_path, "every50.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.step, s.type, s.recovery_steps) for s in report.spikes] == [(5000, "fast_recovery", 50)]
