@@ -47,12 +47,18 @@ Next step
 """
 import argparse
 import ast
+import bisect
+import errno
+import fnmatch
+import gc
 import io
 import json
 import os
+import stat
 import sys
 import textwrap
 import tokenize
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +93,13 @@ class Finding:
     path: str
     line: int
     message: str
+    cell: int = None  # in a notebook: the cell (from 1), and line is the line in that cell
+
+    def as_json(self):
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def where(self):
+        return f"{self.path}:cell {self.cell}:{self.line}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 # --- what the rules know about torch ------------------------------------------------------------
@@ -222,8 +235,8 @@ def memo(method):
 class Source:
     """A parsed file with the lookups the rules share."""
 
-    def __init__(self, tree):
-        self.tree = tree
+    def __init__(self, tree, path="<string>", project=None):
+        self.tree, self.path, self.project = tree, path, project
         self._memo = {}
         self.nodes, self.parent, self.children = [tree], {}, {}
         for node in self.nodes:  # breadth first; the list grows as it is read
@@ -245,7 +258,14 @@ class Source:
         for node in self.nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(node.name, []).append(node)
+        self.classes = {}
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                self.classes.setdefault(node.name, []).append(node)
         self.calls = [node for node in self.nodes if isinstance(node, ast.Call)]
+        self.calls_by_name = {}  # `f(...)`, `x.f(...)` by f: who calls a function of this file
+        for call in self.calls:
+            self.calls_by_name.setdefault(terminal(call.func), []).append(call)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
             any(isinstance(n, ast.Attribute) and n.attr.endswith("Loss") for n in self.nodes)
 
@@ -308,6 +328,8 @@ class Source:
                 bind(ast.Name(id=node.name), position(node), None)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 bind(ast.Name(id=node.name), position(node), None)
+        for bound in found.values():
+            bound.sort(key=lambda b: b[0])
         return found
 
     def _augmented(self, node):
@@ -367,8 +389,8 @@ class Source:
         scope = self.scope(name)
         bound = self.bindings(scope).get(name.id)
         if bound:
-            earlier = [b for b in bound if b[0] <= position(name)]
-            return max(earlier, key=lambda b: b[0])[1] if earlier else None
+            earlier = bisect.bisect_right(bound, position(name), key=lambda b: b[0])
+            return bound[earlier - 1][1] if earlier else None
         while scope is not None and not isinstance(scope, ast.Module):
             scope = self.scope(scope)
             if isinstance(scope, ast.ClassDef):
@@ -519,7 +541,7 @@ class Source:
         if name.startswith("torch.nn.") and last == "Sequential" and made.args and isinstance(made.args[-1], ast.Call):
             return self.module_activation(made.args[-1], depth + 1)
         if isinstance(made.func, ast.Name) and not name:
-            classes = [n for n in self.nodes if isinstance(n, ast.ClassDef) and n.name == made.func.id]
+            classes = self.classes.get(made.func.id, [])
             return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
         return None
 
@@ -583,7 +605,7 @@ class Source:
     @memo
     def _called_with_grad_off(self, function):
         name = getattr(function, "name", None)
-        return name is not None and any(terminal(call.func) == name and self.grad_off(call) for call in self.calls)
+        return name is not None and any(self.grad_off(call) for call in self.calls_by_name.get(name, []))
 
     # -- training-loop events ---------------------------------------------------------------------
 
@@ -635,10 +657,19 @@ class Source:
 
     @memo
     def helpers(self, call):
-        """Functions of this file that `call` runs: `name(...)` or `self.method(...)`."""
+        """The function of this file that `call` runs (`name(...)` or `self.method(...)`), as a list of
+        zero or one. Of several functions with that name, the one defined last before the call in a scope
+        around it (else the first): one per call keeps the analysis linear in the file's size."""
         func = call.func
         if isinstance(func, ast.Name):
-            return [f for f in self.functions.get(func.id, []) if not isinstance(self.parent.get(f), ast.ClassDef)]
+            around = set()
+            scope = self.scope(call)
+            while scope is not None:
+                around.add(scope)
+                scope = self.scope(scope)
+            found = sorted((f for f in self.functions.get(func.id, []) if self.scope(f) in around), key=position)
+            before = [f for f in found if position(f) < position(call)]
+            return (before[-1:] or found[:1])
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             method = self.method(call)
             if method is not None and method.args.args and method.args.args[0].arg == func.value.id:
@@ -1800,8 +1831,7 @@ def submodules_with_parameters(src, cls):
         for value in (v for v in values if isinstance(v, ast.Call)):
             name = src.qualname(value.func) or ""
             last = name.rsplit(".", 1)[-1]
-            local = isinstance(value.func, ast.Name) and any(
-                is_module_class(n) and n.name == value.func.id for n in src.nodes if isinstance(n, ast.ClassDef))
+            local = isinstance(value.func, ast.Name) and any(map(is_module_class, src.classes.get(value.func.id, [])))
             if local or name.startswith("torch.nn.") and last[:1].isupper() and last not in PARAMETER_FREE \
                     and not last.endswith("Loss"):
                 found.add(attr)
@@ -1814,7 +1844,7 @@ def model_class(src, root):
         return src.self_class(root)
     made = src.origin(root)
     if made is not None and isinstance(made.func, ast.Name):
-        return next((n for n in src.nodes if isinstance(n, ast.ClassDef) and n.name == made.func.id), None)
+        return next(iter(src.classes.get(made.func.id, [])), None)
     return None
 
 
@@ -1915,26 +1945,28 @@ def check_layer_replaced_after_optimizer(src):
         name = src.qualname(value.func) or ""
         if name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper():
             return True
-        return isinstance(value.func, ast.Name) and any(
-            isinstance(n, ast.ClassDef) and n.name == value.func.id for n in ast.walk(src.tree))
+        return isinstance(value.func, ast.Name) and value.func.id in src.classes
 
     optimizers = [c for c in src.calls if is_optimizer_class(src, c)]
+    built, scopes = set(optimizers), {}  # scope -> (replaced layers [(assignment, target)], where the last optimizer or add_param_group is)
+    for scope in {src.scope(call) for call in optimizers}:
+        local = src.local(scope)
+        replaced = [(node, t) for node in local if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and builds_module(node.value) for t in node.targets if isinstance(t, ast.Attribute)]
+        rebuilt = [position(n) for n in local if n in built or method_call(n, "add_param_group")]
+        scopes[scope] = replaced, max(rebuilt, default=(0, 0))
     for call in optimizers:
         roots = {ast.unparse(n.func.value) for a in call.args + [k.value for k in call.keywords]
                  for n in ast.walk(a) if method_call(n, "parameters", "named_parameters")}
-        scope = src.scope(call)
-        for node in src.local(scope):
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and position(node) > end_position(call)
-                    and builds_module(node.value)):
+        replaced, last_rebuild = scopes[src.scope(call)]
+        for node, target in replaced:
+            if position(node) <= end_position(call) or last_rebuild > position(node):
                 continue
-            for target in (t for t in node.targets if isinstance(t, ast.Attribute)):
-                root = next((r for r in roots if ast.unparse(target).startswith(r + ".")), None)
-                rebuilt = any(position(o) > position(node) and src.scope(o) is scope for o in optimizers) or any(
-                    method_call(n, "add_param_group") and position(n) > position(node) for n in src.local(scope))
-                if root and not rebuilt:
-                    yield node, (f"{ast.unparse(target)} is replaced after the optimizer (line {call.lineno}) was built "
-                                 f"from {root}'s parameters: the new layer is never updated. Replace layers first, "
-                                 f"then build the optimizer.")
+            root = next((r for r in roots if ast.unparse(target).startswith(r + ".")), None)
+            if root:
+                yield node, (f"{ast.unparse(target)} is replaced after the optimizer (line {call.lineno}) was built "
+                             f"from {root}'s parameters: the new layer is never updated. Replace layers first, "
+                             f"then build the optimizer.")
 
 
 def saves_output(src, value):
@@ -2063,33 +2095,52 @@ def noqa_comments(source):
     return found
 
 
-def lint_source(source, path="<string>", select=None):
+def lint_source(source, path="<string>", select=None, project=None):
     """The findings for one file's source text, sorted by line. Raises SyntaxError or ValueError
-    when the text is not Python."""
-    src = Source(ast.parse(source, filename=path))
-    findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values() if select is None or r.id in select
-                for node, message in r.check(src)}
+    when the text is not Python, RecursionError or MemoryError when it nests too deeply to analyse.
+    project: the Project of the run, through which imported classes of the other files are followed."""
+    collecting = gc.isenabled()
+    gc.disable()  # a file's syntax tree is millions of objects: the cyclic collector would rescan them all, again and again
+    try:
+        src = Source(ast.parse(source, filename=path), path, project)
+        findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values()
+                    if select is None or r.id in select for node, message in r.check(src)}
+    finally:
+        if collecting:
+            gc.enable()
     silenced = noqa_comments(source) if findings and "noqa" in source.lower() else {}
     findings = [f for f in findings if silenced.get(f.line) is None or silenced[f.line] and f.rule not in silenced[f.line]]
     return sorted(findings, key=lambda f: (f.line, f.rule, f.message))
 
 
 def python_files(path):
-    """The .py files under a folder (hidden folders, caches and virtualenvs skipped), or the path itself."""
+    """The .py and .ipynb files under a folder (hidden folders, caches and virtualenvs skipped), or the path itself."""
     if not path.is_dir():
         yield path
         return
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-        yield from (Path(root) / f for f in sorted(files) if f.endswith(".py"))
+        yield from (Path(root) / f for f in sorted(files) if f.endswith((".py", ".ipynb")))
+
+
+MAX_BYTES = 5_000_000  # our assumption: hand-written Python stays far below (the largest file in the corpora of issue 11 is under 0.5 MB)
 
 
 def read_python(path):
-    """The text of a source file; raises ValueError with a one-line reason when it is not readable text."""
+    """The text of a source file; raises ValueError with a one-line reason when it is not readable text.
+    A FIFO, device or socket is refused before it is opened: reading one can block for ever."""
     try:
-        data = path.read_bytes()
+        info = path.stat()
     except FileNotFoundError:
         raise ValueError("no such file or folder")
+    except OSError as error:
+        raise ValueError(error.strerror or type(error).__name__)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file (a FIFO, device or socket): refused")
+    if info.st_size > MAX_BYTES:
+        raise ValueError(f"{info.st_size / 1e6:.0f} MB, larger than the {MAX_BYTES / 1e6:.0f} MB lint reads: generated, not hand-written code")
+    try:
+        data = path.read_bytes()
     except OSError as error:
         raise ValueError(error.strerror or type(error).__name__)
     if b"\0" in data:
@@ -2101,24 +2152,192 @@ def read_python(path):
         raise ValueError("not UTF-8 text (nor in the encoding its coding line declares)")
 
 
-def lint_paths(paths, select=None):
-    """(findings, errors, number of files read) for files and folders; errors are (path, reason)."""
-    findings, errors, read = [], [], 0
-    for given in paths:
-        files = list(python_files(Path(given)))
-        if not files:
-            errors.append((given, "no Python files found"))
-        for path in files:
+def notebook_source(text):
+    """(source, cells) for a Jupyter notebook's text: its code cells joined into one module, with IPython
+    magics (`%time`, `!pip`, `%%bash` cells) blanked; cells[i] is (cell number, line in cell) of line i + 1."""
+    try:
+        notebook = json.loads(text)
+        cells = notebook["cells"]
+        codes = [(n, c.get("source", "")) for n, c in enumerate(cells, 1) if c.get("cell_type") == "code"]
+        codes = [(n, "".join(code) if isinstance(code, list) else code) for n, code in codes]
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        raise ValueError("not a Jupyter notebook (no list of cells in its JSON)")
+    lines, where = [], []
+    for number, code in codes:
+        if not isinstance(code, str):
+            raise ValueError(f"not a Jupyter notebook (cell {number} has no text)")
+        magic_cell = code.lstrip().startswith("%%")
+        for line_number, line in enumerate(code.splitlines() or [""], 1):
+            body = line.lstrip()
+            if magic_cell or body.startswith(("%", "!")) or body.endswith("?") and not body.startswith("#"):
+                line = line[:len(line) - len(body)] + "pass" if body and not magic_cell else ""
+            lines.append(line)
+            where.append((number, line_number))
+    return "\n".join(lines) + "\n", where
+
+
+PY2_HINTS = ("Missing parentheses in call to", "multiple exception types must be parenthesized",
+             "leading zeros in decimal integer literals", "invalid hexadecimal literal")
+
+
+def python2(error):
+    """A SyntaxError that marks Python 2 source (print statement, `except E, e`, 0777 literals)."""
+    return any(hint in (error.msg or "") for hint in PY2_HINTS)
+
+
+class Project:
+    """The files of one run, so that `from model import Net` in train.py reaches the class in model.py.
+    A file is parsed when first needed; a few stay cached, so memory does not grow with the tree."""
+
+    CACHED = 16
+
+    def __init__(self, files):
+        self.files = {path.resolve() for path in files if path.suffix == ".py"}
+        self.cache = {}
+
+    def source(self, path):
+        if path not in self.cache:
+            if len(self.cache) >= self.CACHED:
+                self.cache.pop(next(iter(self.cache)))
             try:
-                findings += lint_source(read_python(path), str(path), select)
-                read += 1
-            except ValueError as error:
-                errors.append((str(path), str(error)))
-            except SyntaxError as error:
-                errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})"))
-            except RecursionError:
-                errors.append((str(path), "too deeply nested to analyse"))
+                self.cache[path] = Source(ast.parse(read_python(path)), str(path), self)
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                self.cache[path] = None
+        return self.cache[path]
+
+    def find_class(self, importer, dotted):
+        """(Source, ClassDef) for a dotted name imported in the file `importer` (`model.Net`, `.nets.Net`)
+        when it names a class of another file of this run, else None."""
+        if not self.files or importer == "<string>":
+            return None
+        level = len(dotted) - len(dotted.lstrip("."))
+        module, _, name = dotted.lstrip(".").rpartition(".")
+        here = Path(importer).resolve().parent
+        if level:
+            bases = [here.parents[level - 2] if level > 1 else here] if level - 1 <= len(here.parents) else []
+        else:
+            bases = [here, *list(here.parents)[:8]]
+        parts = module.split(".") if module else []
+        for base in bases:
+            for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                              base.joinpath(*parts, "__init__.py")):
+                if candidate in self.files:
+                    src = self.source(candidate)
+                    classes = src.classes.get(name, []) if src is not None else []
+                    return (src, classes[0]) if len(classes) == 1 else None
+        return None
+
+
+def lint_paths(paths, select=None, config=None):
+    """(findings, errors, number of files read) for files and folders; errors are (path, reason, bad):
+    bad is False for a Python 2 file, which is skipped, not an error. config: a Config, for per-path rules."""
+    findings, errors, read = [], [], 0
+    files = []
+    for given in paths:
+        found = [path for path in python_files(Path(given)) if config is None or not config.excluded(path)]
+        if not found:
+            errors.append((given, "no Python files found", True))
+        files += found
+    project = Project(files)
+    for path in files:
+        try:
+            text = read_python(path)
+            chosen = select if config is None else config.rules_for(path, select)
+            if path.suffix == ".ipynb":
+                source, cells = notebook_source(text)
+                findings += [Finding(f.rule, f.path, cells[f.line - 1][1], f.message, cells[f.line - 1][0])
+                             for f in lint_source(source, str(path), chosen)]
+            else:
+                findings += lint_source(text, str(path), chosen, project)
+            read += 1
+        except ValueError as error:
+            errors.append((str(path), str(error), True))
+        except SyntaxError as error:
+            if python2(error):
+                errors.append((str(path), f"Python 2 source ({error.msg.split(chr(10))[0].rstrip('.?')}, line "
+                                          f"{error.lineno}); lint reads Python 3", False))
+            else:
+                errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})", True))
+        except (RecursionError, MemoryError):
+            errors.append((str(path), "nested too deeply to parse or analyse", True))
     return findings, errors, read
+
+
+class Config:
+    """`[tool.ml-debug.lint]` in the pyproject.toml nearest the linted paths (the first one up the tree that
+    has the section), the way ruff and flake8 read theirs:
+
+        [tool.ml-debug.lint]
+        select = ["softmax-into-ce", "missing-zero-grad"]   # only these rules (default: all)
+        ignore = ["torch-load-unsafe"]                      # never these
+        exclude = ["legacy/*", "notebooks/scratch_*.ipynb"] # paths not linted, relative to this file
+        per-file-ignores = {"tests/*" = ["data-write"]}     # rules skipped in those paths
+
+    `--select` on the command line replaces `select`; `--ignore` adds to `ignore`; `--no-config` skips the file."""
+
+    KEYS = {"select", "ignore", "exclude", "per-file-ignores"}
+
+    def __init__(self, path=None, table=None):
+        self.path, table = path, table or {}
+        unknown = sorted(set(table) - self.KEYS)
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(self.KEYS))})")
+        self.select = self._ids(table, "select") if "select" in table else None
+        self.ignore = self._ids(table, "ignore")
+        self.exclude = self._strings(table.get("exclude", []), "exclude")
+        per_file = table.get("per-file-ignores", {})
+        if not isinstance(per_file, dict):
+            raise ValueError("per-file-ignores must be a table of pattern = [rule ids]")
+        self.per_file = {pattern: self._ids(per_file, pattern) for pattern in per_file}
+
+    def _strings(self, value, key):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key} must be a list of strings")
+        return value
+
+    def _ids(self, table, key):
+        ids = set(self._strings(table.get(key, []), key))
+        unknown = sorted(ids - set(RULES))
+        if unknown:
+            raise ValueError(f"unknown rule id {unknown[0]!r} in {key}; --list-rules shows them all")
+        return ids
+
+    @classmethod
+    def nearest(cls, paths):
+        """The config for these paths, from the nearest pyproject.toml with the section; empty when none."""
+        start = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths]))
+        for folder in [start, *start.parents]:
+            candidate = folder / "pyproject.toml"
+            if candidate.is_file():
+                try:
+                    data = tomllib.loads(read_python(candidate))
+                except (ValueError, tomllib.TOMLDecodeError) as error:
+                    raise ValueError(f"{candidate}: {error}")
+                table = data.get("tool", {}).get("ml-debug", {}).get("lint")
+                if table is not None:
+                    if not isinstance(table, dict):
+                        raise ValueError(f"{candidate}: [tool.ml-debug.lint] must be a table")
+                    try:
+                        return cls(candidate, table)
+                    except ValueError as error:
+                        raise ValueError(f"{candidate}: [tool.ml-debug.lint]: {error}")
+        return cls()
+
+    def _matches(self, path, pattern):
+        try:
+            relative = Path(path).resolve().relative_to(self.path.parent).as_posix()
+        except ValueError:
+            return False
+        parts = relative.split("/")
+        return any(fnmatch.fnmatch("/".join(parts[:n]), pattern) for n in range(1, len(parts) + 1))
+
+    def excluded(self, path):
+        return self.path is not None and any(self._matches(path, p) for p in self.exclude)
+
+    def rules_for(self, path, select):
+        if self.path is None:
+            return select
+        return select - set().union(*(ids for pattern, ids in self.per_file.items() if self._matches(path, pattern)))
 
 
 # --- the docs page, generated from the registry -------------------------------------------------
@@ -2170,7 +2389,11 @@ def render_docs():
 
 
 class Parser(argparse.ArgumentParser):
+    json = False  # --json was asked for: errors come as a JSON object on stdout too
+
     def error(self, message):
+        if self.json:
+            print(json.dumps({"findings": [], "errors": [{"path": "", "message": message}]}))
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -2182,15 +2405,36 @@ def parse_ids(text, parser):
     return ids
 
 
+DOCS_HEADING = "# Static analysis: silent training bugs in the source"
+
+
+def write_docs(target, force, parser):
+    """Write the reference page; refuse a folder, a device, or a file this command did not write (without --force)."""
+    path = Path(target)
+    if path.exists():
+        if not path.is_file():
+            parser.error(f"--write-docs {target}: not a regular file; give a .md path")
+        if not force and not path.read_text(encoding="utf-8", errors="replace").startswith(DOCS_HEADING):
+            parser.error(f"--write-docs {target}: the file exists and is not a page lint.py wrote; pass --force to replace it")
+    try:
+        path.write_text(render_docs(), encoding="utf-8")
+    except OSError as error:
+        parser.exit(2, f"lint.py: error: cannot write {target}: {error.strerror}\n")
+
+
 def main(argv=None):
     parser = Parser(prog="lint.py", description="Find silent PyTorch training bugs in source code, without running it.",
-                    epilog="Exit 0 clean, 1 findings, 2 nothing could be read. Rules and examples: refs/static_analysis.md")
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="Python files or folders (searched for *.py)")
+                    epilog="Exit 0 clean, 1 findings, 2 nothing could be read. Rules and examples: refs/static_analysis.md. "
+                           "Settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores).")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="Python files, notebooks (.ipynb) or folders")
     parser.add_argument("--json", action="store_true", help='print {"findings": [...], "errors": [...]} instead of lines')
     parser.add_argument("--select", metavar="IDS", help="only these rules (comma-separated ids)")
     parser.add_argument("--ignore", metavar="IDS", help="skip these rules (comma-separated ids)")
+    parser.add_argument("--no-config", action="store_true", help="do not read [tool.ml-debug.lint] from pyproject.toml")
     parser.add_argument("--list-rules", action="store_true", help="print every rule id with its summary")
     parser.add_argument("--write-docs", metavar="FILE", help="write the rules reference page (refs/static_analysis.md)")
+    parser.add_argument("--force", action="store_true", help="with --write-docs: replace a file lint.py did not write")
+    parser.json = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
 
     if args.list_rules:
@@ -2198,30 +2442,56 @@ def main(argv=None):
         print("\n".join(f"{r.id:<{width}}  {r.summary}" for r in RULES.values()))
         return 0
     if args.write_docs:
-        try:
-            Path(args.write_docs).write_text(render_docs(), encoding="utf-8")
-        except OSError as error:
-            parser.exit(2, f"lint.py: error: cannot write {args.write_docs}: {error.strerror}\n")
+        write_docs(args.write_docs, args.force, parser)
         return 0
     if not args.paths:
         parser.error("give at least one file or folder to lint")
-    select = parse_ids(args.select, parser) if args.select else set(RULES)
-    select -= parse_ids(args.ignore, parser) if args.ignore else set()
+    try:
+        config = Config() if args.no_config else Config.nearest(args.paths)
+    except ValueError as error:
+        parser.error(str(error))
+    select = parse_ids(args.select, parser) if args.select else (config.select or set(RULES))
+    select -= config.ignore | (parse_ids(args.ignore, parser) if args.ignore else set())
 
-    findings, errors, read = lint_paths(args.paths, select)
-    for path, reason in errors:
+    findings, errors, read = lint_paths(args.paths, select, config)
+    for path, reason, _ in errors:
         print(f"{path}: skipped: {reason}", file=sys.stderr)
-    if not read:
-        return 2
     if args.json:
-        print(json.dumps({"findings": [f.__dict__ for f in findings],
-                          "errors": [{"path": p, "message": m} for p, m in errors]}, indent=2))
+        print(json.dumps({"findings": [f.as_json() for f in findings],
+                          "errors": [{"path": p, "message": m} for p, m, _ in errors]}, indent=2))
     else:
         for f in findings:
-            print(f"{f.path}:{f.line}: {f.rule} {f.message}")
-        print(f"lint: {len(findings)} finding(s) in {read} file(s)", file=sys.stderr)
+            print(f"{f.where()}: {f.rule} {f.message}")
+        if read:
+            print(f"lint: {len(findings)} finding(s) in {read} file(s)", file=sys.stderr)
+    if not read:
+        return 2 if any(bad for _, _, bad in errors) else 0
     return 1 if findings else 0
 
 
+def run():
+    """main() with the endings a command line owes its user: Ctrl-C exits 130 and a closed or full stdout
+    (`| head`, /dev/full) ends the run, both without a traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        code = 130
+    except BrokenPipeError:
+        code = 0  # the reader has what it wanted
+    except OSError as error:
+        if sys.stdout.closed or error.errno not in (errno.ENOSPC, errno.EPIPE):
+            raise
+        print(f"lint.py: error: cannot write the output: {error.strerror}", file=sys.stderr)
+        code = 2
+    else:
+        return code
+    try:  # drop what is left in the buffer, so that exiting does not try to write it again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())
