@@ -205,6 +205,18 @@ def method_call(node, *names):
 
 
 @dataclass(frozen=True)
+class Elsewhere:
+    """A place in another file of the run (where an imported model applies its softmax)."""
+    path: str
+    lineno: int
+
+
+def place(node):
+    """How a message names where node is: `line 16`, or `model.py line 16` in another file."""
+    return f"{Path(node.path).name} line {node.lineno}" if isinstance(node, Elsewhere) else f"line {node.lineno}"
+
+
+@dataclass(frozen=True)
 class Event:
     kind: str  # backward step zero sched clip unscale update eval train
     node: ast.AST
@@ -244,15 +256,19 @@ class Source:
             for child in self.children[node]:
                 self.parent[child] = node
             self.nodes.extend(self.children[node])
-        self.imports = {}
+        self.imports, self.star = {}, None
         for node in self.nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     root = alias.name.split(".")[0]
                     self.imports[alias.asname or root] = alias.name if alias.asname else root
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")  # relative: `.model`, followed across files
                 for alias in node.names:
-                    self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    if alias.name == "*":
+                        self.star = module  # `from torch import *`: free names such as no_grad come from there
+                    else:
+                        self.imports[alias.asname or alias.name] = module + ("" if module.endswith(".") else ".") + alias.name
         self.scopes = [node for node in self.nodes if isinstance(node, SCOPES)]
         self.functions = {}
         for node in self.nodes:
@@ -266,6 +282,8 @@ class Source:
         self.calls_by_name = {}  # `f(...)`, `x.f(...)` by f: who calls a function of this file
         for call in self.calls:
             self.calls_by_name.setdefault(terminal(call.func), []).append(call)
+        self.stored = {n.id for n in self.nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)} | {
+            n.arg for n in self.nodes if isinstance(n, ast.arg)} | set(self.functions) | set(self.classes)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
             any(isinstance(n, ast.Attribute) and n.attr.endswith("Loss") for n in self.nodes)
 
@@ -434,6 +452,8 @@ class Source:
             return None
         if expr.id in self.imports:
             base = self.imports[expr.id]
+        elif self.star and expr.id not in self.stored:
+            base = f"{self.star}.{expr.id}"
         else:
             value = self.definition(expr)
             base = self.qualname(value, depth + 1) if isinstance(value, (ast.Name, ast.Attribute)) else None
@@ -519,7 +539,8 @@ class Source:
                 return self.logged(self.activation(receiver, depth + 1))
             if attr in RESHAPES:
                 return self.activation(receiver, depth + 1)
-        cls = self.self_class(node.func)
+        cls = self.self_class(node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "forward"
+                              else node.func)  # self(x) or self.forward(x)
         if cls is not None:
             return self.class_activation(cls, depth + 1)
         return self.module_activation(self.origin(node.func), depth + 1)
@@ -543,6 +564,12 @@ class Source:
         if isinstance(made.func, ast.Name) and not name:
             classes = self.classes.get(made.func.id, [])
             return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
+        imported = self.project.find_class(self.path, name) if self.project and name and "torch" not in name else None
+        if imported is not None:  # `from model import Net`: Net's forward in model.py, a file of this run
+            other, cls = imported
+            found = other.class_activation(cls, depth + 1)
+            return (found[0], found[1] if isinstance(found[1], Elsewhere) else Elsewhere(other.path, found[1].lineno)) \
+                if found else None
         return None
 
     def class_activation(self, cls, depth):
@@ -625,6 +652,8 @@ class Source:
         if isinstance(func, ast.Name) and func.id in self.imports:
             name = self.imports[func.id].rsplit(".", 1)[-1]  # from torch.nn.utils import clip_grad_norm_ as clip
         if name not in EVENT_NAMES and "zero_grad" not in name:
+            if name == "context" and self.qualname(func) == "torch.distributed.autograd.context":
+                return [Event("zero", node)]  # each distributed-autograd context starts with no gradients
             return []
         if name in ("backward", "manual_backward") and receiver is not None:
             return [Event("backward", node)]
@@ -787,11 +816,11 @@ def check_softmax_into_ce(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "ce" and loss[1] is not None else None
         if found and found[0] == "softmax":
-            yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at line "
-                         f"{found[1].lineno} is squashed twice: the gradient vanishes as the model gets confident and "
+            yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
+                         f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "
                          f"training stalls. Pass the raw logits; keep softmax for predictions.")
         elif found and found[0] == "log_softmax":
-            yield call, (f"cross_entropy applies log_softmax itself; on log_softmax output (line {found[1].lineno}) the "
+            yield call, (f"cross_entropy applies log_softmax itself; on log_softmax output ({place(found[1])}) the "
                          f"value comes out right only because log_softmax is idempotent. Pass the raw logits to "
                          f"cross_entropy, or use nll_loss on the log-probabilities.")
 
@@ -821,7 +850,7 @@ def check_probs_into_nll(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "nll" and loss[1] is not None else None
         if found and found[0] == "softmax":
-            yield call, (f"nll_loss expects log-probabilities; on softmax output (line {found[1].lineno}) it computes "
+            yield call, (f"nll_loss expects log-probabilities; on softmax output ({place(found[1])}) it computes "
                          f"-p, a bounded loss with tiny gradients. Use log_softmax instead of softmax (or cross_entropy "
                          f"on logits).")
 
@@ -856,7 +885,7 @@ def check_sigmoid_into_bce_logits(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "bce_logits" and loss[1] is not None else None
         if found and found[0] == "sigmoid":
-            yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output (line {found[1].lineno}) "
+            yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output ({place(found[1])}) "
                          f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
 
 
@@ -1056,13 +1085,25 @@ def check_scheduler_before_optimizer(src):
 
 
 def guarded(src, node, loop):
-    """node sits under an `if` inside loop (`if step > 0 and step % n == 0: scheduler.step()`)."""
+    """node sits under an `if` inside loop that may skip the first pass (`if step % n == 0: scheduler.step()`),
+    not one that only asks whether the scheduler exists (`if scheduler:`, `if scheduler is not None:`)."""
+    subject = ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else None
     p = src.parent[node]
     while p is not loop:
-        if isinstance(p, ast.If):
+        if isinstance(p, ast.If) and not only_tests(p.test, subject):
             return True
         p = src.parent[p]
     return False
+
+
+def only_tests(test, subject):
+    """test checks nothing but that subject exists: `subject`, `subject is not None`, and of those."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return all(only_tests(v, subject) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        test = test.left
+    return ast.unparse(test) == subject
 
 
 @rule(
@@ -1155,7 +1196,7 @@ def check_clip_before_unscale(src):
         name = src.qualname(call.func) or ""
         if not name.startswith("torch.nn.utils.") or name.rsplit(".", 1)[-1] not in CLIPS:
             continue
-        for loop in src.enclosing_loops(call):
+        for loop in src.enclosing_loops(call) or [src.function(call) or src.tree]:
             events = src.events(loop)
             if any(e.kind == "step" and e.scaler for e in events):
                 if not any(e.kind == "unscale" and e.pos < position(call) for e in events):
@@ -1195,7 +1236,8 @@ def check_clip_before_unscale(src):
 def check_scaler_without_update(src):
     for step in (e for e in src.all_events() if e.kind == "step" and e.scaler):
         loops = src.enclosing_loops(step.node)
-        if loops and "update" not in src.reach_kinds(loops[0]):
+        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), loops[0] if loops else None)
+        if loop is not None and "update" not in src.reach_kinds(loop):  # `for opt in opts: scaler.step(opt)`
             yield step.node, ("scaler.step() without scaler.update() in the loop: the loss scale never adapts, and "
                               "after one overflow every later step is skipped. Call scaler.update() after scaler.step().")
 
@@ -1234,7 +1276,7 @@ def _flow(src, node, seen, depth):
     if isinstance(node, ast.Attribute):
         if node.attr == "data":
             return ("cut", node, "detach")
-        return flow(src, node.value, seen, depth) if node.attr in ("T", "mT", "H", "real") else LIVE
+        return flow(src, node.value, seen, depth)  # `outputs.loss` holds a graph when outputs does
     if isinstance(node, (ast.Subscript, ast.Starred)):
         return flow(src, node.value, seen, depth)
     if isinstance(node, ast.UnaryOp):
@@ -1414,7 +1456,8 @@ def graph_carriers(expr):
             continue
         if isinstance(node, (ast.Name, ast.Call)):
             found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):  # args.steps: not args itself
+            todo.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -1422,12 +1465,20 @@ def names_behind(src, exprs, follow):
     """Names in exprs, and in the values assigned to them, as long as those values are of a `follow` type."""
     names, todo = set(), list(exprs)
     while todo:
-        for name in (n for n in ast.walk(todo.pop()) if isinstance(n, ast.Name) and n.id not in names):
+        for name in (n for n in ast.walk(todo.pop()) if isinstance(n, ast.Name) and n.id not in names
+                     and not isinstance(src.parent.get(n), ast.Attribute)):  # `args` in args.weight is no loss
             names.add(name.id)
             value = src.definition(name)
             if isinstance(value, follow):
                 todo.append(value)
     return names
+
+
+def trains(src, node):
+    """node runs once per optimizer step: in a loop that calls backward() or step() (not a loop that sums the
+    terms of one loss, such as a perceptual loss over layers), or in a training_step method."""
+    loops = src.enclosing_loops(node)
+    return bool(loops) and (not isinstance(loops[0], LOOPS) or bool({"backward", "step"} & src.reach_kinds(loops[0])))
 
 
 @rule(
@@ -1472,7 +1523,7 @@ def check_loss_accumulated_with_graph(src):
                 sums.append((node, node.targets[0].id, node.value.right))
             elif method_call(node, "append") and isinstance(node.func.value, ast.Name) and len(node.args) == 1:
                 sums.append((node, node.func.value.id, node.args[0]))
-        sums = [(node, total, added) for node, total, added in sums if src.enclosing_loops(node)]
+        sums = [(node, total, added) for node, total, added in sums if trains(src, node)]
         if not sums:
             continue
         targets = [t for _, t in backward_calls(src, scope) if t is not None]
@@ -1482,7 +1533,8 @@ def check_loss_accumulated_with_graph(src):
             for t in n.targets if isinstance(t, ast.Name)}
         for node, total, added in sums:
             carried = [ast.unparse(n) for n in graph_carriers(added)
-                       if isinstance(n, ast.Name) and n.id in losses or isinstance(n, ast.Call) and src.loss_call(n)]
+                       if (isinstance(n, ast.Name) and n.id in losses or isinstance(n, ast.Call) and src.loss_call(n))
+                       and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
             if not carried or total in backpropagated or src.grad_off(node, True):
                 continue
             loop = src.enclosing_loops(node)[0]
@@ -1729,31 +1781,34 @@ def check_data_write(src):
 
 @rule(
     "torch-load-unsafe",
-    "torch.load(...) without weights_only=True.",
-    """torch.load unpickles the file. Before PyTorch 2.6 (and whenever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
-    is set) the default is weights_only=False, which runs any code a tampered checkpoint carries.
-    Pass weights_only=True so the call is safe on every version and fails loudly on anything but
-    tensors and plain containers; pass weights_only=False explicitly for a trusted file that
-    needs full pickle.""",
+    "torch.load(..., weights_only=False), which unpickles arbitrary objects.",
+    """torch.load unpickles the file. Since PyTorch 2.6 the default is weights_only=True, which
+    loads tensors and plain containers only; an explicit weights_only=False switches that off
+    and runs any code a tampered or downloaded checkpoint carries. Drop the argument (and, for
+    your own classes in a checkpoint, allow them with torch.serialization.add_safe_globals);
+    keep weights_only=False only for a file you made yourself and add # noqa there. A call
+    without the argument is not flagged: on PyTorch 2.6 or later it is safe (on an older pinned
+    torch, pass weights_only=True).""",
     """
     import torch
 
-    state = torch.load('checkpoint.pt', map_location='cpu')  # BUG: unpickles arbitrary objects on older torch
+    state = torch.load('checkpoint.pt', map_location='cpu', weights_only=False)  # BUG: runs whatever the pickle says
     model.load_state_dict(state)
     """,
     """
     import torch
 
-    state = torch.load('checkpoint.pt', map_location='cpu', weights_only=True)
+    state = torch.load('checkpoint.pt', map_location='cpu')  # weights_only=True by default since PyTorch 2.6
     model.load_state_dict(state)
     """,
 )
 def check_torch_load_unsafe(src):
     for call in src.calls:
-        if src.qualname(call.func) == "torch.load" and keyword(call, "weights_only") is None and not has_star_kwargs(call):
-            yield call, ("torch.load without weights_only=True unpickles arbitrary objects on PyTorch < 2.6 (or with "
-                         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD set): a tampered checkpoint can run code. Pass "
-                         "weights_only=True (or weights_only=False explicitly for a trusted file).")
+        if src.qualname(call.func) == "torch.load" and is_false(keyword(call, "weights_only")):
+            yield call, ("weights_only=False makes torch.load unpickle arbitrary objects: a tampered checkpoint runs "
+                         "code when it is loaded. Since PyTorch 2.6 the default, weights_only=True, loads tensors and "
+                         "plain containers safely: drop the argument (allow your own classes with "
+                         "torch.serialization.add_safe_globals), or keep it only for a file you made yourself.")
 
 
 @rule(
@@ -2039,38 +2094,88 @@ def check_inplace_on_saved_output(src):
 
 @rule(
     "train-loader-no-shuffle",
-    "A DataLoader over a training set is built with shuffle=False and no sampler.",
+    "A DataLoader that feeds training is built without shuffle=True (shuffle=False or left out) and no sampler.",
     """Without shuffling every epoch sees the samples in the same order, often sorted by class,
-    source or length. The model then learns the order (the loss drops and rises in a pattern
-    that repeats every epoch) and batches are not representative. Pass shuffle=True for
-    training, or a sampler (a DistributedSampler shuffles by default). If the order matters on
-    purpose (a curriculum, time series) or the dataset shuffles itself (an IterableDataset),
+    source or length (DataLoader's default is shuffle=False). The model then learns the order
+    (the loss drops and rises in a pattern that repeats every epoch) and batches are not
+    representative. Pass shuffle=True for training, or a sampler (a DistributedSampler shuffles
+    by default). A loader counts as a training loader when a loop of this file that calls
+    backward() or step() iterates it, when it is passed to trainer.fit or returned by
+    train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
+    train and that this file never evaluates with. Iterable datasets (which cannot be shuffled
+    by the loader) are left alone. If the order matters on purpose (a curriculum, time series),
     silence this line.""",
     """
+    import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    train_loader = DataLoader(train_set, batch_size=64, shuffle=False)  # BUG: same order every epoch
+    train_loader = DataLoader(train_set, batch_size=64)  # BUG: shuffle defaults to False: same order every epoch
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
     """,
     """
+    import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
     """,
 )
 def check_train_loader_no_shuffle(src):
     for call in src.calls:
         name = src.qualname(call.func) or ""
-        if not name.endswith(".DataLoader") or not is_false(argument(call, 2, "shuffle")) or \
-                keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
+        shuffle = argument(call, 2, "shuffle")
+        if not name.endswith(".DataLoader") or shuffle is not None and not is_false(shuffle) or len(call.args) > 3 or \
+                has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
+                iterable_dataset(src, argument(call, 0, "dataset")):
             continue
-        parent = src.parent.get(call)
-        labels = [ast.unparse(t) for t in getattr(parent, "targets", [])] + \
-                 [ast.unparse(a) for a in [argument(call, 0, "dataset")] if a is not None]
-        labels = [label.lower() for label in labels]
-        if any("train" in label for label in labels) and \
-                not any(w in label for label in labels for w in ("val", "test", "eval", "dev")):
-            yield call, ("this training DataLoader has shuffle=False: every epoch sees the samples in the same order, "
-                         "and the model learns that order. Pass shuffle=True (or a sampler).")
+        use = loader_use(src, call)
+        labels = [ast.unparse(t).lower() for t in getattr(src.parent.get(call), "targets", [])] + \
+                 [ast.unparse(a).lower() for a in [argument(call, 0, "dataset")] if a is not None]
+        named_train = any("train" in label for label in labels) and \
+            not any(w in label for label in labels for w in ("val", "test", "eval", "dev"))
+        if use == "train" or use is None and is_false(shuffle) and named_train:
+            how = "shuffle=False" if shuffle is not None else "no shuffle argument (the default is shuffle=False)"
+            yield call, (f"this training DataLoader has {how}: every epoch sees the samples in the same order, and "
+                         f"the model learns that order. Pass shuffle=True (or a sampler).")
+
+
+def iterable_dataset(src, dataset):
+    """dataset is (or may be) an IterableDataset, which a DataLoader cannot shuffle: built by a class whose
+    name or bases say Iterable, or by a call with streaming=True (Hugging Face datasets)."""
+    made = src.origin(dataset) if dataset is not None else None
+    if made is None:
+        return False
+    if "iterable" in (src.qualname(made.func) or "").lower() or keyword(made, "streaming") is not None:
+        return True
+    classes = src.classes.get(made.func.id, []) if isinstance(made.func, ast.Name) else []
+    return any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases)
+
+
+def loader_use(src, call):
+    """'train' when a training loop of this file iterates the loader built by call (or it goes to trainer.fit,
+    or train_dataloader() returns it); 'other' when only loops without backward() or step() do; None when
+    this file does not show."""
+    parent = src.parent.get(call)
+    function = src.function(call)
+    if isinstance(parent, ast.Return) and getattr(function, "name", "") == "train_dataloader":
+        return "train"
+    targets = [ast.unparse(t) for t in getattr(parent, "targets", []) if isinstance(t, (ast.Name, ast.Attribute))]
+    if not targets:
+        return None
+    mentions = lambda expr: any(ast.unparse(n) in targets for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute)))
+    if any(method_call(c, "fit") and any(mentions(a) for a in c.args + [k.value for k in c.keywords])
+           for c in src.calls_by_name.get("fit", [])):
+        return "train"
+    loops = [l for l in src.loops() if isinstance(l, (ast.For, ast.AsyncFor)) and mentions(l.iter)]
+    if not loops:
+        return None
+    return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
 
 
 # --- running: files, suppression, output ---------------------------------------------------------

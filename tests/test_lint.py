@@ -94,7 +94,7 @@ PLANTED = [
      "att = F.softmax(att)"),
     ("clean_gpt_amp.py", "p=self.dropout, training=self.training)", "p=self.dropout)", "dropout-missing-training",
      "att = F.dropout(att, p=self.dropout)"),
-    ("clean_gpt_amp.py", ", weights_only=True)", ")", "torch-load-unsafe", "checkpoint = torch.load("),
+    ("clean_gpt_amp.py", ", weights_only=True)", ", weights_only=False)", "torch-load-unsafe", "checkpoint = torch.load("),
     ("clean_gpt_amp.py", "    scaler.step(optimizer)\n    scaler.update()\n    scheduler.step()\n",
      "    scheduler.step()\n    scaler.step(optimizer)\n    scaler.update()\n", "scheduler-before-optimizer",
      "    scheduler.step()"),
