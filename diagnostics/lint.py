@@ -1154,6 +1154,22 @@ def check_clip_grad_order(src):
             break
 
 
+def branches(src, node):
+    """{if statement: 'body' or 'orelse'} for each if that node sits in."""
+    found, child, p = {}, node, src.parent.get(node)
+    while p is not None:
+        if isinstance(p, ast.If) and child is not p.test:
+            found[p] = "body" if any(child is s for s in p.body) else "orelse"
+        child, p = p, src.parent.get(p)
+    return found
+
+
+def exclusive(src, a, b):
+    """a and b sit in different branches of one if: they never run in the same pass."""
+    left, right = branches(src, a), branches(src, b)
+    return any(right.get(statement, side) != side for statement, side in left.items())
+
+
 @rule(
     "clip-before-unscale",
     "With a GradScaler, clip_grad_norm_ runs on still-scaled gradients (no scaler.unscale_ first).",
@@ -1197,7 +1213,7 @@ def check_clip_before_unscale(src):
         if not name.startswith("torch.nn.utils.") or name.rsplit(".", 1)[-1] not in CLIPS:
             continue
         for loop in src.enclosing_loops(call) or [src.function(call) or src.tree]:
-            events = src.events(loop)
+            events = [e for e in src.events(loop) if not exclusive(src, e.node, call)]  # not `if amp: ... else: ...`
             if any(e.kind == "step" and e.scaler for e in events):
                 if not any(e.kind == "unscale" and e.pos < position(call) for e in events):
                     yield call, ("the GradScaler's gradients are still multiplied by the loss scale here, so this "
@@ -1361,6 +1377,77 @@ def check_detached_loss(src):
                           f"model, so backward() fails or trains nothing. Keep the loss in torch ops on the original tensors.")
 
 
+def summands(src, node, depth=0):
+    """The terms a loss is the sum (or difference) of, following names: `a + 0.1 * b` -> [a, 0.1 * b]."""
+    if depth > 16 or node is None:
+        return []
+    if isinstance(node, ast.Name):
+        value = src.definition(node)
+        return summands(src, value, depth + 1) if isinstance(value, (ast.BinOp, ast.Name)) else [node]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return summands(src, node.left, depth + 1) + summands(src, node.right, depth + 1)
+    return [node]
+
+
+def looks_like_loss(src, expr):
+    """expr is a loss: a loss call, a name bound to one, or a name that says loss."""
+    expr = expr.func.value if method_call(expr, *DETACHING_METHODS) else expr
+    value = src.resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else expr
+    return bool(src.loss_call(value)) or "loss" in (terminal(expr) or "").lower()
+
+
+@rule(
+    "detached-loss-term",
+    "A term of the loss is cut from the graph (loss_b.detach(), .item(), .data) and added to the terms that train.",
+    """A term added as aux_loss.item() or aux_loss.detach() is a constant to autograd: it shows in
+    the logged loss, but its gradient is zero, so that part of the objective never trains (the
+    auxiliary head, the KL term, the regulariser stays where it started). Add the tensor itself.
+    A detached target inside a loss (F.mse_loss(pred, target.detach())) or a detached divisor
+    (loss / loss.detach()) is not a term and is not flagged.""",
+    """
+    import torch.nn.functional as F
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        logits, aux_logits = model(x)
+        main_loss = F.cross_entropy(logits, y)
+        aux_loss = F.cross_entropy(aux_logits, y)
+        loss = main_loss + 0.4 * aux_loss.item()  # BUG: the auxiliary head gets no gradient
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import torch.nn.functional as F
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        logits, aux_logits = model(x)
+        main_loss = F.cross_entropy(logits, y)
+        aux_loss = F.cross_entropy(aux_logits, y)
+        loss = main_loss + 0.4 * aux_loss
+        loss.backward()
+        optimizer.step()
+    """,
+)
+def check_detached_loss_term(src):
+    reported = set()
+    for call, target in backward_calls(src):
+        terms = summands(src, target)
+        flows = [flow(src, t) for t in terms]
+        if not any(f[0] == "live" for f in flows):
+            continue  # wholly cut: detached-loss says so
+        for term, (state, where, why) in zip(terms, flows):
+            if state != "cut" or why != "detach" or where in reported:
+                continue
+            inner = where.func.value if isinstance(where, ast.Call) and isinstance(where.func, ast.Attribute) else \
+                where.value if isinstance(where, ast.Attribute) else where.args[0] if where.args else None
+            if inner is not None and looks_like_loss(src, inner):
+                reported.add(where)
+                yield where, (f"{ast.unparse(inner)} enters the loss backpropagated at line {call.lineno} through "
+                              f"{cut_label(src, where)}, which has no autograd history: this term shows in the logged "
+                              f"loss but trains nothing. Add {ast.unparse(inner)} itself.")
+
+
 @rule(
     "backward-under-no-grad",
     "backward() on a loss computed under torch.no_grad() / inference_mode (or in a function decorated with one).",
@@ -1474,6 +1561,12 @@ def names_behind(src, exprs, follow):
     return names
 
 
+def adds_to(value, total):
+    """value is `total + ...` (`total += x` reads so too): a running sum, not a reset."""
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and \
+        isinstance(value.left, ast.Name) and value.left.id == total
+
+
 def trains(src, node):
     """node runs once per optimizer step: in a loop that calls backward() or step() (not a loop that sums the
     terms of one loss, such as a perceptual loss over layers), or in a training_step method."""
@@ -1538,9 +1631,8 @@ def check_loss_accumulated_with_graph(src):
             if not carried or total in backpropagated or src.grad_off(node, True):
                 continue
             loop = src.enclosing_loops(node)[0]
-            rebound = [pos for pos, value in src.bindings(scope).get(total, [])
-                       if position(loop) <= pos <= end_position(loop) and src.parent.get(value) is not node
-                       and value is not getattr(node, "value", None)]
+            rebound = [pos for pos, value in src.bindings(scope).get(total, [])  # reset in the loop: not a running total
+                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)]
             if not rebound:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "
@@ -2176,6 +2268,97 @@ def loader_use(src, call):
     if not loops:
         return None
     return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
+
+
+def int_constant(node, default):
+    """The int a node writes (`1`, `-1`), default when absent, None when not a constant."""
+    if node is None:
+        return default
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = int_constant(node.operand, None)
+        return -inner if inner is not None else None
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
+
+
+def mask_context(src, call):
+    """call builds an attention mask: its statement assigns a name that says mask or causal, registers a buffer
+    named so (or `bias`, as nanoGPT does), or hands it to masked_fill or an attn_mask= argument."""
+    child, p = call, src.parent.get(call)
+    while p is not None and not isinstance(p, ast.stmt):
+        if method_call(p, "masked_fill", "masked_fill_") and child in p.args[:1]:
+            return True
+        if isinstance(p, ast.keyword) and p.arg in ("attn_mask", "mask"):
+            return True
+        if method_call(p, "register_buffer") and p.args and isinstance(p.args[0], ast.Constant) and \
+                any(w in str(p.args[0].value).lower() for w in ("mask", "causal", "bias")):
+            return True
+        child, p = p, src.parent.get(p)
+    targets = getattr(p, "targets", []) + [t for t in [getattr(p, "target", None)] if t is not None]
+    return any(w in ast.unparse(t).lower() for t in targets for w in ("mask", "causal"))
+
+
+def transposed(src, node):
+    """node's value is transposed later in its statement: `(torch.triu(ones) == 1).transpose(0, 1)`."""
+    p = src.parent.get(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        if isinstance(p, ast.Attribute) and p.attr in ("T", "mT", "t", "transpose", "transpose_") or \
+                isinstance(p, ast.Call) and src.qualname(p.func) in ("torch.transpose", "torch.t"):
+            return True
+        p = src.parent.get(p)
+    return False
+
+
+@rule(
+    "causal-mask-offset",
+    "A causal attention mask built with the wrong diagonal: tril(..., diagonal=1) as the allowed positions, or triu(..., diagonal=0) as the blocked ones.",
+    """A causal mask allows position i to attend to positions j <= i: tril(ones) (diagonal=0) as the
+    allowed positions, or triu(ones, diagonal=1) as the blocked ones. One off in either direction
+    trains without any error: tril(..., diagonal=1) lets every token see the next one, so the model
+    learns to copy it (the training loss drops far below what generation achieves); triu(...,
+    diagonal=0) (the default diagonal) also blocks each token from itself, so the first row is
+    all masked (NaN after the softmax) and every token loses its own input. Only a tril or triu
+    that feeds a mask (a name or buffer that says mask, causal or bias, masked_fill, attn_mask=)
+    is checked, and one that is transposed afterwards (the old triu(...).transpose(0, 1) idiom)
+    is left alone.""",
+    """
+    import torch
+
+    T = 8
+    scores = q @ k.transpose(-2, -1)  # (B, T, T)
+    causal_mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # BUG: each token also sees the next one
+    scores = scores.masked_fill(~causal_mask, float('-inf'))
+    """,
+    """
+    import torch
+
+    T = 8
+    scores = q @ k.transpose(-2, -1)  # (B, T, T)
+    causal_mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    scores = scores.masked_fill(~causal_mask, float('-inf'))
+    """,
+)
+def check_causal_mask_offset(src):
+    for call in src.calls:
+        name = src.qualname(call.func) or ""
+        if name in ("torch.tril", "torch.triu"):
+            kind, diagonal = name[6:], argument(call, 1, "diagonal")
+        elif method_call(call, "tril", "triu", "tril_", "triu_") and not name:
+            kind, diagonal = call.func.attr.rstrip("_"), argument(call, 0, "diagonal")
+        else:
+            continue
+        offset = int_constant(diagonal, 0)
+        if offset is None or (kind == "tril" and offset <= 0) or (kind == "triu" and offset >= 1):
+            continue
+        if transposed(src, call) or not mask_context(src, call):
+            continue
+        if kind == "tril":
+            yield call, (f"tril(..., diagonal={offset}) allows {offset} position(s) above the diagonal: as a causal "
+                         f"mask it lets each token see the next {offset}, so the model learns to copy the answer. "
+                         f"Allow with tril(...) (diagonal=0), or block with triu(..., diagonal=1).")
+        else:
+            yield call, (f"triu(..., diagonal={offset}) includes the diagonal: as the blocked part of a causal mask it "
+                         f"also hides each token from itself, and the first row is fully masked (NaN after the "
+                         f"softmax). Block with triu(..., diagonal=1), or allow with tril(...).")
 
 
 # --- running: files, suppression, output ---------------------------------------------------------
