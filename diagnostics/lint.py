@@ -2464,13 +2464,15 @@ def notebook_source(text):
     return "\n".join(lines) + "\n", where
 
 
-PY2_HINTS = ("Missing parentheses in call to", "multiple exception types must be parenthesized",
-             "leading zeros in decimal integer literals", "invalid hexadecimal literal")
+PY2_HINTS = {"Missing parentheses in call to 'print'": "print statement",
+             "Missing parentheses in call to 'exec'": "exec statement",
+             "multiple exception types must be parenthesized": "except E, e",
+             "leading zeros in decimal integer literals": "0777-style octal literal"}
 
 
 def python2(error):
-    """A SyntaxError that marks Python 2 source (print statement, `except E, e`, 0777 literals)."""
-    return any(hint in (error.msg or "") for hint in PY2_HINTS)
+    """What marks a SyntaxError as Python 2 source (`print statement`), else None."""
+    return next((label for hint, label in PY2_HINTS.items() if hint in (error.msg or "")), None)
 
 
 class Project:
@@ -2542,8 +2544,8 @@ def lint_paths(paths, select=None, config=None):
             errors.append((str(path), str(error), True))
         except SyntaxError as error:
             if python2(error):
-                errors.append((str(path), f"Python 2 source ({error.msg.split(chr(10))[0].rstrip('.?')}, line "
-                                          f"{error.lineno}); lint reads Python 3", False))
+                errors.append((str(path), f"Python 2 source ({python2(error)}, line {error.lineno}); lint reads Python 3",
+                               False))
             else:
                 errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})", True))
         except (RecursionError, MemoryError):
@@ -2561,7 +2563,8 @@ class Config:
         exclude = ["legacy/*", "notebooks/scratch_*.ipynb"] # paths not linted, relative to this file
         per-file-ignores = {"tests/*" = ["data-write"]}     # rules skipped in those paths
 
-    `--select` on the command line replaces `select`; `--ignore` adds to `ignore`; `--no-config` skips the file."""
+    `--select` on the command line replaces `select` and `ignore`; `--ignore` adds to `ignore`; `--no-config`
+    skips the file. `exclude` and `per-file-ignores` hold whatever the command line says."""
 
     KEYS = {"select", "ignore", "exclude", "per-file-ignores"}
 
@@ -2738,8 +2741,11 @@ def main(argv=None):
         config = Config() if args.no_config else Config.nearest(args.paths)
     except ValueError as error:
         parser.error(str(error))
-    select = parse_ids(args.select, parser) if args.select else (config.select or set(RULES))
-    select -= config.ignore | (parse_ids(args.ignore, parser) if args.ignore else set())
+    if args.select:  # asked for by name on the command line: the file's select and ignore give way
+        select = parse_ids(args.select, parser)
+    else:
+        select = (set(RULES) if config.select is None else config.select) - config.ignore
+    select -= parse_ids(args.ignore, parser) if args.ignore else set()
 
     findings, errors, read = lint_paths(args.paths, select, config)
     for path, reason, _ in errors:

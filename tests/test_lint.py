@@ -1,7 +1,13 @@
 """lint.py: every rule flags its bug at the marked line and nothing else, realistic clean code stays
 clean, the docs page is the registry, and the command line keeps its contract."""
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -305,3 +311,202 @@ def test_docstring_output_is_what_the_command_prints_now():
     doc = lint.__doc__.split("$ python diagnostics/lint.py tests/data/lint/buggy_classifier.py\n")[1]
     shown = doc.split("\n\nHow to read it")[0]
     assert [line.strip() for line in shown.splitlines()] == (proc.stdout + proc.stderr).splitlines()
+
+
+# --- issue 11: across files, notebooks, Python 2, settings in pyproject.toml ---------------------
+
+MODELS = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return {}
+"""
+TRAIN = """import torch.nn as nn
+{}
+
+
+def train(loader, optimizer):
+    model = Net()
+    criterion = nn.{}()
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)
+        loss.backward()
+        optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("returned, loss, rule", [
+    ("torch.softmax(self.fc(x), dim=-1)", "CrossEntropyLoss", "softmax-into-ce"),
+    ("torch.sigmoid(self.fc(x))", "BCEWithLogitsLoss", "sigmoid-into-bce-logits"),
+    ("self.fc(x)", "CrossEntropyLoss", None),
+])
+@pytest.mark.parametrize("package", [False, True], ids=["script", "package"])
+def test_an_activation_in_an_imported_model_of_another_file_is_followed(tmp_path, returned, loss, rule, package):
+    folder = tmp_path / "pkg" if package else tmp_path
+    folder.mkdir(exist_ok=True)
+    (folder / "__init__.py").write_text("")
+    (folder / "models.py").write_text(MODELS.format(returned))
+    (folder / "train.py").write_text(TRAIN.format("from .models import Net" if package else "from models import Net", loss))
+    findings, errors, read = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and read == 3
+    assert [(Path(f.path).name, f.rule, f.line) for f in findings] == ([("train.py", rule, 10)] if rule else [])
+    if rule:
+        assert "models.py line 11" in findings[0].message
+    alone, _, _ = lint.lint_paths([str(folder / "train.py")])  # models.py not given: nothing to follow
+    assert alone == [] if package else True
+
+
+def notebook(*cells):
+    return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
+                                 for kind, text in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_notebook_code_cells_are_linted_with_findings_by_cell_and_line(tmp_path):
+    path = tmp_path / "explore.ipynb"
+    path.write_text(notebook(("markdown", "# Training\nsome *notes*"),
+                             ("code", "%matplotlib inline\n!pip install torch\nimport torch.nn.functional as F"),
+                             ("code", "logits = model(x)\nloss = F.cross_entropy(F.softmax(logits, dim=-1), y)"),
+                             ("code", "%%bash\nls -l")))
+    proc = run_cli("lint.py", path, "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["findings"] == [
+        {"rule": "softmax-into-ce", "path": str(path), "line": 2, "cell": 3, "message": json.loads(proc.stdout)["findings"][0]["message"]}]
+    human = run_cli("lint.py", path)
+    assert human.stdout.startswith(f"{path}:cell 3:2: softmax-into-ce ")
+
+
+PY2 = 'import torch\nprint "loss", loss\n'
+
+
+@pytest.mark.hostile
+def test_python2_files_are_skipped_with_one_line_each_and_the_rest_is_linted(tmp_path):
+    (tmp_path / "old.py").write_text(PY2)
+    (tmp_path / "older.py").write_text("try:\n    x = 1\nexcept ValueError, e:\n    pass\n")
+    alone = run_cli("lint.py", tmp_path / "old.py", "--json")
+    assert alone.returncode == 0 and "Python 2" in alone.stderr and len(alone.stderr.splitlines()) == 1
+    assert json.loads(alone.stdout)["findings"] == []
+    (tmp_path / "new.py").write_text(SOFTMAX_BUG.format(""))
+    proc = run_cli("lint.py", tmp_path)
+    assert proc.returncode == 1 and proc.stdout.count("softmax-into-ce") == 1
+    assert [line for line in proc.stderr.splitlines() if "Python 2" in line] == [
+        f"{tmp_path / 'old.py'}: skipped: Python 2 source (print statement, line 2); lint reads Python 3",
+        f"{tmp_path / 'older.py'}: skipped: Python 2 source (except E, e, line 3); lint reads Python 3"]
+
+
+def test_pyproject_settings_select_ignore_exclude_and_per_file_ignores(tmp_path, capsys):
+    buggy = SOFTMAX_BUG.format("") + "torch_load = __import__('torch').load\nimport torch\nstate = torch.load('c.pt', weights_only=False)\n"
+    for name in ("train.py", "legacy/old.py", "scripts/probe.py", "notebooks/nb.py"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(buggy)
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[tool.ml-debug.lint]\nignore = ["torch-load-unsafe"]\nexclude = ["legacy"]\n'
+        'per-file-ignores = {"scripts/*" = ["softmax-into-ce"]}\n')
+
+    def run(*args):
+        code = lint.main([str(tmp_path), "--json", *args])
+        return code, sorted((Path(f["path"]).relative_to(tmp_path).as_posix(), f["rule"])
+                            for f in json.loads(capsys.readouterr().out)["findings"])
+
+    assert run() == (1, [("notebooks/nb.py", "softmax-into-ce"), ("train.py", "softmax-into-ce")])
+    assert run("--select", "torch-load-unsafe")[1] == [("notebooks/nb.py", "torch-load-unsafe"),
+                                                       ("scripts/probe.py", "torch-load-unsafe"),
+                                                       ("train.py", "torch-load-unsafe")]
+    assert len(run("--no-config")[1]) == 8
+    (tmp_path / "pyproject.toml").write_text('[tool.ml-debug.lint]\nselect = ["no-such-rule"]\n')
+    proc = run_cli("lint.py", tmp_path)
+    assert_one_line_error(proc)
+    assert "no-such-rule" in proc.stderr and "pyproject.toml" in proc.stderr
+
+
+# --- issue 8: hostile inputs and faults ------------------------------------------------------------
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("text", [
+    "-" * 100_000 + "1\n",  # MemoryError or RecursionError inside ast.parse
+    "x = " + "+".join(["1"] * 200_000) + "\n",
+    "loss = " + "+".join(["a"] * 30_000) + "\nloss.backward()\n",  # parses; too deep for the analysis
+    "f(" * 300 + ")" * 300 + "\n",
+], ids=["unary-chain", "long-sum", "deep-loss", "nested-calls"])
+def test_input_too_deep_to_parse_is_one_line_not_a_crash(tmp_path, text):
+    (tmp_path / "deep.py").write_text(text)
+    proc = run_cli("lint.py", tmp_path / "deep.py", "--json")
+    assert_one_line_error(proc)
+    assert json.loads(proc.stdout)["findings"] == [] and len(json.loads(proc.stdout)["errors"]) == 1
+
+
+@pytest.mark.hostile
+def test_fifo_and_device_are_refused_at_once(tmp_path):
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        proc = run_cli("lint.py", path, timeout=20)
+        assert_one_line_error(proc)
+        assert "not a regular file" in proc.stderr
+    (tmp_path / "ok.py").write_text(SOFTMAX_BUG.format(""))
+    proc = run_cli("lint.py", tmp_path, timeout=20)  # a FIFO met while walking a folder is skipped too
+    assert proc.returncode == 1 and "pipe.py: skipped: not a regular file" in proc.stderr
+
+
+@pytest.mark.hostile
+def test_json_is_valid_json_whatever_happens(tmp_path):
+    (tmp_path / "bad.py").write_text("def broken(:\n")
+    for args in ([tmp_path / "bad.py"], [], [tmp_path / "missing.py"], [tmp_path / "bad.py", "--select", "nope"]):
+        proc = run_cli("lint.py", *args, "--json")
+        assert proc.returncode == 2
+        out = json.loads(proc.stdout)
+        assert out["findings"] == [] and len(out["errors"]) == 1
+
+
+def many_findings(tmp_path, count):
+    path = tmp_path / "many.py"
+    path.write_text("import torch.nn.functional as F\n" + "loss = F.cross_entropy(F.softmax(z, dim=-1), y)\n" * count)
+    return path
+
+
+@pytest.mark.hostile
+def test_closed_or_full_stdout_ends_quietly(tmp_path):
+    path = many_findings(tmp_path, 1000)  # about 250 kB of output: more than a pipe holds
+    proc = subprocess.Popen([sys.executable, str(ROOT / "diagnostics" / "lint.py"), str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline().startswith(str(path).encode())
+    proc.stdout.close()  # what `| head -1` does
+    assert proc.wait(timeout=60) == 0 and b"Traceback" not in proc.stderr.read()
+    proc.stderr.close()
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, str(ROOT / "diagnostics" / "lint.py"), str(path)],
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert_one_line_error(proc)
+    assert "No space left" in proc.stderr
+
+
+@pytest.mark.hostile
+def test_ctrl_c_exits_130_quietly(tmp_path):
+    path = many_findings(tmp_path, 20_000)  # several seconds of work
+    proc = subprocess.Popen([sys.executable, str(ROOT / "diagnostics" / "lint.py"), str(path)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == b""
+
+
+def test_analysis_time_grows_linearly_with_file_size():
+    """Issue 8: 20,000 lines took 42 s because one analysis was quadratic; a file of 4x the lines must
+    take well under 16x the time (measured: about 4x)."""
+    corpus = [p.read_text(encoding="utf-8") for p in sorted(CORPUS.glob("*.py"))]
+    small = "\n".join(corpus)
+    large = "\n".join(corpus * 4)
+    times = []
+    for text in (small, large):
+        start = time.perf_counter()
+        lint.lint_source(text)
+        times.append(time.perf_counter() - start)
+    assert times[1] < 8 * times[0], times
