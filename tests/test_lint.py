@@ -299,7 +299,13 @@ def test_docs_page_layout():
     lines = lint.render_docs().splitlines()
     assert lines[0].startswith("# ") and lines[1] == "" and lines[2] and lines[3] == "" and lines[4] == "## Contents"
     headings = [line[3:] for line in lines if line.startswith("## ")]
-    assert headings == ["Contents", "Usage", *lint.RULES]
+    assert headings == ["Contents", "Usage", "Measured precision", *lint.RULES]
+    table = [line for line in lines if line.startswith("| [")]
+    assert len(table) == len(lint.RULES)
+    for line in table:  # every rule finds each bug planted for it, and nothing else, on the test code
+        rule, found, false, precision = [cell.strip() for cell in line.strip("|").split("|")]
+        hits, _, planted = found.split()
+        assert hits == planted and int(planted) >= 1 and false == "0" and precision == "100%", line
     for r in RULES:
         assert f"- [{r.id}](#{r.id}): {r.summary}" in lines
     prose = re.sub(r"```.*?```", "", lint.render_docs(), flags=re.S)
