@@ -746,6 +746,16 @@ class Source:
             node.name == "training_step" and isinstance(self.parent.get(node), ast.ClassDef)
 
     @memo
+    def loops_over(self):
+        """{name or attribute as written: the for loops whose iterable mentions it}."""
+        found = {}
+        for loop in self.loops():
+            if isinstance(loop, (ast.For, ast.AsyncFor)):
+                for name in {ast.unparse(n) for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))}:
+                    found.setdefault(name, []).append(loop)
+        return found
+
+    @memo
     def loops(self):
         return [node for node in self.nodes if self.is_loop(node)]
 
@@ -1946,7 +1956,7 @@ def check_dropout_missing_training(src):
 
 def freezes_something(src):
     """The file freezes parameters: requires_grad = False, requires_grad_(False)."""
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, ast.Assign) and is_false(node.value) and \
                 any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
             return True
@@ -2265,7 +2275,7 @@ def loader_use(src, call):
     if any(method_call(c, "fit") and any(mentions(a) for a in c.args + [k.value for k in c.keywords])
            for c in src.calls_by_name.get("fit", [])):
         return "train"
-    loops = [l for l in src.loops() if isinstance(l, (ast.For, ast.AsyncFor)) and mentions(l.iter)]
+    loops = [l for target in targets for l in src.loops_over().get(target, [])]
     if not loops:
         return None
     return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
