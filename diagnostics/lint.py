@@ -7,21 +7,23 @@ Symptom
     summed with its graph, a model left in eval mode after validation.
 
 What it checks
-    It parses each Python file with `ast` (nothing is imported or run; torch need not be
-    installed) and applies the rules that `--list-rules` prints; refs/static_analysis.md documents
-    each with a bad and a good example. It follows imports and aliases
-    (`import torch.nn.functional as F`, `from torch import nn`), simple assignments
+    It parses each Python file or notebook with `ast` (nothing is imported or run; torch need
+    not be installed) and applies the rules that `--list-rules` prints; refs/static_analysis.md
+    documents each with a bad and a good example, and its measured precision. It follows imports
+    and aliases (`import torch.nn.functional as F`, `from torch import nn`), simple assignments
     (`crit = nn.CrossEntropyLoss()`, `out = model(x).softmax(-1)` then `crit(out, y)`),
-    `self.x = ...` attributes set once in a class, and calls to functions defined in the same
-    file. Rules are tuned for precision: when the code leaves a doubt (a helper from another
-    module, a name it cannot trace) the rule stays silent.
+    `self.x = ...` attributes set once in a class, calls to functions defined in the same file,
+    and classes imported from the other files it is given (`from model import Net`). Rules are
+    tuned for precision: when the code leaves a doubt (a helper from a module it was not given, a
+    name it cannot trace) the rule stays silent. Its time grows linearly with the size of a file.
 
 Command
-    python diagnostics/lint.py train.py src/          # files and folders (*.py)
+    python diagnostics/lint.py train.py src/          # files and folders (*.py, *.ipynb)
     python diagnostics/lint.py train.py --json        # {"findings": [{rule, path, line, message}]}
     python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce
     python diagnostics/lint.py src/ --ignore data-write
     python diagnostics/lint.py --list-rules
+    # settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores)
 
 Output
     $ python diagnostics/lint.py tests/data/lint/buggy_classifier.py
@@ -32,12 +34,13 @@ Output
     lint: 4 finding(s) in 1 file(s)
 
 How to read it
-    One line per finding: `path:line: rule message`. The message says what goes wrong at run
-    time and what to write instead. Exit code 0 when clean, 1 when something was found, 2 when
-    nothing could be read (a file that cannot be read or parsed is reported on stderr and
-    skipped). When a finding is intended, silence it on that line with a trailing
-    `# noqa: <rule>` (several: `# noqa: rule-a, rule-b`; a bare `# noqa` silences every rule),
-    or for a whole run with `--ignore <rule>`.
+    One line per finding: `path:line: rule message` (in a notebook `path:cell N:line:`). The
+    message says what goes wrong at run time and what to write instead. Exit code 0 when clean,
+    1 when something was found, 2 when nothing could be read (a file that cannot be read or
+    parsed, a Python 2 file, a FIFO or device is reported on stderr in one line and skipped).
+    When a finding is intended, silence it on that line with a trailing `# noqa: <rule>`
+    (several: `# noqa: rule-a, rule-b`; a bare `# noqa` silences every rule), for a whole run
+    with `--ignore <rule>`, or for some paths with `per-file-ignores` in pyproject.toml.
 
 Next step
     Fix the line, or confirm the suspicion at run time with the diagnostics in this folder:
