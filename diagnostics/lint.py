@@ -2254,13 +2254,19 @@ def check_train_loader_no_shuffle(src):
 def iterable_dataset(src, dataset):
     """dataset is (or may be) an IterableDataset, which a DataLoader cannot shuffle: built by a class whose
     name or bases say Iterable, or by a call with streaming=True (Hugging Face datasets)."""
-    made = src.origin(dataset) if dataset is not None else None
-    if made is None:
-        return False
-    if "iterable" in (src.qualname(made.func) or "").lower() or keyword(made, "streaming") is not None:
-        return True
-    classes = src.classes.get(made.func.id, []) if isinstance(made.func, ast.Name) else []
-    return any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases)
+    if isinstance(dataset, ast.Name):  # any of its values: `ds = IterableX(...) if streaming else TensorDataset(...)`
+        made = [v for _, v in src.bindings(src.scope(dataset)).get(dataset.id, [])]
+    else:
+        made = [src.origin(dataset)] if dataset is not None else []
+    for call in (src.resolve(m) for m in made if m is not None):
+        if not isinstance(call, ast.Call):
+            continue
+        if "iterable" in (src.qualname(call.func) or terminal(call.func) or "").lower() or keyword(call, "streaming") is not None:
+            return True
+        classes = src.classes.get(call.func.id, []) if isinstance(call.func, ast.Name) else []
+        if any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases):
+            return True
+    return False
 
 
 def loader_use(src, call):

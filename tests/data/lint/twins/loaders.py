@@ -24,3 +24,15 @@ def fit(model, optimizer, train_set, val_set):
         with torch.no_grad():
             for x, y in val_loader:
                 model(x)
+
+
+def fit_stream(model, optimizer, values, streaming):
+    if streaming:
+        dataset = ShardedIterableDataset(values)  # an IterableDataset shuffles itself, or not at all
+    else:
+        dataset = torch.utils.data.TensorDataset(torch.as_tensor(values))
+    loader = DataLoader(dataset, batch_size=16)
+    for (x,) in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
