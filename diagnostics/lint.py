@@ -2523,10 +2523,8 @@ class Project:
         level = len(dotted) - len(dotted.lstrip("."))
         module, _, name = dotted.lstrip(".").rpartition(".")
         here = Path(importer).resolve().parent
-        if level:
-            bases = [here.parents[level - 2] if level > 1 else here] if level - 1 <= len(here.parents) else []
-        else:
-            bases = [here, *list(here.parents)[:8]]
+        up = [here, *here.parents]
+        bases = up[level - 1:level] if level else up[:9]  # `.model`: this folder; `model`: here or a folder above
         parts = module.split(".") if module else []
         for base in bases:
             for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
