@@ -184,6 +184,15 @@ def terminal(expr):
     return None
 
 
+def dotted(expr):
+    """`a.b.c` for a name or attribute chain, else None (what ast.unparse gives for those, much faster)."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    return ".".join([expr.id, *reversed(parts)]) if isinstance(expr, ast.Name) else None
+
+
 def keyword(call, name):
     return next((kw.value for kw in call.keywords if kw.arg == name), None)
 
@@ -754,7 +763,7 @@ class Source:
         found = {}
         for loop in self.loops():
             if isinstance(loop, (ast.For, ast.AsyncFor)):
-                for name in {ast.unparse(n) for n in ast.walk(loop.iter) if isinstance(n, (ast.Name, ast.Attribute))}:
+                for name in {dotted(n) for n in ast.walk(loop.iter)} - {None}:
                     found.setdefault(name, []).append(loop)
         return found
 
@@ -2053,7 +2062,7 @@ def check_optimizer_param_subset(src):
                isinstance(p.func.value, ast.Attribute) and p.func.value.attr not in WRAPPERS]
     if not subsets or freezes_something(src):
         return
-    called = {ast.unparse(c.func) for c in src.calls if isinstance(c.func, (ast.Name, ast.Attribute))}
+    called = {dotted(c.func) for c in src.calls} - {None}
     for call, part in subsets:
         roots = [p for p in prefixes(part) if ast.unparse(p) in called]
         if not roots:
