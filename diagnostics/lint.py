@@ -505,8 +505,8 @@ class Source:
         """(kind, input) when call computes a loss, else None. kind: ce, nll, bce_logits, bce for those
         torch losses; other for the rest, and for a callable this file cannot trace that is named like
         a loss (criterion, loss_fn) and called as f(prediction, target)."""
-        if not isinstance(call, ast.Call):
-            return None
+        if not isinstance(call, ast.Call) or isinstance(call.func, ast.Attribute) and call.func.attr in TENSOR_METHODS:
+            return None  # x.view(...), x.mean(...): a tensor method, never a loss (and most calls are these)
         name = self.qualname(call.func) or ""
         if name.startswith("torch.nn.functional.") and name.rsplit(".", 1)[1] in LOSS_FUNCTIONS:
             return LOSS_FUNCTIONS[name.rsplit(".", 1)[1]], argument(call, 0, "input")
