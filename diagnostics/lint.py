@@ -2286,14 +2286,19 @@ def loader_use(src, call):
     function = src.function(call)
     if isinstance(parent, ast.Return) and getattr(function, "name", "") == "train_dataloader":
         return "train"
-    targets = [ast.unparse(t) for t in getattr(parent, "targets", []) if isinstance(t, (ast.Name, ast.Attribute))]
+    targets = {dotted(t) for t in getattr(parent, "targets", [])} - {None}
     if not targets:
         return None
-    mentions = lambda expr: any(ast.unparse(n) in targets for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute)))
-    if any(method_call(c, "fit") and any(mentions(a) for a in c.args + [k.value for k in c.keywords])
-           for c in src.calls_by_name.get("fit", [])):
-        return "train"
-    loops = [l for target in targets for l in src.loops_over().get(target, [])]
+
+    def same_place(node):  # the loader's function; for `self.loader`, any method of its class
+        if all(t.startswith("self.") for t in targets):
+            return src.method(node) is not None and src.parent.get(src.method(node)) is src.parent.get(src.method(call))
+        return src.function(node) is function
+
+    fits = [c for c in src.calls_by_name.get("fit", []) if method_call(c, "fit") and same_place(c)]
+    if any(dotted(argument(c, 1, "train_dataloaders")) in targets for c in fits):
+        return "train"  # trainer.fit(model, train_loader)
+    loops = [l for target in targets for l in src.loops_over().get(target, []) if same_place(l)]
     if not loops:
         return None
     return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"

@@ -36,3 +36,14 @@ def fit_stream(model, optimizer, values, streaming):
         optimizer.zero_grad()
         model(x).sum().backward()
         optimizer.step()
+
+
+def fit_lightning(trainer, module, train_set, val_set):
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=4)
+    val_loader = DataLoader(val_set, batch_size=64)
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+
+
+def fit_lightning_broken(trainer, module, train_set):
+    loader = DataLoader(train_set, batch_size=32, num_workers=4)  # BUG: train-loader-no-shuffle
+    trainer.fit(module, loader)
