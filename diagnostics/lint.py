@@ -2866,7 +2866,7 @@ def run():
     except BrokenPipeError:
         code = 0  # the reader has what it wanted
     except OSError as error:
-        if sys.stdout.closed or error.errno not in (errno.ENOSPC, errno.EPIPE):
+        if error.errno != errno.ENOSPC:  # a full disk or /dev/full; anything else is not about the output
             raise
         print(f"lint.py: error: cannot write the output: {error.strerror}", file=sys.stderr)
         code = 2
