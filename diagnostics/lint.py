@@ -576,14 +576,25 @@ class Source:
             return self.module_activation(made.args[-1], depth + 1)
         if isinstance(made.func, ast.Name) and not name:
             classes = self.classes.get(made.func.id, [])
-            return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
-        imported = self.project.find_class(self.path, name) if self.project and name and "torch" not in name else None
+            if classes:
+                return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
+            factories = self.helpers(made)  # model = build_model()
+            return self.factory_activation(factories[0], depth + 1) if factories else None
+        imported = self.project.find(self.path, name) if self.project and name and "torch" not in name else None
         if imported is not None:  # `from model import Net`: Net's forward in model.py, a file of this run
-            other, cls = imported
-            found = other.class_activation(cls, depth + 1)
+            other, definition = imported
+            found = other.class_activation(definition, depth + 1) if isinstance(definition, ast.ClassDef) \
+                else other.factory_activation(definition, depth + 1)
             return (found[0], found[1] if isinstance(found[1], Elsewhere) else Elsewhere(other.path, found[1].lineno)) \
                 if found else None
         return None
+
+    def factory_activation(self, function, depth):
+        """The activation the module every return of a factory function builds ends with, else None."""
+        returns = [r.value for r in self.local(function) if isinstance(r, ast.Return) and r.value is not None]
+        found = [self.module_activation(self.origin(value), depth + 1) for value in returns]
+        kinds = {f[0] if f else None for f in found}
+        return found[0] if found and len(kinds) == 1 and None not in kinds else None
 
     def class_activation(self, cls, depth):
         """The activation every return of cls.forward applies (reported at the first), else None."""
@@ -2529,9 +2540,9 @@ class Project:
                 self.cache[path] = None
         return self.cache[path]
 
-    def find_class(self, importer, dotted):
-        """(Source, ClassDef) for a dotted name imported in the file `importer` (`model.Net`, `.nets.Net`)
-        when it names a class of another file of this run, else None."""
+    def find(self, importer, dotted):
+        """(Source, ClassDef or FunctionDef) for a dotted name imported in the file `importer` (`model.Net`,
+        `.nets.build_model`) when it names a class or a module-level function of another file of this run."""
         if not self.files or importer == "<string>":
             return None
         level = len(dotted) - len(dotted.lstrip("."))
@@ -2545,8 +2556,9 @@ class Project:
                               base.joinpath(*parts, "__init__.py")):
                 if candidate in self.files:
                     src = self.source(candidate)
-                    classes = src.classes.get(name, []) if src is not None else []
-                    return (src, classes[0]) if len(classes) == 1 else None
+                    found = [] if src is None else src.classes.get(name, []) + [
+                        f for f in src.functions.get(name, []) if src.parent.get(f) is src.tree]
+                    return (src, found[0]) if len(found) == 1 else None
         return None
 
 

@@ -372,6 +372,18 @@ def test_an_activation_in_an_imported_model_of_another_file_is_followed(tmp_path
     assert alone == [] if package else True
 
 
+def test_a_model_factory_in_another_file_is_followed_too(tmp_path):
+    (tmp_path / "models.py").write_text(
+        "import torch.nn as nn\n\n\ndef build_probs(n):\n    head = nn.Sequential(nn.Linear(n, 3), nn.Softmax(dim=-1))\n"
+        "    return head\n\n\ndef build_logits(n):\n    return nn.Sequential(nn.Linear(n, 3))\n")
+    (tmp_path / "train.py").write_text(
+        "import torch.nn as nn\nfrom models import build_probs, build_logits\ncriterion = nn.CrossEntropyLoss()\n"
+        "loss = criterion(build_logits(8)(x), y)\nmodel = build_probs(8)\nloss = criterion(model(x), y)\n")
+    findings, errors, _ = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and [(Path(f.path).name, f.rule, f.line) for f in findings] == [("train.py", "softmax-into-ce", 6)]
+    assert "models.py line 5" in findings[0].message
+
+
 def notebook(*cells):
     return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
                                  for kind, text in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
