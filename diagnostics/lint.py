@@ -13,7 +13,8 @@ What it checks
     and aliases (`import torch.nn.functional as F`, `from torch import nn`), simple assignments
     (`crit = nn.CrossEntropyLoss()`, `out = model(x).softmax(-1)` then `crit(out, y)`),
     `self.x = ...` attributes set once in a class, calls to functions defined in the same file,
-    and classes imported from the other files it is given (`from model import Net`). Rules are
+    and classes or model factories imported from the other files it is given (`from model import
+    Net`). Rules are
     tuned for precision: when the code leaves a doubt (a helper from a module it was not given, a
     name it cannot trace) the rule stays silent. Its time grows linearly with the size of a file.
 
@@ -2750,7 +2751,7 @@ def render_docs():
         "",
         "The analysis follows imports and aliases, simple assignments, attributes a class sets once "
         "(`self.criterion = nn.CrossEntropyLoss()`), calls to functions of the same file, and classes "
-        "imported from the other files given on the command line (`from model import Net` reaches "
+        "and model factories imported from the other files given on the command line (`from model import Net` reaches "
         "model.py when it is linted too). When it cannot follow something, a rule stays silent rather "
         "than guess: a clean run is not proof of correct code, but a finding is worth reading.",
         "",
