@@ -14,9 +14,9 @@ What it checks
     (`crit = nn.CrossEntropyLoss()`, `out = model(x).softmax(-1)` then `crit(out, y)`),
     `self.x = ...` attributes set once in a class, calls to functions defined in the same file,
     and classes or model factories imported from the other files it is given (`from model import
-    Net`). Rules are
-    tuned for precision: when the code leaves a doubt (a helper from a module it was not given, a
-    name it cannot trace) the rule stays silent. Its time grows linearly with the size of a file.
+    Net`). Rules are tuned for precision: when the code leaves a doubt (a helper from a module it
+    was not given, a name it cannot trace) the rule stays silent. Its time grows linearly with the
+    size of a file.
 
 Command
     python diagnostics/lint.py train.py src/          # files and folders (*.py, *.ipynb)
