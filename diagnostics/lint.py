@@ -771,13 +771,20 @@ class Source:
 
     @memo
     def loops_over(self):
-        """{name or attribute as written: the for loops whose iterable mentions it}."""
+        """{(place, name or attribute as written): the for loops there whose iterable mentions it}. The place
+        is the function the loop runs in, or for `self.x` the class of its method: a name means that object
+        only there, and the index keeps the lookups constant-time however often a file repeats a name."""
         found = {}
         for loop in self.loops():
             if isinstance(loop, (ast.For, ast.AsyncFor)):
                 for name in {dotted(n) for n in ast.walk(loop.iter)} - {None}:
-                    found.setdefault(name, []).append(loop)
+                    found.setdefault((self.place(loop, name), name), []).append(loop)
         return found
+
+    def place(self, node, name):
+        """Where `name` used at node means one object: its class for `self.x`, else its function."""
+        method = self.method(node) if name.startswith("self.") else None
+        return self.parent.get(method) if method is not None else self.function(node)
 
     @memo
     def loops(self):
@@ -2302,15 +2309,11 @@ def loader_use(src, call):
     if not targets:
         return None
 
-    def same_place(node):  # the loader's function; for `self.loader`, any method of its class
-        if all(t.startswith("self.") for t in targets):
-            return src.method(node) is not None and src.parent.get(src.method(node)) is src.parent.get(src.method(call))
-        return src.function(node) is function
-
-    fits = [c for c in src.calls_by_name.get("fit", []) if method_call(c, "fit") and same_place(c)]
-    if any(dotted(argument(c, 1, "train_dataloaders")) in targets for c in fits):
+    places = {(src.place(call, t), t) for t in targets}
+    if any((src.place(c, dotted(a)), dotted(a)) in places for c in src.calls_by_name.get("fit", []) if method_call(c, "fit")
+           for a in [argument(c, 1, "train_dataloaders")] if dotted(a)):
         return "train"  # trainer.fit(model, train_loader)
-    loops = [l for target in targets for l in src.loops_over().get(target, []) if same_place(l)]
+    loops = [l for key in places for l in src.loops_over().get(key, [])]
     if not loops:
         return None
     return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
