@@ -751,13 +751,13 @@ class Source:
     @memo
     def events(self, container):
         """The events inside container in source order; a call to a helper of this file that
-        calls backward() (or steps an optimizer) counts as a backward (or a step) at the call."""
+        calls backward() (steps an optimizer, unscales a GradScaler) counts as one at the call."""
         found = []
         for node in self.local(container):
             found.extend(self.classify(node))
             if isinstance(node, ast.Call):
                 kinds = set().union(*(self.kinds(f) for f in self.helpers(node)))
-                found += [Event(kind, node, helper=True) for kind in ("backward", "step") if kind in kinds]
+                found += [Event(kind, node, helper=True) for kind in ("backward", "step", "unscale") if kind in kinds]
         return sorted(found, key=lambda e: e.pos)
 
     @memo

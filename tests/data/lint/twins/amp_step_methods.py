@@ -18,6 +18,17 @@ class AmpOptimizer:
         self.optimizer.zero_grad(set_to_none=True)
 
 
+class UnscalingHelperOptimizer(AmpOptimizer):
+    def unscale(self):
+        self.scaler.unscale_(self.optimizer)
+
+    def step(self):
+        self.unscale()
+        torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+
+
 class BrokenAmpOptimizer(AmpOptimizer):
     def step(self):
         torch.nn.utils.clip_grad_norm_(self.params, self.max_norm)  # BUG: clip-before-unscale
