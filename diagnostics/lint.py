@@ -1594,8 +1594,9 @@ def names_behind(src, exprs, follow):
     """Names in exprs, and in the values assigned to them, as long as those values are of a `follow` type."""
     names, todo = set(), list(exprs)
     while todo:
-        for name in (n for n in ast.walk(todo.pop()) if isinstance(n, ast.Name) and n.id not in names
-                     and not isinstance(src.parent.get(n), ast.Attribute)):  # `args` in args.weight is no loss
+        expr = todo.pop()
+        for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id not in names
+                     and (n is expr or not isinstance(src.parent.get(n), ast.Attribute))):  # `args` in args.weight is no loss
             names.add(name.id)
             value = src.definition(name)
             if isinstance(value, follow):
