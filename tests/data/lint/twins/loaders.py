@@ -1,0 +1,49 @@
+# train-loader-no-shuffle: judged by what the loader feeds, shuffle=False or left out
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+
+def extract_features(model, train_set):
+    train_loader = DataLoader(train_set, batch_size=256, shuffle=False)  # a fixed order for the feature bank
+    feats = []
+    with torch.no_grad():
+        for x, _ in train_loader:
+            feats.append(model(x))
+    return torch.cat(feats)
+
+
+def fit(model, optimizer, train_set, val_set):
+    loader = DataLoader(train_set, batch_size=64, num_workers=4)  # BUG: train-loader-no-shuffle
+    val_loader = DataLoader(val_set, batch_size=256)
+    for epoch in range(10):
+        for x, y in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            for x, y in val_loader:
+                model(x)
+
+
+def fit_stream(model, optimizer, values, streaming):
+    if streaming:
+        dataset = ShardedIterableDataset(values)  # an IterableDataset shuffles itself, or not at all
+    else:
+        dataset = torch.utils.data.TensorDataset(torch.as_tensor(values))
+    loader = DataLoader(dataset, batch_size=16)
+    for (x,) in loader:
+        optimizer.zero_grad()
+        model(x).sum().backward()
+        optimizer.step()
+
+
+def fit_lightning(trainer, module, train_set, val_set):
+    train_loader = DataLoader(train_set, batch_size=32, shuffle=True, num_workers=4)
+    val_loader = DataLoader(val_set, batch_size=64)
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+
+
+def fit_lightning_broken(trainer, module, train_set):
+    loader = DataLoader(train_set, batch_size=32, num_workers=4)  # BUG: train-loader-no-shuffle
+    trainer.fit(module, loader)
