@@ -375,7 +375,7 @@ class DemoGate(torch.nn.Module):
         g = torch.sigmoid(self.gate(x))
         h = torch.relu(self.hidden(x)) * g
         if self.broken:
-            g.mul_(0.5)  # BUG: sigmoid and the product saved g for backward; changing it in place breaks the gradient
+            g.mul_(0.5)  # BUG: sigmoid and the product saved g; in place breaks backward # noqa: inplace-on-saved-output
         return self.out(h + g)
 
 
