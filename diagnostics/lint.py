@@ -1266,7 +1266,7 @@ def check_clip_before_unscale(src):
 
 @rule(
     "scaler-without-update",
-    "A loop calls scaler.step(optimizer) but never scaler.update().",
+    "A loop (or a function that runs a whole step: backward, then scaler.step) never calls scaler.update().",
     """GradScaler skips a step whose gradients contain inf or NaN, and update() is what lowers
     the scale afterwards. Without update() the scale never changes: after the first overflow
     every following step is skipped too and the model stops learning while the loop keeps
@@ -1295,6 +1295,9 @@ def check_scaler_without_update(src):
     for step in (e for e in src.all_events() if e.kind == "step" and e.scaler):
         loops = src.enclosing_loops(step.node)
         loop = next((l for l in loops if "backward" in src.reach_kinds(l)), loops[0] if loops else None)
+        function = src.function(step.node)
+        if loop is None and function is not None and "backward" in src.reach_kinds(function):
+            loop = function  # a whole per-batch step (a scaler wrapper's __call__, train_step): update belongs in it
         if loop is not None and "update" not in src.reach_kinds(loop):  # `for opt in opts: scaler.step(opt)`
             yield step.node, ("scaler.step() without scaler.update() in the loop: the loss scale never adapts, and "
                               "after one overflow every later step is skipped. Call scaler.update() after scaler.step().")

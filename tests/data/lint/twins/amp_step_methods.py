@@ -46,3 +46,13 @@ def train_step(model, batch, optimizer, scaler, loss_fn):
     scaler.step(optimizer)
     scaler.update()
     return loss.detach()
+
+
+def train_step_no_update(model, batch, optimizer, scaler, loss_fn):
+    optimizer.zero_grad()
+    scaler.scale(loss_fn(model(batch["x"]), batch["y"])).backward()
+    scaler.step(optimizer)  # BUG: scaler-without-update
+
+
+def optimizer_step(scaler, optimizer):
+    scaler.step(optimizer)  # the caller runs backward() and scaler.update()
