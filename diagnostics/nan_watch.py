@@ -108,6 +108,7 @@ import json
 import os
 import random
 import sys
+import weakref
 
 import torch
 
@@ -413,6 +414,183 @@ def _verdict(log, loss, forward_finite, frames, details):
         kind = "a gradient" if origin["phase"] == "backward" else "a value"
         summary = f"first NaN/inf seen in {kind} at {where} (its source is not a module this check can hook)"
     return CheckResult("nan_watch", "fail", summary, details)
+
+
+class NanWatch:
+    """Hooks that stay on for the whole run and name the first module that makes NaN/inf; see the module docstring."""
+
+    def __init__(self, model, every=1, frames=FRAMES):
+        if not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive integer, got {every!r}")
+        wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+        self.model = model.module if isinstance(model, wrappers) else model
+        self.every, self.frames = every, frames
+        self.names = {m: n or type(self.model).__name__ for n, m in self.model.named_modules()}
+        self._step, self._pending, self._checks = _StepLog(), [], 0
+        self._handles = [m.register_forward_hook(self._on_forward, with_kwargs=True) for m in self.names]
+        owners = {}
+        for module in self.names:
+            for name, p in module.named_parameters(recurse=False):
+                if p.requires_grad and p not in owners:  # a tied weight is watched once, with its first owner
+                    owners[p] = (module, name)
+                    self._handles.append(p.register_hook(self._on_param_grad(module, name)))
+
+    def remove(self):
+        """Take every hook away; the model is as it was before NanWatch(model)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles, self._step, self._pending = [], _StepLog(), []
+
+    def _on_forward(self, module, args, kwargs, output):
+        if not self._handles or not self.model.training:  # eval passes are not watched
+            return
+        log = self._step
+        ins = [log.index(t) for t in _floats((args, kwargs))]
+        outs = [log.index(t, watch=2 if t.requires_grad else 1) for t in _floats(output)]
+        log.forward.append((module, ins, outs))
+        for i in outs + ins:
+            t = log.tensors[i]()
+            if t is not None and t.requires_grad and i not in log.grad_hooked:
+                log.grad_hooked.add(i)
+                t.register_hook(self._on_grad(i))
+
+    def _on_grad(self, i):
+        def hook(grad):
+            if self._handles:
+                self._step.backward.append((i, None, self._step.stat(grad, watch=2)))
+        return hook
+
+    def _on_param_grad(self, module, name):
+        def hook(grad):
+            if self._handles and self.model.training:
+                self._step.backward.append((None, (module, name), self._step.stat(grad, watch=2)))
+        return hook
+
+    def check(self, step):
+        """After backward: None on a healthy step; on a step that made NaN/inf, the report (a dict).
+
+        Reads the device-side verdict once every `every` calls: the one host sync; the steps in
+        between are read then, and the first bad one is reported.
+        """
+        log, self._step = self._step, _StepLog()
+        if log.stats:
+            self._pending.append((step, log))
+        self._checks += 1
+        if self._checks % self.every or not self._pending:
+            return None
+        pending, self._pending = self._pending, []
+        flags = [log.bad() for _, log in pending]
+        verdicts = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist()  # the host sync
+        return next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
+
+    def _report(self, step, log):
+        stats = torch.stack([x.float().cpu() for triple in log.stats for x in triple]).view(-1, 3).tolist()
+
+        def finite(i):
+            return all(abs(x) < float("inf") for x in stats[i][:2])
+
+        def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
+            return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")
+
+        def span(indices):
+            rows = [stats[i] for i in indices]
+            if not rows:
+                return None
+            low = [r[2] for r in rows]
+            high = [max(abs(r[0]), abs(r[1])) for r in rows]
+            nan = float("nan")
+            return [_number(nan if any(v != v for v in low) else min(low)), _number(nan if any(v != v for v in high) else max(high))]
+
+        def frame(phase, module, ins, outs, **extra):
+            return {"phase": phase, "module": self.names[module], "class": type(module).__name__, "in": span(ins),
+                    "out": span(outs), **extra}
+
+        forward = [frame("forward", m, ins, outs) for m, ins, outs in log.forward]
+        bad = [any(log.watch[o] and not finite(o) for o in outs) for _, _, outs in log.forward]
+        if any(bad):
+            first = bad.index(True)
+            origin = next((k for k, (m, ins, _) in enumerate(log.forward) if bad[k] and all(map(input_ok, ins))), None)
+            roots = [k for k, (m, _, _) in enumerate(log.forward) if m is self.model]
+            if origin is not None:
+                source, where, last = "module", origin, origin
+                summary = "first NaN/inf in the forward pass: the output of {}, whose inputs were finite"
+            elif roots and not all(map(input_ok, log.forward[roots[-1]][1])):
+                source, where, last = "inputs", roots[-1], first
+                summary = "the model's inputs (the batch) already held NaN/inf when they reached {}"
+            else:
+                source, where, last = "outside", first, first
+                summary = "first NaN/inf seen at the output of {}, whose inputs held NaN/inf made outside any module"
+            return self._dict(step, log.forward[where][0], "forward", source, summary, forward[:last + 1][-self.frames:])
+        consumers, producers = {}, {}
+        for m, ins, outs in log.forward:  # in firing order: the innermost module first
+            for i in ins:
+                consumers.setdefault(i, m)
+            for i in outs:
+                producers.setdefault(i, m)
+        frames = []
+        for i, param, s in log.backward:
+            if param is not None:
+                module, role = param[0], {"param": param[1]}
+                frames.append(frame("backward", module, [], [s], **role))
+            elif i in consumers:
+                module = consumers[i]
+                frames.append(frame("backward", module, [], [s]))
+            else:
+                module = producers[i]
+                frames.append(frame("backward", module, [s], []))
+            if finite(s):
+                continue
+            if param is not None:
+                source, summary = "module", f"the backward of {{}} made a non-finite gradient for its parameter {param[1]}"
+            elif i in consumers:
+                source, summary = "module", "forward is finite; first NaN/inf in backward: {} turned a finite gradient at its output into a non-finite gradient at its input"
+            else:
+                source, summary = "outside", "forward is finite; the gradient arriving at the output of {} was already non-finite: the loss, or an operation after it outside any module, made it"
+            return self._dict(step, module, "backward", source, summary, frames[-self.frames:])
+        return None
+
+    def _dict(self, step, module, phase, source, summary, frames):
+        where = f"{self.names[module]} ({type(module).__name__})"
+        return {"step": step, "module": self.names[module], "class": type(module).__name__, "phase": phase,
+                "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
+
+
+class _StepLog:
+    """What the hooks saw during one step: device-side stats, read only by check()."""
+
+    def __init__(self):
+        self.stats, self.watch, self.tensors, self.seen = [], [], [], {}  # seen: id(tensor) -> (version, stat index)
+        self.forward, self.backward, self.grad_hooked = [], [], set()
+
+    def stat(self, t, watch):
+        """Index of t's (min, max, abs min): one aminmax reduction tests for NaN/inf; the abs min is for the frames."""
+        t = t.detach()
+        if t.numel() == 0:
+            t = t.new_zeros(1)
+        low, high = torch.aminmax(t)  # NaN reaches both; +inf shows in high, -inf in low
+        self.stats.append((low, high, torch.linalg.vector_norm(t, float("-inf"))))
+        self.watch.append(watch)  # 0: an input only; 1: NaN/+inf count (a -inf mask is not a fault); 2: any non-finite
+        self.tensors.append(None)
+        return len(self.stats) - 1
+
+    def index(self, t, watch=0):
+        """The stat of tensor t, computed once per version of t; watch it at the given level."""
+        known = self.seen.get(id(t))
+        if known is not None and self.tensors[known[1]]() is t and known[0] == t._version:
+            i = known[1]
+        else:
+            i = self.stat(t, 0)
+            self.tensors[i] = weakref.ref(t)
+            self.seen[id(t)] = (t._version, i)
+        self.watch[i] = max(self.watch[i], watch)
+        return i
+
+    def bad(self):
+        """A 0-d bool tensor on the device: did any watched tensor hold NaN/inf? No host sync."""
+        values = [x for (low, high, _), w in zip(self.stats, self.watch) if w for x in ((low, high) if w == 2 else (high,))]
+        if not values:
+            return torch.tensor(False)
+        return ~torch.isfinite(torch.stack(values)).all()
 
 
 class _HandSoftmax(torch.nn.Module):
