@@ -108,7 +108,6 @@ import json
 import os
 import random
 import sys
-import weakref
 
 import torch
 
@@ -276,6 +275,8 @@ def cli_main(check, demo_case, description, argv=None):
         print(f"[{result.status.upper()}] {result.id}: {result.summary}")
     return 1 if result.status == "fail" else 0
 # --- end shared block ---
+
+import weakref  # NanWatch: the stats of a tensor are reused while the tensor lives, unchanged
 
 FRAMES = 8  # frames reported up to the first NaN/inf; the peer tool DebugUnderflowOverflow prints the last 21 — our assumption
 # fp16 tops out at 65504 (evidence bekman-pytorch-debug#fp16-max-65504), and activations must stay well below 1e4
@@ -484,22 +485,21 @@ class NanWatch:
         return next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
 
     def _report(self, step, log):
-        stats = torch.stack([x.float().cpu() for triple in log.stats for x in triple]).view(-1, 3).tolist()
+        stats = torch.stack([x.float().cpu() for pair in log.stats for x in pair]).view(-1, 2).tolist()
 
         def finite(i):
             return all(abs(x) < float("inf") for x in stats[i][:2])
 
         def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
-            return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")
+            return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")  # NaN reaches the max too
 
-        def span(indices):
+        def span(indices):  # [min, max] over the tensors, NaN when any holds NaN
             rows = [stats[i] for i in indices]
             if not rows:
                 return None
-            low = [r[2] for r in rows]
-            high = [max(abs(r[0]), abs(r[1])) for r in rows]
-            nan = float("nan")
-            return [_number(nan if any(v != v for v in low) else min(low)), _number(nan if any(v != v for v in high) else max(high))]
+            nan = any(x != x for row in rows for x in row)
+            return [_number(float("nan") if nan else min(r[0] for r in rows)),
+                    _number(float("nan") if nan else max(r[1] for r in rows))]
 
         def frame(phase, module, ins, outs, **extra):
             return {"phase": phase, "module": self.names[module], "class": type(module).__name__, "in": span(ins),
@@ -563,12 +563,9 @@ class _StepLog:
         self.forward, self.backward, self.grad_hooked = [], [], set()
 
     def stat(self, t, watch):
-        """Index of t's (min, max, abs min): one aminmax reduction tests for NaN/inf; the abs min is for the frames."""
+        """Index of t's (min, max): one aminmax reduction, the NaN/inf test and the frame at once."""
         t = t.detach()
-        if t.numel() == 0:
-            t = t.new_zeros(1)
-        low, high = torch.aminmax(t)  # NaN reaches both; +inf shows in high, -inf in low
-        self.stats.append((low, high, torch.linalg.vector_norm(t, float("-inf"))))
+        self.stats.append(torch.aminmax(t) if t.numel() else (t.new_zeros(()), t.new_zeros(())))  # NaN reaches both
         self.watch.append(watch)  # 0: an input only; 1: NaN/+inf count (a -inf mask is not a fault); 2: any non-finite
         self.tensors.append(None)
         return len(self.stats) - 1
@@ -587,7 +584,7 @@ class _StepLog:
 
     def bad(self):
         """A 0-d bool tensor on the device: did any watched tensor hold NaN/inf? No host sync."""
-        values = [x for (low, high, _), w in zip(self.stats, self.watch) if w for x in ((low, high) if w == 2 else (high,))]
+        values = [x for (low, high), w in zip(self.stats, self.watch) if w for x in ((low, high) if w == 2 else (high,))]
         if not values:
             return torch.tensor(False)
         return ~torch.isfinite(torch.stack(values)).all()

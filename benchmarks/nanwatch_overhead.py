@@ -1,0 +1,172 @@
+"""What does NanWatch cost per training step, next to its peers? (Not run in CI.)
+
+    python benchmarks/nanwatch_overhead.py [--steps 30] [--rounds 5] [--threads 1]
+
+One process, one small GPT (Hugging Face GPT2LMHeadModel built from a config: 2 layers, width 128,
+4 heads, eager attention, 0.5M parameters), next-token loss on random tokens, AdamW, batch 16 x 64
+tokens, on CPU. Every variant trains a fresh copy of the same model on the same batches:
+
+  plain             forward, backward, optimizer.step(), zero_grad()
+  nanwatch          + NanWatch(model) hooks on every module (forward and backward) and
+                    watch.check(step) after backward, every step (the one host read per step)
+  nanwatch every=10 + the same, the verdict read every 10th step
+  debug_underflow   + transformers' DebugUnderflowOverflow(model): forward hooks on every module
+  detect_anomaly    the step inside torch.autograd.detect_anomaly()
+
+The variants run interleaved, round after round, so that a change in the machine's load hits all of
+them alike. Time is this process's CPU time (one torch thread), not wall time: on a machine shared
+with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
+step, and its ratio to plain. On a CPU a host read costs no waiting; on a GPU NanWatch reads once
+per check (or every N) and DebugUnderflowOverflow syncs on every module (it calls .item()-like
+reductions per tensor).
+
+Then each tool meets the masks attention really uses, in a model made for it (a 1-layer
+attention with an additive -inf causal mask, passed to a module as an argument; a boolean mask): does
+it stay silent on a healthy step?
+
+Measured on an x86_64 CPU (2 cores, shared with other jobs; 1 torch thread), Linux, Python 3.11,
+torch 2.13.0+cpu, transformers 5.23.0, on 2026-11-23, `--steps 30 --rounds 5`: see the report of
+issue 12 (the run's printout is pasted there whole).
+"""
+import argparse
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "diagnostics"))
+
+from nan_watch import NanWatch  # noqa: E402  (needs the path above)
+
+VOCAB, DIM, SEQ, BATCH = 256, 128, 64, 16
+
+
+def machine():
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+    return (f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}; "
+            f"load average at start {load}")
+
+
+def make_model():
+    import transformers
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=DIM, n_layer=2, n_head=4,
+                                     attn_implementation="eager")
+    torch.manual_seed(0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+def batches(steps):
+    gen = torch.Generator().manual_seed(1)
+    return [torch.randint(VOCAB, (BATCH, SEQ), generator=gen) for _ in range(steps)]
+
+
+def train(data, variant):
+    """CPU seconds for the steps of one variant on a fresh model."""
+    from transformers.debug_utils import DebugUnderflowOverflow
+    model = make_model()
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    watch = NanWatch(model, every=10 if variant == "nanwatch every=10" else 1) if variant.startswith("nanwatch") else None
+    if variant == "debug_underflow":
+        DebugUnderflowOverflow(model)
+    context = torch.autograd.detect_anomaly if variant == "detect_anomaly" else contextlib.nullcontext
+    start = time.process_time()
+    for step, ids in enumerate(data):
+        with context():
+            loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        if watch is not None and watch.check(step) is not None:
+            raise RuntimeError(f"{variant}: a false alarm at step {step}")
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return time.process_time() - start
+
+
+class MaskedAttention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if mask.dtype == torch.bool:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return ((q @ k.transpose(-1, -2)) / DIM ** 0.5 + mask).softmax(-1) @ v
+
+
+class MaskedModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attn = MaskedAttention()
+
+    def forward(self, x, mask):
+        return self.attn(x, mask)
+
+
+def masks_verdicts():
+    """{tool: {mask kind: "silent" or what it did}} on one healthy forward and backward."""
+    from transformers.debug_utils import DebugUnderflowOverflow
+    masks = {"additive -inf": torch.full((SEQ, SEQ), float("-inf")).triu(1),
+             "boolean": torch.ones(SEQ, SEQ, dtype=torch.bool).tril()}
+    verdicts = {}
+    for tool in ("nanwatch", "debug_underflow", "detect_anomaly"):
+        verdicts[tool] = {}
+        for kind, mask in masks.items():
+            torch.manual_seed(0)
+            model = MaskedModel()
+            x = torch.randn(2, SEQ, DIM)
+            watch = NanWatch(model) if tool == "nanwatch" else None
+            if tool == "debug_underflow":
+                DebugUnderflowOverflow(model)
+            context = torch.autograd.detect_anomaly if tool == "detect_anomaly" else contextlib.nullcontext
+            try:
+                with context(), contextlib.redirect_stdout(open(os.devnull, "w")):
+                    model(x, mask).square().mean().backward()
+                report = watch.check(0) if watch is not None else None
+                verdicts[tool][kind] = "silent" if report is None else f"false alarm at {report['module']}"
+            except BaseException as exc:  # DebugUnderflowOverflow aborts with SystemExit-like errors too
+                verdicts[tool][kind] = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
+    return verdicts
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=30, help="steps per variant and round (30)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (5)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"machine: {machine()}")
+    variants = ["plain", "nanwatch", "nanwatch every=10", "debug_underflow", "detect_anomaly"]
+    data = batches(args.steps)
+    params = sum(p.numel() for p in make_model().parameters())
+    print(f"model: GPT2LMHeadModel, {params / 1e6:.2f}M parameters, batch {BATCH} x {SEQ} tokens, "
+          f"{args.steps} steps x {args.rounds} rounds per variant")
+    times = {variant: [] for variant in variants}
+    for _ in range(args.rounds):
+        for variant in variants:
+            times[variant].append(1000 * train(data, variant) / args.steps)
+    plain = statistics.median(times["plain"])
+    print(f"{'variant':<18} {'ms/step':>8} {'min..max':>14} {'x plain':>8}")
+    for variant in variants:
+        ms = statistics.median(times[variant])
+        print(f"{variant:<18} {ms:8.1f} {min(times[variant]):6.1f}..{max(times[variant]):<6.1f} {ms / plain:8.2f}")
+    print("on masks (one healthy forward and backward):")
+    for tool, verdicts in masks_verdicts().items():
+        print(f"  {tool:<16} " + "; ".join(f"{kind}: {verdict}" for kind, verdict in verdicts.items()))
+
+
+if __name__ == "__main__":
+    main()
