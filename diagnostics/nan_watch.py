@@ -475,17 +475,17 @@ class NanWatch:
         """
         log, self._step = self._step, _StepLog()
         if log.stats:
+            log.close()
             self._pending.append((step, log))
         self._checks += 1
         if self._checks % self.every or not self._pending:
             return None
         pending, self._pending = self._pending, []
-        flags = [log.bad() for _, log in pending]
-        verdicts = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist()  # the host sync
+        verdicts = torch.stack([log.bad.to(pending[0][1].bad.device) for _, log in pending]).tolist()  # the host sync
         return next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
 
     def _report(self, step, log):
-        stats = torch.stack([x.float().cpu() for pair in log.stats for x in pair]).view(-1, 2).tolist()
+        stats = log.packed.tolist()
 
         def finite(i):
             return all(abs(x) < float("inf") for x in stats[i][:2])
@@ -582,12 +582,15 @@ class _StepLog:
         self.watch[i] = max(self.watch[i], watch)
         return i
 
-    def bad(self):
-        """A 0-d bool tensor on the device: did any watched tensor hold NaN/inf? No host sync."""
+    def close(self):
+        """End of the step: its verdict (did a watched tensor hold NaN/inf?) and its stats packed on the device.
+
+        Kernels only, no host sync; the per-tensor objects are let go.
+        """
         values = [x for (low, high), w in zip(self.stats, self.watch) if w for x in ((low, high) if w == 2 else (high,))]
-        if not values:
-            return torch.tensor(False)
-        return ~torch.isfinite(torch.stack(values)).all()
+        self.bad = ~torch.isfinite(torch.stack(values)).all() if values else torch.tensor(False)
+        self.packed = torch.stack([x for pair in self.stats for x in pair]).view(-1, 2)
+        self.stats = self.tensors = self.seen = self.grad_hooked = None
 
 
 class _HandSoftmax(torch.nn.Module):
