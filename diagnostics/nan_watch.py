@@ -522,6 +522,9 @@ class NanWatch:
         def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
             return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")  # NaN reaches the max too
 
+        def fault(i):  # as in _StepLog.close(): the watch level decides what counts
+            return log.watch[i] == 2 and not finite(i) or log.watch[i] == 1 and not input_ok(i)
+
         def span(indices):  # [min, max] over the tensors, NaN when any holds NaN
             rows = [stats[i] for i in indices]
             if not rows:
@@ -535,7 +538,7 @@ class NanWatch:
                     "out": span(outs), **extra}
 
         forward = [frame("forward", m, ins, outs) for m, ins, outs in log.forward]
-        bad = [any(log.watch[o] and not finite(o) for o in outs) for _, _, outs in log.forward]
+        bad = [any(map(fault, outs)) for _, _, outs in log.forward]
         if any(bad):
             first = bad.index(True)
             origin = next((k for k, (m, ins, _) in enumerate(log.forward) if bad[k] and all(map(input_ok, ins))), None)

@@ -54,18 +54,24 @@ class Block(torch.nn.Module):
         return x + self.mlp(x)
 
 
+class CausalMask(torch.nn.Module):
+    def forward(self, x):
+        return torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1)  # -inf above the diagonal, a module's output
+
+
 class TinyGPT(torch.nn.Module):
     def __init__(self, eps=1e-6, sqrt=False):
         super().__init__()
         self.embed = torch.nn.Linear(D, D, bias=False)  # takes float features, so a batch can carry NaN (or zeros)
         self.blocks = torch.nn.ModuleList([Block(eps), Block(eps, sqrt)])
         self.head = torch.nn.Linear(D, VOCAB)
-        self.register_buffer("mask", torch.full((T, T), float("-inf")).triu(1))
+        self.causal = CausalMask()
 
     def forward(self, x):
         h = self.embed(x)
+        mask = self.causal(h)
         for block in self.blocks:
-            h = block(h, self.mask)
+            h = block(h, mask)
         return self.head(h)
 
 
@@ -179,3 +185,30 @@ def test_hf_llama_with_boolean_and_additive_masks_is_silent():
             model(input_ids=ids, attention_mask=attention_mask, labels=ids).loss.backward()
             assert watch.check(step) is None, attention
         watch.remove()
+
+
+def test_keeps_no_activation_alive_and_remove_is_final():
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = TinyGPT()
+    watch = NanWatch(model)
+    seen = []
+    handle = model.blocks[0].mlp.register_forward_hook(lambda m, a, out: seen.append(weakref.ref(out)))
+    (x, y), = batches(1)
+    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    assert watch.check(0) is None
+    handle.remove()
+    gc.collect()
+    assert seen and seen[0]() is None  # the stats are numbers on the device, not references to activations
+    watch.remove()
+    model(x).sum().backward()
+    assert watch.check(1) is None and watch._pending == []
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("every", [0, -1, 1.5, "2"])
+def test_bad_every_is_a_clear_error(every):
+    with pytest.raises(ValueError, match="every must be a positive integer"):
+        NanWatch(TinyGPT(), every=every)
