@@ -53,9 +53,9 @@ def install_skill(args):
     try:
         import install_skill as installer
     except ModuleNotFoundError as exc:
-        if exc.name not in SKILL_NEEDS:
+        if (exc.name or "").split(".")[0] not in SKILL_NEEDS:
             raise
-        print(f"error: install-skill validates the copy with the pack checker, which needs {exc.name}: "
+        print(f"error: install-skill validates the copy with the pack checker, which needs {exc.name.split('.')[0]}: "
               "pip install 'ml-debug[skill]'", file=sys.stderr)
         return 2
     return installer.main(args)

@@ -63,11 +63,27 @@ def test_the_wheel_carries_the_diagnostics_and_the_skill_pack_as_they_are(venv):
     assert required == ["Requires-Dist: torch>=2.1"]
 
 
-@pytest.mark.parametrize("command", SUBCOMMANDS)
-def test_every_subcommand_has_help(venv, command):
-    proc = run(venv, "ml-debug", command, "--help")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith("usage:") and "Traceback" not in proc.stderr
+def test_every_subcommand_has_help(venv):
+    """`ml-debug <command> --help` for each command, in one process (one torch import, not five)."""
+    code = f"""
+import contextlib, io, sys
+from ml_debug.cli import main
+for command in {SUBCOMMANDS!r}:
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            main([command, "--help"])
+    except SystemExit as exc:
+        assert exc.code in (0, None), (command, exc.code)
+    else:
+        raise AssertionError(command + " --help did not exit")
+    assert out.getvalue().startswith("usage:"), (command, out.getvalue()[:200])
+print("ok")
+"""
+    proc = run(venv, "python", "-c", code)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stdout[-2000:] + proc.stderr[-2000:]
+    top = run(venv, "ml-debug", "--help")
+    assert top.returncode == 0 and all(command in top.stdout for command in SUBCOMMANDS)
 
 
 @pytest.mark.hostile
@@ -138,3 +154,13 @@ print("ok")
     proc = run(venv, "python", "-c", code)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-2000:] + proc.stderr[-2000:]
     assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == [0, 1, 2]
+
+
+@pytest.mark.hostile
+def test_install_skill_without_the_skill_extra_says_what_to_install(venv):
+    dest = venv[2] / "no-extra"
+    code = ("import sys; sys.modules['skills_ref'] = None  # as if ml-debug[skill] were not installed\n"
+            f"from ml_debug.cli import main; sys.exit(main(['install-skill', {str(dest)!r}]))")
+    proc = run(venv, "python", "-c", code)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "ml-debug[skill]" in proc.stderr and not dest.exists()
