@@ -38,7 +38,8 @@ def test_hf_trainer_skips_and_names_a_batch_with_every_label_masked(tmp_path):
 
     args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
                                           learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
-                                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+                                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                                          max_grad_norm=0.05)  # clipping bites at every step
     callback = MLDebugCallback()
     trainer = transformers.Trainer(model=model, args=args, train_dataset=Batches(), callbacks=[callback])
     trainer.train()
@@ -53,7 +54,11 @@ def test_hf_trainer_skips_and_names_a_batch_with_every_label_masked(tmp_path):
     assert events[1]["reason"] == "nonfinite_loss"
     report = spikes.analyze(tmp_path / "out" / "ml_debug_log.jsonl")
     assert report.columns.grad == "grad_norm" and len(report.spikes) == 0 and report.nan_step is None
-    assert [entry["step"] for entry in trainer.state.log_history if "loss" in entry] == list(range(1, STEPS + 1))
+    own = {entry["step"]: entry for entry in trainer.state.log_history if "loss" in entry}
+    assert sorted(own) == list(range(1, STEPS + 1))  # the Trainer's own log, every step, the bad one included
+    for r in records:  # the pre-clip norm, as the Trainer logs it, not the clipped one (0.05)
+        assert r["grad_norm"] == pytest.approx(own[r["step"]]["grad_norm"], rel=1e-4) and r["grad_norm"] > 0.1
+        assert r["loss"] == pytest.approx(own[r["step"]]["loss"], rel=1e-4)
 
 
 def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
