@@ -1,6 +1,7 @@
 """The callbacks in real trainers: a tiny HF Trainer run and a tiny Lightning run on CPU, each with a
 planted bad batch that the spike guard skips and NanWatch names (module and phase), a log that
 spikes.py reads back, and the framework's own logging as it was."""
+import csv
 import json
 import math
 
@@ -96,8 +97,8 @@ def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
     torch.manual_seed(0)
     model = Classifier()
     callback = MLDebugCallback()
-    csv = lightning.pytorch.loggers.CSVLogger(tmp_path, name="run")
-    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=csv, log_every_n_steps=1,
+    csv_logger = lightning.pytorch.loggers.CSVLogger(tmp_path, name="run")
+    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=csv_logger, log_every_n_steps=1,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, callbacks=[callback])
     trainer.fit(model, loader)
@@ -112,6 +113,8 @@ def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
     assert [(e["step"], e["event"]) for e in events] == [(BAD, "nan"), (BAD, "skip")]
     report = spikes.analyze(path)
     assert report.columns.grad == "grad_norm" and report.nan_step is None
-    logged = (tmp_path / "run" / "version_0" / "metrics.csv").read_text()
-    assert logged.startswith("epoch,step,train_loss") or "train_loss" in logged.splitlines()[0]
-    assert len(logged.splitlines()) == STEPS + 1  # Lightning's own log: one row per step, the NaN one included
+    with open(tmp_path / "run" / "version_0" / "metrics.csv") as f:
+        own = {int(row["step"]): float(row["train_loss"]) for row in csv.DictReader(f)}
+    assert sorted(own) == list(range(STEPS)) and math.isnan(own[BAD])  # Lightning's own log, the NaN step included
+    for r in records:  # the same step numbers and the same losses
+        assert r["loss"] == pytest.approx(own[r["step"]], rel=1e-5)
