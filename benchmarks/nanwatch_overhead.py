@@ -17,8 +17,8 @@ The variants run interleaved, round after round, so that a change in the machine
 them alike. Time is this process's CPU time (one torch thread), not wall time: on a machine shared
 with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
 step, and its ratio to plain. On a CPU a host read costs no waiting; on a GPU NanWatch reads once
-per check (or every N) and DebugUnderflowOverflow syncs on every module (it calls .item()-like
-reductions per tensor).
+per check (or every N) and DebugUnderflowOverflow syncs several times per module (per tensor,
+.item() on a NaN test and an inf test, and the abs min and max formatted into its frame text).
 
 Then each tool meets the masks attention really uses, in a model made for it (a 1-layer
 attention with an additive -inf causal mask, passed to a module as an argument; a boolean mask): does
