@@ -461,11 +461,11 @@ class NanWatch:
         self.names = {m: n or type(self.model).__name__ for n, m in self.model.named_modules()}
         self._step, self._pending, self._checks = _StepLog(), [], 0
         self._handles = [m.register_forward_hook(self._on_forward, with_kwargs=True) for m in self.names]
-        owners = {}
+        watched = set()
         for module in self.names:
             for name, p in module.named_parameters(recurse=False):
-                if p.requires_grad and p not in owners:  # a tied weight is watched once, with its first owner
-                    owners[p] = (module, name)
+                if p.requires_grad and p not in watched:  # a tied weight is watched once, with its first owner
+                    watched.add(p)
                     self._handles.append(p.register_hook(self._on_param_grad(module, name)))
 
     def remove(self):
@@ -475,11 +475,11 @@ class NanWatch:
         self._handles, self._step, self._pending = [], _StepLog(), []
 
     def _on_forward(self, module, args, kwargs, output):
-        if not self._handles or not self.model.training:  # eval passes are not watched
+        if not self._handles or not self.model.training or torch.is_inference_mode_enabled():  # eval is not watched
             return
         log = self._step
-        ins = [log.index(t) for t in _floats((args, kwargs))]
-        outs = [log.index(t, watch=2 if t.requires_grad else 1) for t in _floats(output)]
+        ins = [log.index(t) for t in _dense_floats((args, kwargs))]
+        outs = [log.index(t, watch=2 if t.requires_grad else 1) for t in _dense_floats(output)]
         log.forward.append((module, ins, outs))
         for i in outs + ins:
             t = log.tensors[i]()
@@ -520,7 +520,7 @@ class NanWatch:
         stats = log.packed.tolist()
 
         def finite(i):
-            return all(abs(x) < float("inf") for x in stats[i][:2])
+            return all(abs(x) < float("inf") for x in stats[i])
 
         def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
             return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")  # NaN reaches the max too
@@ -563,31 +563,34 @@ class NanWatch:
             for i in outs:
                 producers.setdefault(i, m)
         frames = []
-        for i, param, s in log.backward:
+        for i, param, s in log.backward:  # "in": the gradient arriving at a module's output; "out": the one it sends back
             if param is not None:
-                module, role = param[0], {"param": param[1]}
-                frames.append(frame("backward", module, [], [s], **role))
+                module, source = param[0], "module"
+                frames.append(frame("backward", module, [], [s], param=param[1]))
+                summary = f"forward is finite; the backward of {{}} made a non-finite gradient for its parameter {param[1]}"
             elif i in consumers:
-                module = consumers[i]
+                module, source = consumers[i], "module"
                 frames.append(frame("backward", module, [], [s]))
+                summary = ("forward is finite; first NaN/inf in backward: {} turned a finite gradient at its output "
+                           "into a non-finite gradient at its input")
             else:
-                module = producers[i]
+                module, source = producers[i], "outside"
                 frames.append(frame("backward", module, [s], []))
-            if finite(s):
-                continue
-            if param is not None:
-                source, summary = "module", f"the backward of {{}} made a non-finite gradient for its parameter {param[1]}"
-            elif i in consumers:
-                source, summary = "module", "forward is finite; first NaN/inf in backward: {} turned a finite gradient at its output into a non-finite gradient at its input"
-            else:
-                source, summary = "outside", "forward is finite; the gradient arriving at the output of {} was already non-finite: the loss, or an operation after it outside any module, made it"
-            return self._dict(step, module, "backward", source, summary, frames[-self.frames:])
+                summary = ("forward is finite; the gradient arriving at the output of {} was already non-finite: the "
+                           "loss, or an operation after it outside any module, made it")
+            if not finite(s):
+                return self._dict(step, module, "backward", source, summary, frames[-self.frames:])
         return None
 
     def _dict(self, step, module, phase, source, summary, frames):
         where = f"{self.names[module]} ({type(module).__name__})"
         return {"step": step, "module": self.names[module], "class": type(module).__name__, "phase": phase,
                 "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
+
+
+def _dense_floats(obj):
+    """The floating-point tensors NanWatch can measure: strided ones (not sparse, not inference tensors)."""
+    return [t for t in _floats(obj) if t.layout == torch.strided and not t.is_inference()]
 
 
 class _StepLog:
