@@ -16,7 +16,11 @@ tokens, on CPU. Every variant trains a fresh copy of the same model on the same 
 The variants run interleaved, round after round, so that a change in the machine's load hits all of
 them alike. Time is this process's CPU time (one torch thread), not wall time: on a machine shared
 with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
-step, and its ratio to plain. On a CPU a host read costs no waiting; on a GPU NanWatch reads once
+step, and the ratio to plain: the median over rounds of each round's ratio to that round's plain
+run (neighbours in time share the machine's load; the spread of those ratios is printed too).
+Differences of whole steps are noisy on a shared machine; the direct measure is the CPU time spent
+inside NanWatch itself (its hooks, with the kernels they launch, and check()), metered around each
+call, as a share of a plain step. The meter's own cost (two clock reads per hook) is counted in. On a CPU a host read costs no waiting; on a GPU NanWatch reads once
 per check (or every N) and DebugUnderflowOverflow syncs several times per module (per tensor,
 .item() on a NaN test and an inf test, and the abs min and max formatted into its frame text).
 
@@ -91,13 +95,42 @@ def batches(steps):
     return [torch.randint(VOCAB, (BATCH, SEQ), generator=gen) for _ in range(steps)]
 
 
+class TimedNanWatch(NanWatch):
+    """NanWatch with a CPU-time meter around each of its hooks and check(): the time spent inside the tool."""
+
+    spent = 0.0
+
+    def _timed(self, function):
+        def timed(*args):
+            start = time.process_time()
+            try:
+                return function(*args)
+            finally:
+                self.spent += time.process_time() - start
+        return timed
+
+    def _on_forward(self, *args):
+        return self._timed(super()._on_forward)(*args)
+
+    def _on_grad(self, i):
+        return self._timed(super()._on_grad(i))
+
+    def _on_param_grad(self, module, name):
+        return self._timed(super()._on_param_grad(module, name))
+
+    def check(self, step):
+        return self._timed(super().check)(step)
+
+
 def train(data, variant):
-    """CPU seconds for the steps of one variant on a fresh model."""
+    """(CPU seconds for the steps of one variant on a fresh model, CPU seconds inside NanWatch)."""
     from transformers.debug_utils import DebugUnderflowOverflow
     model = make_model()
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    watch = NanWatch(model, every=10 if variant == "nanwatch every=10" else 1) if variant.startswith("nanwatch") else None
+    watch = None
+    if variant.startswith("nanwatch"):
+        watch = TimedNanWatch(model, every=10 if variant == "nanwatch every=10" else 1)
     if variant == "debug_underflow":
         DebugUnderflowOverflow(model)
     context = torch.autograd.detect_anomaly if variant == "detect_anomaly" else contextlib.nullcontext
@@ -110,7 +143,7 @@ def train(data, variant):
             raise RuntimeError(f"{variant}: a false alarm at step {step}")
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return time.process_time() - start
+    return time.process_time() - start, watch.spent if watch is not None else 0.0
 
 
 class MaskedAttention(torch.nn.Module):
@@ -174,14 +207,24 @@ def main():
     print(f"model: GPT2LMHeadModel, {params / 1e6:.2f}M parameters, batch {BATCH} x {SEQ} tokens, "
           f"{args.steps} steps x {args.rounds} rounds per variant")
     times = {variant: [] for variant in variants}
+    inside = {variant: [] for variant in variants}
     for _ in range(args.rounds):
         for variant in variants:
-            times[variant].append(1000 * train(data, variant) / args.steps)
-    plain = statistics.median(times["plain"])
-    print(f"{'variant':<18} {'ms/step':>8} {'min..max':>14} {'x plain':>8}")
+            total, spent = train(data, variant)
+            times[variant].append(1000 * total / args.steps)
+            inside[variant].append(1000 * spent / args.steps)
+    print(f"{'variant':<18} {'ms/step':>8} {'min..max':>14} {'x plain':>8} {'min..max':>11} {'in NanWatch':>12}")
     for variant in variants:
         ms = statistics.median(times[variant])
-        print(f"{variant:<18} {ms:8.1f} {min(times[variant]):6.1f}..{max(times[variant]):<6.1f} {ms / plain:8.2f}")
+        ratios = [t / p for t, p in zip(times[variant], times["plain"])]
+        tool = f"{statistics.median(inside[variant]):6.2f} ms" if variant.startswith("nanwatch") else ""
+        print(f"{variant:<18} {ms:8.1f} {min(times[variant]):6.1f}..{max(times[variant]):<6.1f} "
+              f"{statistics.median(ratios):8.2f} {min(ratios):5.2f}..{max(ratios):<5.2f} {tool:>12}")
+    plain = statistics.median(times["plain"])
+    for variant in ("nanwatch", "nanwatch every=10"):
+        share = [spent / p for spent, p in zip(inside[variant], times["plain"])]
+        print(f"{variant}: {statistics.median(inside[variant]):.2f} ms of CPU per step inside its hooks and check(), "
+              f"{100 * statistics.median(share):.1f}% of a plain step ({plain:.1f} ms), median of {args.rounds} rounds")
     print("on masks (one healthy forward and backward):")
     for tool, verdicts in masks_verdicts().items():
         print(f"  {tool:<16} " + "; ".join(f"{kind}: {verdict}" for kind, verdict in verdicts.items()))
