@@ -28,28 +28,35 @@ Then each tool meets the masks attention really uses, in a model made for it (a 
 attention with an additive -inf causal mask, passed to a module as an argument; a boolean mask): does
 it stay silent on a healthy step?
 
-Measured on an x86_64 CPU (2 cores, shared with 7 other jobs: load average 6 to 7 during the run;
+Measured on an x86_64 CPU (2 cores, shared with other jobs: load average 2 to 4 during the run;
 1 torch thread), Linux, Python 3.11, torch 2.13.0+cpu, transformers 5.23.0, on 2026-11-23,
 `--steps 20 --rounds 7`:
 
-    machine: AMD EPYC, 2 cores, 1 torch thread(s), Linux 6.18.44-fc-v657, Python 3.11.7, torch 2.13.0+cpu; load average at start 6.4, 5.8, 4.2
+    machine: AMD EPYC, 2 cores, 1 torch thread(s), Linux 6.18.44-fc-v657, Python 3.11.7, torch 2.13.0+cpu; load average at start 2.4, 4.2, 6.1
     model: GPT2LMHeadModel, 0.44M parameters, batch 16 x 64 tokens, 20 steps x 7 rounds per variant
-    variant             ms/step       min..max  x plain
-    plain                 108.9   89.8..115.7      1.00
-    nanwatch              117.9   99.2..137.3      1.08
-    nanwatch every=10     112.4  110.0..127.9      1.03
-    debug_underflow       180.4  169.4..199.5      1.66
-    detect_anomaly        215.0  185.2..218.7      1.97
+    variant             ms/step       min..max  x plain    min..max  in NanWatch
+    plain                 106.0   94.5..115.4      1.00  1.00..1.00
+    nanwatch              119.7  113.4..129.6      1.15  1.04..1.27      10.69 ms
+    nanwatch every=10     121.5  107.5..131.2      1.17  1.05..1.29      11.08 ms
+    debug_underflow       192.4  167.4..201.4      1.75  1.65..1.94
+    detect_anomaly        212.2  179.6..233.5      1.99  1.71..2.40
+    nanwatch: 10.69 ms of CPU per step inside its hooks and check(), 10.6% of a plain step (106.0 ms), median of 7 rounds
+    nanwatch every=10: 11.08 ms of CPU per step inside its hooks and check(), 9.9% of a plain step (106.0 ms), median of 7 rounds
     on masks (one healthy forward and backward):
       nanwatch         additive -inf: silent; boolean: silent
       debug_underflow  additive -inf: raised ValueError: DebugUnderflowOverflow: inf/nan detected, aborting as there ; boolean: raised NotImplementedError: "abs_cpu" not implemented for 'Bool'
       detect_anomaly   additive -inf: silent; boolean: silent
 
-Under that load the rounds spread by 20-30%, so the ratios are good to a few percent: NanWatch
-within the 1.10x goal, about 0.6x the cost DebugUnderflowOverflow adds with forward hooks alone,
-and detect_anomaly near 2x. NanWatch's cost is one aminmax pass over each activation and gradient
-plus the Python hooks: relative to a step it shrinks as the model gets wider (more compute per
-activation element) and grows for very narrow models.
+NanWatch spent 10.7 ms of CPU per step inside its own hooks and check(), 10.6% of a plain step;
+a cProfile run put roughly half of that in the aminmax kernels (one per activation, gradient and
+parameter gradient, about 100 a step here) and half in Python (the hooks and register_hook), an
+estimate. Whole steps came out 1.15x plain, with per-round ratios from 1.04 to 1.27: at this load
+the noise between rounds is as large as the cost measured. Four earlier runs that day (at load
+averages 5 to 13, some with earlier versions of NanWatch and of this script) gave whole-step
+medians of 1.08x to 1.19x for NanWatch, 1.66x to 1.84x for DebugUnderflowOverflow (forward hooks
+alone) and 1.94x to 2.04x for detect_anomaly. This model is narrow: the cost per activation element
+is fixed, a step's compute per element grows with the width, so the share shrinks on real models
+(assumed, not measured here).
 """
 import argparse
 import contextlib
