@@ -206,7 +206,8 @@ def nav(pages):
     """Home, Skill, Playbook, then one section per folder: its index page first."""
     entries = [{"Home": "index.md"}]
     entries += [{title: uri} for title, uri in (("Skill", "SKILL.md"), ("Playbook", "PLAYBOOK.md")) if uri in pages]
-    for title, folder in (("References", "refs/"), ("Diagnostics", "diagnostics/"), ("Evidence", "evidence/")):
+    for title, folder in (("References", "refs/"), ("Diagnostics", "diagnostics/"), ("Integrations", "integrations/"),
+                          ("Evidence", "evidence/")):
         index = folder + "index.md"
         section = [index] if index in pages else []
         for uri in sorted(u for u in pages if u.startswith(folder) and u != index):

@@ -13,6 +13,7 @@ SHARED = ROOT.parent / "shared"  # present in CI and in a developer checkout; ab
 
 sys.path.insert(0, str(DIAGNOSTICS))
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.append(str(ROOT))  # ml_debug from the checkout, also when pytest is not run as `python -m pytest`
 
 
 def run_cli(script, *args, cwd=None, timeout=120):

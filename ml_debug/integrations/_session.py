@@ -1,0 +1,72 @@
+"""What both callbacks do at each optimizer step, whatever the framework: NaN watch, spike guard, monitor."""
+import logging
+
+import torch
+
+from ml_debug import load
+
+log = logging.getLogger("ml_debug")
+
+
+class Session:
+    """The three tools on one model and optimizer; each one switchable (None when off)."""
+
+    def __init__(self, model, optimizer, path, monitor=True, guard=True, nan_watch=True, every=1, append=False,
+                 guard_options=None, nan_watch_every=1):
+        self.model = model
+        self.monitor = load("monitor").TrainingMonitor(path, model, optimizer, every=every, append=append) if monitor else None
+        self.guard = load("spike_guard").SpikeGuard(model, monitor=self.monitor, **(guard_options or {})) if guard else None
+        self.watch = load("nan_watch").NanWatch(model, every=nan_watch_every) if nan_watch else None
+        self.reports = []  # NanWatch reports, one per bad step found
+        self.loss = self.tokens = None
+        self.skipped = False
+
+    def add_loss(self, loss, tokens=None):
+        """One micro-batch's loss (detached, on its device: no sync), summed over the micro-batches of a step."""
+        loss = loss.detach()
+        self.loss = loss if self.loss is None else self.loss + loss
+        if tokens is not None:
+            self.tokens = tokens if self.tokens is None else self.tokens + tokens
+
+    def before_step(self, step, grad_norm=None):
+        """Before optimizer.step(), gradients not yet clipped: name a NaN, and skip the step if the guard says so.
+
+        Skipping sets every gradient to None, so the optimizer leaves every parameter and its state
+        alone; the guard takes the same decision on every rank.
+        """
+        self.skipped = False
+        if self.watch is not None:
+            report = self.watch.check(step)
+            if report is not None:
+                self.reports.append(report)
+                log.warning("ml_debug NanWatch: %s", report["summary"])
+                if self.monitor is not None:
+                    self.monitor.event(step, "nan", module=report["module"], phase=report["phase"], source=report["source"])
+        if self.guard is not None and self.loss is not None:
+            if self.guard.should_skip(step, self.loss, grad_norm=grad_norm):
+                self.skipped = True
+                event = self.guard.events[-1]
+                log.warning("ml_debug SpikeGuard: step %s skipped (%s, value %s)", step, event["reason"], event["value"])
+                for p in self.model.parameters():
+                    p.grad = None
+        return self.skipped
+
+    def after_step(self, step, grad_norm=None):
+        """After optimizer.step(): log the step (a skipped step is in the log as the guard's event)."""
+        loss, tokens, self.loss, self.tokens = self.loss, self.tokens, None, None
+        if self.monitor is not None and loss is not None and not self.skipped:
+            if grad_norm is None and self.guard is not None and self.guard.grad_norm is not None:
+                grad_norm = self.guard.grad_norm
+            self.monitor.log(step, loss, grad_norm=grad_norm, tokens=tokens)
+
+    def close(self):
+        if self.watch is not None:
+            self.watch.remove()
+        if self.monitor is not None:
+            self.monitor.close()
+
+
+def grad_norm(model):
+    """The global L2 norm of the model's gradients, on the device (no host sync); None without gradients."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return torch.nn.utils.get_total_norm(grads) if grads else None

@@ -1,0 +1,98 @@
+"""ml-debug in the Hugging Face Trainer: monitor, spike guard and NaN watch as one TrainerCallback.
+
+    from ml_debug.integrations.hf import MLDebugCallback
+    trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[MLDebugCallback()])
+
+At every optimizer step, before optimizer.step(): NanWatch names the first module that made
+NaN/inf (forward or backward), and SpikeGuard skips the step (every gradient set to None, on every
+rank alike) when the loss or the pre-clip gradient norm is non-finite or an outlier. After the
+step, TrainingMonitor writes the step's line to the JSONL log that `ml-debug spikes` reads
+(default: <output_dir>/ml_debug_log.jsonl; appended to when the run resumes). Each tool is
+switchable: MLDebugCallback(monitor=False), guard=False, nan_watch=False. The Trainer's own
+logging, saving and evaluation are left as they are. Steps are numbered as the Trainer numbers them
+in its own logs (state.global_step after the update).
+
+The loss is read from the model's output (output.loss, which the Trainer's default compute_loss
+also uses); a model that returns no loss leaves the monitor and the guard without input: they then
+log and decide nothing, and say so once. The gradient norm is taken at the end of each backward,
+before the Trainer clips. The learning-rate scheduler still advances on a skipped step.
+"""
+import logging
+import os
+
+import torch
+from transformers import TrainerCallback
+
+from ml_debug.integrations._session import Session, grad_norm
+
+log = logging.getLogger("ml_debug")
+LOG_NAME = "ml_debug_log.jsonl"
+
+
+class _Probe:
+    """A forward hook on the model: the loss of each training forward; at the end of its backward, the grad norm."""
+
+    def __init__(self, model, session, accumulation):
+        self.model, self.session, self.accumulation = model, session, accumulation
+        self.grad_norm, self.warned = None, False
+        self.handle = model.register_forward_hook(self.on_forward, with_kwargs=True)
+
+    def on_forward(self, module, args, kwargs, output):
+        if not module.training or not torch.is_grad_enabled():
+            return
+        loss = output.get("loss") if isinstance(output, dict) else None
+        if not torch.is_tensor(loss):
+            if not self.warned:
+                log.warning("ml_debug: the model returned no loss (output.loss): the monitor and the guard get no input")
+                self.warned = True
+            return
+        # with num_items_in_batch the model divides by the tokens of the whole accumulated step: the parts add up
+        ids = kwargs.get("input_ids")
+        parts = "num_items_in_batch" in kwargs
+        self.session.add_loss(loss if parts else loss / self.accumulation, tokens=ids.numel() if torch.is_tensor(ids) else None)
+        if loss.requires_grad:
+            loss.register_hook(self.on_loss_grad)
+
+    def on_loss_grad(self, grad):
+        torch.autograd.Variable._execution_engine.queue_callback(self.after_backward)  # runs when backward ends
+
+    def after_backward(self):
+        self.grad_norm = grad_norm(self.model)  # before the Trainer clips; summed over micro-batches by autograd
+
+    def remove(self):
+        self.handle.remove()
+
+
+class MLDebugCallback(TrainerCallback):
+    """Monitor, spike guard and NaN watch for transformers.Trainer; see the module docstring."""
+
+    def __init__(self, log_path=None, monitor=True, guard=True, nan_watch=True, every=1, guard_options=None,
+                 nan_watch_every=1):
+        self.log_path, self.every = log_path, every
+        self.switches = {"monitor": monitor, "guard": guard, "nan_watch": nan_watch}
+        self.guard_options, self.nan_watch_every = guard_options, nan_watch_every
+        self.session = self.probe = None
+
+    @property
+    def reports(self):
+        """NanWatch's reports so far (dicts: step, module, phase, source, summary, frames)."""
+        return self.session.reports if self.session is not None else []
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        path = self.log_path or os.path.join(args.output_dir, LOG_NAME)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.session = Session(model, optimizer, path, every=self.every, append=state.global_step > 0,
+                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
+        self.probe = _Probe(model, self.session, args.gradient_accumulation_steps)
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm)
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.session.after_step(state.global_step + 1, grad_norm=self.probe.grad_norm)
+        self.probe.grad_norm = None
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.session is not None:
+            self.probe.remove()
+            self.session.close()

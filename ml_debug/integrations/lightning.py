@@ -1,0 +1,64 @@
+"""ml-debug in Lightning: monitor, spike guard and NaN watch as one Callback.
+
+    from ml_debug.integrations.lightning import MLDebugCallback
+    trainer = lightning.Trainer(callbacks=[MLDebugCallback()])
+
+At every optimizer step, in on_before_optimizer_step (gradients not yet clipped): NanWatch names
+the first module that made NaN/inf (forward or backward), and SpikeGuard skips the step (every
+gradient set to None, on every rank alike) when the loss or the gradient norm is non-finite or an
+outlier. After the step, TrainingMonitor writes the step's line to the JSONL log that
+`ml-debug spikes` reads (default: <trainer.log_dir or default_root_dir>/ml_debug_log.jsonl;
+appended to when the run resumes). Each tool is switchable: MLDebugCallback(monitor=False),
+guard=False, nan_watch=False. Lightning's own logging is left as it is. Steps are numbered as
+Lightning numbers them (trainer.global_step before the update). Automatic optimization with one
+optimizer; the loss is the one Lightning passes to backward (summed over accumulated batches).
+The learning-rate scheduler still advances on a skipped step.
+"""
+import os
+
+from lightning.pytorch import Callback
+
+from ml_debug.integrations._session import Session, grad_norm
+
+LOG_NAME = "ml_debug_log.jsonl"
+
+
+class MLDebugCallback(Callback):
+    """Monitor, spike guard and NaN watch for lightning.Trainer; see the module docstring."""
+
+    def __init__(self, log_path=None, monitor=True, guard=True, nan_watch=True, every=1, guard_options=None,
+                 nan_watch_every=1):
+        self.log_path, self.every = log_path, every
+        self.switches = {"monitor": monitor, "guard": guard, "nan_watch": nan_watch}
+        self.guard_options, self.nan_watch_every = guard_options, nan_watch_every
+        self.session, self.grad_norm, self.stepped = None, None, None
+
+    @property
+    def reports(self):
+        """NanWatch's reports so far (dicts: step, module, phase, source, summary, frames)."""
+        return self.session.reports if self.session is not None else []
+
+    def on_train_start(self, trainer, pl_module):
+        path = self.log_path or os.path.join(trainer.log_dir or trainer.default_root_dir, LOG_NAME)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        self.session = Session(pl_module, trainer.optimizers[0], path, every=self.every, append=trainer.global_step > 0,
+                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
+
+    def on_before_backward(self, trainer, pl_module, loss):
+        self.session.add_loss(loss)
+
+    def on_after_backward(self, trainer, pl_module):
+        self.grad_norm = grad_norm(pl_module)  # after each backward: the last one holds the whole step's gradients
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        self.stepped = trainer.global_step
+        self.session.before_step(self.stepped, grad_norm=self.grad_norm)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.stepped is not None:  # an optimizer step ended with this batch
+            self.session.after_step(self.stepped, grad_norm=self.grad_norm)
+            self.stepped = self.grad_norm = None
+
+    def on_train_end(self, trainer, pl_module):
+        if self.session is not None:
+            self.session.close()

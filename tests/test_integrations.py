@@ -1,0 +1,120 @@
+"""The callbacks in real trainers: a tiny HF Trainer run and a tiny Lightning run on CPU, each with a
+planted bad batch that the spike guard skips and NanWatch names (module and phase), a log that
+spikes.py reads back, and the framework's own logging as it was."""
+import csv
+import json
+import math
+
+import pytest
+import torch
+
+import spikes
+
+STEPS, BAD = 12, 8
+
+
+def read_log(path):
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    return [r for r in lines if "event" not in r], [r for r in lines if "event" in r]
+
+
+def test_hf_trainer_skips_and_names_a_batch_with_every_label_masked(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import MLDebugCallback
+
+    config = transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2)
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config)
+
+    class Batches(torch.utils.data.IterableDataset):  # in order: the planted batch is the BAD-th update
+        def __iter__(self):
+            g = torch.Generator().manual_seed(0)
+            for step in range(1, STEPS + 1):
+                for _ in range(4):
+                    ids = torch.randint(0, 64, (16,), generator=g)
+                    labels = ids.clone()
+                    if step == BAD:
+                        labels[:] = -100  # BUG: every label masked (a prompt longer than the context): the loss is 0/0
+                    yield {"input_ids": ids, "labels": labels}
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=STEPS, per_device_train_batch_size=4,
+                                          learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
+                                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                                          max_grad_norm=0.05)  # clipping bites at every step
+    callback = MLDebugCallback()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Batches(), callbacks=[callback])
+    trainer.train()
+
+    assert [(r["step"], r["module"], r["phase"], r["source"]) for r in callback.reports] == \
+        [(BAD, "GPT2LMHeadModel", "forward", "module")]
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the NaN step never reached the weights
+    records, events = read_log(tmp_path / "out" / "ml_debug_log.jsonl")
+    assert [r["step"] for r in records] == [s for s in range(1, STEPS + 1) if s != BAD]
+    assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in records)
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "nan"), (BAD, "skip")]
+    assert events[1]["reason"] == "nonfinite_loss"
+    report = spikes.analyze(tmp_path / "out" / "ml_debug_log.jsonl")
+    assert report.columns.grad == "grad_norm" and len(report.spikes) == 0 and report.nan_step is None
+    own = {entry["step"]: entry for entry in trainer.state.log_history if "loss" in entry}
+    assert sorted(own) == list(range(1, STEPS + 1))  # the Trainer's own log, every step, the bad one included
+    for r in records:  # the pre-clip norm, as the Trainer logs it, not the clipped one (0.05)
+        assert r["grad_norm"] == pytest.approx(own[r["step"]]["grad_norm"], rel=1e-4) and r["grad_norm"] > 0.1
+        assert r["loss"] == pytest.approx(own[r["step"]]["loss"], rel=1e-4)
+
+
+def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    class ScaleNorm(torch.nn.Module):
+        def forward(self, x):
+            return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
+
+    class Classifier(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), ScaleNorm(), torch.nn.Linear(16, 16),
+                                               torch.nn.GELU())
+            self.head = torch.nn.Linear(16, 3)
+
+        def forward(self, x):
+            return self.head(self.encoder(x))
+
+        def training_step(self, batch, batch_idx):
+            x, y = batch
+            loss = torch.nn.functional.cross_entropy(self(x), y)
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(STEPS * 8, 8, generator=g)
+    y = torch.randint(0, 3, (STEPS * 8,), generator=g)
+    x[BAD * 8] = 0.0  # one all-zero sample in the batch of step BAD (Lightning counts steps from 0)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
+    torch.manual_seed(0)
+    model = Classifier()
+    callback = MLDebugCallback()
+    csv_logger = lightning.pytorch.loggers.CSVLogger(tmp_path, name="run")
+    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=1, logger=csv_logger, log_every_n_steps=1,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                default_root_dir=tmp_path, callbacks=[callback])
+    trainer.fit(model, loader)
+
+    assert [(r["step"], r["module"], r["phase"], r["source"]) for r in callback.reports] == \
+        [(BAD, "encoder.1", "forward", "module")]
+    assert callback.reports[0]["class"] == "ScaleNorm"
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    path = tmp_path / "run" / "version_0" / "ml_debug_log.jsonl"
+    records, events = read_log(path)
+    assert [r["step"] for r in records] == [s for s in range(STEPS) if s != BAD]
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "nan"), (BAD, "skip")]
+    report = spikes.analyze(path)
+    assert report.columns.grad == "grad_norm" and report.nan_step is None
+    with open(tmp_path / "run" / "version_0" / "metrics.csv") as f:
+        own = {int(row["step"]): float(row["train_loss"]) for row in csv.DictReader(f)}
+    assert sorted(own) == list(range(STEPS)) and math.isnan(own[BAD])  # Lightning's own log, the NaN step included
+    for r in records:  # the same step numbers and the same losses
+        assert r["loss"] == pytest.approx(own[r["step"]], rel=1e-5)

@@ -1,0 +1,214 @@
+"""NanWatch (diagnostics/nan_watch.py): hooks that stay on, silent on healthy steps (the -inf causal
+mask and boolean masks included), naming module and phase on the first step that makes NaN/inf,
+with no host sync between reads, and leaving the model as it was."""
+import math
+
+import pytest
+import torch
+
+from nan_watch import NanWatch
+from state_snapshot import differences, snapshot
+
+T, D, VOCAB = 8, 16, 32
+
+
+class Attention(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(D, 3 * D)
+        self.out = torch.nn.Linear(D, D)
+
+    def forward(self, x, mask):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(D) + mask  # the additive mask: -inf above the diagonal
+        return self.out(scores.softmax(-1) @ v)
+
+
+class ScaleNorm(torch.nn.Module):
+    """x / |x|, as some hand-written norms do."""
+
+    def __init__(self, eps):
+        super().__init__()
+        self.eps = eps
+
+    def forward(self, x):
+        return x / (x.norm(dim=-1, keepdim=True) + self.eps)
+
+
+class SafeSqrt(torch.nn.Module):
+    """sqrt of the positive part, 0 elsewhere."""
+
+    def forward(self, x):
+        return torch.where(x > 0, x.sqrt(), torch.zeros_like(x))  # BUG: sqrt is NaN where x < 0: where() hides it forward, not backward
+
+
+class Block(torch.nn.Module):
+    def __init__(self, eps=1e-6, sqrt=False):
+        super().__init__()
+        self.norm = ScaleNorm(eps)
+        self.attn = Attention()
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(D, 4 * D), SafeSqrt() if sqrt else torch.nn.GELU(), torch.nn.Linear(4 * D, D))
+
+    def forward(self, x, mask):
+        x = x + self.attn(self.norm(x), mask)
+        return x + self.mlp(x)
+
+
+class CausalMask(torch.nn.Module):
+    def forward(self, x):
+        return torch.full((x.shape[1], x.shape[1]), float("-inf")).triu(1)  # -inf above the diagonal, a module's output
+
+
+class TinyGPT(torch.nn.Module):
+    def __init__(self, eps=1e-6, sqrt=False):
+        super().__init__()
+        self.embed = torch.nn.Linear(D, D, bias=False)  # takes float features, so a batch can carry NaN (or zeros)
+        self.blocks = torch.nn.ModuleList([Block(eps), Block(eps, sqrt)])
+        self.head = torch.nn.Linear(D, VOCAB)
+        self.causal = CausalMask()
+
+    def forward(self, x):
+        h = self.embed(x)
+        mask = self.causal(h)
+        for block in self.blocks:
+            h = block(h, mask)
+        return self.head(h)
+
+
+def batches(n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(4, T, D, generator=g), torch.randint(0, VOCAB, (4, T), generator=g)) for _ in range(n)]
+
+
+def train(model, data, watch=None, steps_between_reads=None):
+    """Plain loop; returns (losses, reports by step)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses, reports = [], {}
+    for step, (x, y) in enumerate(data):
+        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        if watch is not None:
+            report = watch.check(step)
+            if report is not None:
+                reports[step] = report
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, reports
+
+
+def test_healthy_run_with_the_minus_inf_causal_mask_is_silent_and_unchanged():
+    torch.manual_seed(0)
+    model, twin = TinyGPT(), TinyGPT()
+    twin.load_state_dict(model.state_dict())
+    before = snapshot(model)
+    watch = NanWatch(model)
+    watched_losses, reports = train(model, batches(4), watch)
+    assert reports == {}
+    watch.remove()
+    after = snapshot(model)
+    assert after["hooks"] == before["hooks"] and after["global_hooks"] == before["global_hooks"]
+    assert train(twin, batches(4))[0] == watched_losses  # the hooks change nothing, bit for bit
+
+
+def test_forward_origin_is_named_with_frames():
+    torch.manual_seed(0)
+    model = TinyGPT(eps=0.0)  # BUG: no eps: an all-zero row divides 0 by 0
+    data = batches(5)
+    data[3][0][1, 2] = 0.0  # one zero row in the batch of step 3: blocks.0.norm sees it first
+    watch = NanWatch(model)
+    _, reports = train(model, data, watch)
+    report = reports[3]
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (3, "blocks.0.norm", "forward", "module")
+    assert report["class"] == "ScaleNorm"
+    last = report["frames"][-1]
+    assert last["module"] == "blocks.0.norm" and last["out"] == ["nan", "nan"] and all(map(math.isfinite, last["in"]))
+    assert all(frame["out"][1] != "nan" for frame in report["frames"][:-1])
+
+
+def test_backward_origin_is_named():
+    torch.manual_seed(0)
+    watch = NanWatch(model := TinyGPT(sqrt=True))
+    _, reports = train(model, batches(2), watch)
+    report = reports[0]
+    assert (report["module"], report["phase"], report["source"]) == ("blocks.1.mlp.1", "backward", "module")
+    assert report["class"] == "SafeSqrt" and report["frames"][-1]["module"] == "blocks.1.mlp.1"
+
+
+def test_a_nan_batch_is_named_as_the_inputs():
+    torch.manual_seed(0)
+    data = batches(3)
+    data[1][0][0, 0, 0] = float("nan")  # BUG: a corrupt sample in the batch of step 1
+    watch = NanWatch(model := TinyGPT())
+    _, reports = train(model, data, watch)
+    assert (reports[1]["module"], reports[1]["phase"], reports[1]["source"]) == ("TinyGPT", "forward", "inputs")
+    # unguarded, the step went through and the NaN reached every weight: the next step names the first layer
+    assert (reports[2]["module"], reports[2]["phase"], reports[2]["source"]) == ("embed", "forward", "module")
+
+
+def test_reads_the_verdict_once_every_n_checks_and_reports_the_first_bad_step(monkeypatch):
+    torch.manual_seed(0)
+    model = TinyGPT(eps=0.0)
+    data = batches(8)
+    data[5][0][0, 0] = 0.0  # a zero row at step 5, read at the 8th check (every=4)
+    watch = NanWatch(model, every=4)
+    syncs = []
+    for name in ("tolist", "item", "__bool__"):
+        real = getattr(torch.Tensor, name)
+        monkeypatch.setattr(torch.Tensor, name, lambda self, *a, _real=real, _name=name: syncs.append(_name) or _real(self, *a))
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    results = []
+    for step, (x, y) in enumerate(data):
+        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        before = len(syncs)
+        results.append(watch.check(step))
+        results[-1] = (results[-1], len(syncs) - before)
+        opt.zero_grad(set_to_none=True)
+    assert [n for _, n in results[:3]] == [0, 0, 0] and results[3] == (None, 1)  # reads at the 4th check only
+    assert [r for r, _ in results[4:7]] == [None] * 3 and results[7][0]["step"] == 5
+    assert results[7][0]["module"] == "blocks.0.norm"
+
+
+def test_hf_llama_with_boolean_and_additive_masks_is_silent():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+    torch.manual_seed(0)
+    for attention in ("eager", "sdpa"):
+        config._attn_implementation = attention
+        model = transformers.LlamaForCausalLM(config)
+        watch = NanWatch(model)
+        ids = torch.randint(0, 64, (2, 12))
+        attention_mask = torch.ones(2, 12, dtype=torch.long)
+        attention_mask[1, :4] = 0  # left padding: a masked row block
+        for step in range(2):
+            model(input_ids=ids, attention_mask=attention_mask, labels=ids).loss.backward()
+            assert watch.check(step) is None, attention
+        watch.remove()
+
+
+def test_keeps_no_activation_alive_and_remove_is_final():
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = TinyGPT()
+    watch = NanWatch(model)
+    seen = []
+    handle = model.blocks[0].mlp.register_forward_hook(lambda m, a, out: seen.append(weakref.ref(out)))
+    (x, y), = batches(1)
+    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+    assert watch.check(0) is None
+    handle.remove()
+    gc.collect()
+    assert seen and seen[0]() is None  # the stats are numbers on the device, not references to activations
+    watch.remove()
+    model(x).sum().backward()
+    assert watch.check(1) is None and watch._pending == []
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("every", [0, -1, 1.5, "2"])
+def test_bad_every_is_a_clear_error(every):
+    with pytest.raises(ValueError, match="every must be a positive integer"):
+        NanWatch(TinyGPT(), every=every)
