@@ -12,7 +12,8 @@ What it checks
     model, is checked as a target):
 
       fail   NaN or inf values; an empty tensor; inputs and targets with different numbers of
-             rows; every sample in the batch identical; float inputs (or integer inputs to a
+             rows; every sample in the batch identical (in every input tensor: an all-ones
+             attention mask alone is normal); float inputs (or integer inputs to a
              model without an embedding) with |mean| or std above 10, e.g. raw 0-255 pixels
              or raw tabular units; token ids that are negative or beyond the model's largest
              embedding.
@@ -311,15 +312,18 @@ def check_data_sanity(case):
                 findings.append(("fail", f"{name} is empty {tuple(t.shape)}"))
             elif t.is_floating_point() and not bool(t.isfinite().all()):
                 findings.append(("fail", f"{name} has {int(t.isnan().sum())} NaN and {int(t.isinf().sum())} inf values"))
-        rows = {name: t.shape[0] for name, t in input_tensors + target_tensors if t.ndim > 0}
+        batch_dim = task.get("batch_dim", 0)
+        rows = {name: t.shape[batch_dim] for name, t in input_tensors + target_tensors if t.ndim > batch_dim}
         if len(set(rows.values())) > 1:
             findings.append(("fail", "tensors disagree on the number of rows: "
                              + ", ".join(f"{name} {n}" for name, n in rows.items())))
+        same = [name for name, t in input_tensors if t.numel() and t.ndim > batch_dim and t.shape[batch_dim] > 1
+                and bool((t == t.narrow(batch_dim, 0, 1)).all())]
+        if same and len(same) == len(input_tensors):  # one constant input (an all-ones attention mask) is normal
+            findings.append(("fail", f"every sample of {', '.join(same)} is identical: is the loader repeating one example?"))
         for name, t in input_tensors:
             if t.numel() == 0:
                 continue
-            if t.ndim > 0 and t.shape[0] > 1 and bool((t == t[:1]).all()):
-                findings.append(("fail", f"every sample of {name} is identical: is the loader repeating one example?"))
             if t.is_floating_point():
                 if param_dtype is not None and t.dtype != param_dtype:
                     findings.append(("warn", f"{name} is {t.dtype} but the model's parameters are {param_dtype}"))

@@ -76,6 +76,8 @@ import sys
 
 import torch
 
+import sysconfig  # doctor only (the shared imports come first): where installed libraries live
+
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass
 class CheckResult:
@@ -256,9 +258,23 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
 ]
 
 
+def user_frame(traceback):
+    """The innermost frame of the traceback in the user's files (not Python's, torch's, an installed package's or ours)."""
+    library = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    library = tuple(os.path.realpath(path) + os.sep for path in library | {os.path.dirname(os.path.abspath(__file__))} if path)
+    frames = []
+    while traceback is not None:
+        frames.append(traceback)
+        traceback = traceback.tb_next
+    ours = [tb for tb in frames if not os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(library)]
+    frame = (ours or frames)[-1]
+    code = frame.tb_frame.f_code
+    return f"{code.co_filename}:{frame.tb_lineno} in {code.co_name}"
+
+
 def run_checks(case, checks=None):
-    """Run the checks on a case in order; a check that raises becomes its own `fail`."""
-    results = []
+    """Run the checks on a case in order; a check that raises becomes its own `fail`, reported once."""
+    results, errors = [], {}  # errors: (error, where) -> the first check that raised it
     for check_id, module_name in checks or CHECKS:
         try:
             result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
@@ -266,14 +282,14 @@ def run_checks(case, checks=None):
             if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
                 result = CheckResult(check_id, "skip", f"{module_name}.py is not next to doctor.py: copy it there to run this check")
             else:
-                frame = exc.__traceback__
-                while frame.tb_next is not None:
-                    frame = frame.tb_next
-                code = frame.tb_frame.f_code
-                result = CheckResult(check_id, "fail", f"the check raised {type(exc).__name__}: {exc}",
-                                     {"error": f"{type(exc).__name__}: {exc}",
-                                      "where": f"{os.path.basename(code.co_filename)}:{frame.tb_lineno} in {code.co_name}",
-                                      "next": "fix this error first: the model or loss cannot run on the batch as given"})
+                error, where = f"{type(exc).__name__}: {exc}", user_frame(exc.__traceback__)
+                first = errors.setdefault((error, where), check_id)
+                if first != check_id:  # one bug, one line: the same error again is not a second finding
+                    result = CheckResult(check_id, "skip", f"raised the same error as {first}", {"error": error, "where": where})
+                else:
+                    result = CheckResult(check_id, "fail", f"the check raised {error} at {where}",
+                                         {"error": error, "where": where,
+                                          "next": "fix this error first: the model or loss cannot run on the batch as given"})
         results.append(result)
     return results
 

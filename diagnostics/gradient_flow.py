@@ -42,7 +42,10 @@ How to read it
     fail lists the parameters with None grads (details["none_grad"]), all-zero grads that stay
     zero after a step (details["zero_grad"]), ReLU layers at least 90% dead
     (details["dead_relu"]: fraction of dead units per layer), or a first/last relative gradient
-    ratio beyond 1e-4 / 1e4 (details["depth"]). warn: a ReLU layer at least 50% dead, or a
+    ratio beyond 1e-4 / 1e4 (details["depth"]: of the weights in the first and the last
+    quarter of the forward order, the pair whose ratios are nearest each other, so that an
+    attention query weight, whose gradient is tiny at init by design, or a classifier head,
+    whose gradient is large, does not speak for the whole network). warn: a ReLU layer at least 50% dead, or a
     depth ratio beyond 1e-2 / 1e2. details["rel_grad"] holds |grad|/|weight| per weight matrix
     in forward order: read it top to bottom to see where the gradient shrinks or grows.
 
@@ -323,7 +326,11 @@ def check_gradient_flow(case):
         ratios = list(rel_grad.values())
         depth = {}
         if len(ratios) >= 2 and ratios[-1] > 0 and not zero_at_init:  # a zero-init layer makes the ratio meaningless
-            depth = {"first": next(iter(rel_grad)), "last": list(rel_grad)[-1], "ratio": ratios[0] / ratios[-1]}
+            names = list(rel_grad)
+            quarter = max(1, len(names) // 4)  # first and last quarter: the pair nearest each other speaks for the depth
+            first, last = min(((a, b) for a in names[:quarter] for b in names[-quarter:]),
+                              key=lambda pair: abs(float(torch.tensor(rel_grad[pair[0]] / rel_grad[pair[1]]).log())))
+            depth = {"first": first, "last": last, "ratio": rel_grad[first] / rel_grad[last]}
         details = {"none_grad": none_grad, "zero_grad": zero_grad, "nonfinite_grad": nonfinite, "zero_at_init": zero_at_init,
                    "frozen": frozen, "dead_relu": {k: v for k, v in dead.items() if v >= DEAD_WARN}, "depth": depth,
                    "rel_grad": {name: float(f"{value:.3g}") for name, value in rel_grad.items()}}

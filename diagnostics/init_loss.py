@@ -21,7 +21,8 @@ What it checks
       best constant   the best any input-blind predictor can do on this batch: the entropy of
                       the batch's labels (ignore_index excluded), or the targets' variance.
 
-    It also scores an all-zero output with your loss_fn. A mean MSE or cross-entropy gives
+    It also scores an all-zero output with your loss_fn (uniform log-probabilities -ln C instead
+    when the model ends in log_softmax, as the MNIST example does). A mean MSE or cross-entropy gives
     exactly chance; anything else means the loss is not what chance assumes (summed over the
     batch, scaled, extra terms, or another loss such as L1), and the model is then judged
     against that all-zero score instead, so a scaled loss is not mistaken for scaled outputs.
@@ -303,6 +304,14 @@ def fmt(x):
     return f"{x:.3g}"
 
 
+def neutral_output(output):
+    """An uninformative output: all zeros, or uniform log-probabilities when the model ends in log_softmax (NLL loss)."""
+    for dim in range(output.ndim):  # to NLL an all-zero output is certainty (log 1), not chance: give it log(1/C)
+        if output.shape[dim] > 1 and bool((output <= 0).all()) and bool((output.logsumexp(dim).abs() < 1e-3).all()):
+            return torch.full_like(output, -ln(output.shape[dim]))
+    return torch.zeros_like(output)
+
+
 def task_reference(out, targets, task, zero_loss):
     """Work out the task and its reference losses: a dict, or a string saying why there is none.
 
@@ -370,7 +379,7 @@ def check_init_loss(case):
                 output = forward(model, inputs)
                 losses.append(float(loss_fn(output, targets)))
             out = main_tensor(output)
-            zero_loss = float(loss_fn(torch.zeros_like(output), targets)) if isinstance(output, torch.Tensor) else None
+            zero_loss = float(loss_fn(neutral_output(output), targets)) if isinstance(output, torch.Tensor) else None
     if out is None or not isinstance(targets, torch.Tensor):
         return CheckResult("init_loss", "skip", "cannot find the prediction tensor in the output, or the targets are not a tensor")
     loss = sum(losses) / len(losses)
@@ -394,7 +403,7 @@ def check_init_loss(case):
         return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative, which cross-entropy and MSE cannot be: "
                            "is the sign flipped?", details)
     chance, best = ref["chance"], ref["best_constant"]
-    loss_fn_off = zero_loss is not None and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
+    loss_fn_off = zero_loss is not None and zero_loss > 0 and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
     scale = zero_loss / chance if loss_fn_off else 1.0  # judge the model against its own loss function's chance level
     summed = loss_fn_off and any(abs(scale / n - 1) < 0.01 for n in {targets.shape[0], ref["n_targets"]} if n)
     other_regression_loss = loss_fn_off and not summed and "target_mean" in ref  # L1, Huber: their all-zero score is chance

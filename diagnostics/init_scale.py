@@ -18,7 +18,8 @@ What it checks
     seed 000's sqrt(1/(3 NHIDDEN)) is 0.58x. RNN weights are judged against
     1/sqrt(hidden_size), which is what PyTorch uses for them. Parameters of other module types
     (a raw nn.Parameter matrix) are judged against the fan-in of whichever orientation fits
-    better, since their layout is unknown. Embeddings are listed but not judged: an embedding
+    better, since their layout is unknown. Embeddings, and raw tables whose first dim is 1
+    (a (1, T, D) position table, a (1, 1, D) cls token), are listed but not judged: an embedding
     row is looked up, not summed over a fan-in (init_loss catches a tied output head whose
     embedding is too wide).
 
@@ -27,7 +28,10 @@ What it checks
              are all the same non-zero value (its units stay identical: symmetry never breaks).
       warn   std below 0.1x 1/sqrt(fan_in): each such layer in a plain stack shrinks the
              signal 10x. GPT-2-style residual projections (nanoGPT's 0.02/sqrt(2 n_layers))
-             sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail.
+             sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail; when
+             the small weights are exactly that pattern (k weights at the others' median std
+             / sqrt(k), within 1.5x: k = 2 n_layers) they are listed in
+             details["residual_scaled"] and pass.
       note   all-zero weights (zero-initialised output or residual-branch layers are a
              deliberate choice; details["zero_init"] lists them).
       skip   task["pretrained"] true: trained weights are not at their init scale.
@@ -236,6 +240,8 @@ TOO_BIG = 2.0  # evidence/bekman-instabilities.md#init-std-too-big: 0.02 at fan-
 TOO_SMALL = 0.1  # our assumption (10x signal loss per layer); nanoGPT's GPT-2 0.02/sqrt(2*n_layers) projections sit at 0.08x-0.23x (derived), so only a warn
 KNOWN_LAYOUT = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.modules.conv._ConvNd, torch.nn.MultiheadAttention)
 
+RESIDUAL_TOLERANCE = 0.405  # ln 1.5: within 1.5x of std / sqrt(k) — our assumption
+
 
 def fan_in(shape):
     """torch.nn.init's fan-in: dim 1 times the receptive field (the dims after it)."""
@@ -272,7 +278,8 @@ def check_init_scale(case):
                 name = f"{module_name}.{param_name}" if module_name else param_name
                 values = weight.detach().float()
                 std = float(values.std())
-                if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                table = weight.shape[0] == 1 and not isinstance(module, KNOWN_LAYOUT)  # (1, T, D) positions, (1, 1, D) cls token
+                if table or isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
                     embeddings.append({"name": name, "shape": list(weight.shape), "std": std})
                 elif std == 0.0:
                     (zero_init if float(values.abs().max()) == 0.0 else constant).append(name)
@@ -285,6 +292,11 @@ def check_init_scale(case):
         return CheckResult("init_scale", "skip", "no weight matrices to judge (embeddings and all-zero weights are not judged)", details)
     big = sorted((row for row in layers if row["ratio"] > TOO_BIG), key=lambda row: -row["ratio"])
     small = sorted((row for row in layers if row["ratio"] < TOO_SMALL), key=lambda row: row["ratio"])
+    if small and len(small) < len(layers):  # GPT-2's scaled init: 2 x n_layers residual projections at std / sqrt(2 n_layers)
+        typical = sorted(row["std"] for row in layers if row not in small)[(len(layers) - len(small)) // 2]
+        if all(abs(float(torch.tensor(row["std"] * len(small) ** 0.5 / typical).log())) < RESIDUAL_TOLERANCE for row in small):
+            details["residual_scaled"] = [row["name"] for row in small]
+            small = []
 
     def describe(row):
         return f"{row['name']} std {row['std']:.3g} is {row['ratio']:.3g}x {row['rule']} = {row['reference']:.3g}"
@@ -305,6 +317,8 @@ def check_init_scale(case):
                            details)
     low, high = min(r["ratio"] for r in layers), max(r["ratio"] for r in layers)
     return CheckResult("init_scale", "pass", f"{len(layers)} weights at {low:.2g}x-{high:.2g}x 1/sqrt(fan_in)"
+                       + (f"; {len(details['residual_scaled'])} residual projections scaled by 1/sqrt(2 n_layers)"
+                          if details.get("residual_scaled") else "")
                        + (f"; zero-initialised: {', '.join(zero_init)}" if zero_init else ""), details)
 
 

@@ -18,7 +18,10 @@ What it checks
     of the same range (integer ids drawn from the observed range). With several input tensors
     (a tuple or a dict) each one is also rolled alone, to find an input that is ignored. A
     dict entry "labels" (the Hugging Face way of passing the targets to the model) is left
-    alone: the predictions are not meant to depend on it.
+    alone: the predictions are not meant to depend on it, and so is an input that is constant
+    (an all-ones attention mask) while the others are perturbed. Log-probabilities (a
+    log_softmax output) are compared without their per-row offset -log(classes), which would
+    otherwise dwarf every change.
 
       fail   the mean change is below half a rounding step of the output's dtype (eps x mean
              |output|): the output does not depend on the input at all. (Judged in rounding
@@ -279,15 +282,25 @@ def perturbed(t):
     return torch.randint(low, high + 1, t.shape, dtype=t.dtype, device=t.device)
 
 
+def comparable(output):
+    """The output as float64; log-probabilities lose their per-row offset (-log V), which carries no signal."""
+    output = output.detach().double()
+    if output.ndim > 0 and output.shape[-1] > 1 and bool((output <= 0).all()) \
+            and bool((output.logsumexp(-1).abs() < 1e-3).all()):  # log_softmax output: compare the logits it came from
+        return output - output.mean(-1, keepdim=True)
+    return output
+
+
 def mean_change(model, inputs, paths, base):
-    """Mean |output' - output| when the tensors at `paths` are perturbed; None if they cannot be."""
-    changed = inputs
+    """Mean |output' - output| when the tensors at `paths` are perturbed; None if none of them can be."""
+    changed, any_changed = inputs, False
     for path in paths:
         new = perturbed(get(inputs, path))
-        if new is None:
-            return None
-        changed = replace(changed, path, new)
-    return float((main_tensor(forward(model, changed)).detach().double() - base).abs().mean())
+        if new is not None:  # a constant mask next to varying token ids: perturb the ids alone
+            changed, any_changed = replace(changed, path, new), True
+    if not any_changed:
+        return None
+    return float((comparable(main_tensor(forward(model, changed))) - base).abs().mean())
 
 
 def check_input_dependence(case):
@@ -304,7 +317,7 @@ def check_input_dependence(case):
             output = main_tensor(forward(model, inputs))
             if output is None:
                 return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
-            base = output.detach().double()
+            base = comparable(output)
             if not bool(base.isfinite().all()):
                 return CheckResult("input_dependence", "skip", "the output holds NaN/inf: run nan_watch first")
             whole = mean_change(model, inputs, paths, base)
