@@ -1,0 +1,69 @@
+"""The doctor on real architectures: Hugging Face models from tiny configs and re-implementations of public designs.
+
+Every healthy case must get no fail; the only warns are the ones listed here, each with the reason a person
+reading the model would agree with it.
+"""
+import sys
+
+import pytest
+import torch
+
+import doctor
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+import healthy_hf  # noqa: E402
+import healthy_own  # noqa: E402
+
+EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
+    "make_lstm_lm": {"gradient_flow": "the decoder, uniform +-0.1 (10x below the LSTM's own scale), gets 100x the "
+                                      "relative gradient of the first LSTM layer at init"},
+}
+KNOWN_FALSE_FAILS = {  # case -> {check id: why it is still a fail}; strict xfail: fixing it must update this table
+    "make_lstm_lm": {"update_ratio": "SGD at lr 20 clipped to 0.25 (the example's own settings) moves the decoder by a "
+                                     "third of its norm on step one; a clip-bound step size is not judged yet"},
+}
+CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
+
+
+@pytest.mark.parametrize("module, name", CASES, ids=[name for _, name in CASES])
+def test_healthy_real_model_gets_no_fail_and_only_agreed_warns(module, name):
+    case = doctor.validate_case(getattr(module, name)(), name)
+    statuses = {r.id: r.status for r in doctor.run_checks(case)}
+    fails = {check for check, status in statuses.items() if status == "fail"}
+    if fails and fails == set(KNOWN_FALSE_FAILS.get(name, {})):
+        pytest.xfail(f"known false fail(s): {KNOWN_FALSE_FAILS[name]}")
+    assert not fails, statuses
+    assert {check for check, status in statuses.items() if status == "warn"} == set(EXPECTED_WARNS.get(name, {})), statuses
+    assert statuses["data_sanity"] == "pass" and statuses["overfit_one_batch"] == "pass", statuses
+
+
+def test_case_from_hf_reads_the_task_from_the_model():
+    case = healthy_hf.make_t5()
+    assert case["task"]["kind"] == "seq2seq" and case["task"]["vocab_size"] == 64
+    assert healthy_hf.make_vit()["task"] == {"kind": "classification", "ignore_index": -100, "num_classes": 2}
+    assert healthy_hf.make_gpt2()["task"]["kind"] == "causal_lm"
+    assert "transformers" not in open(ROOT / "diagnostics" / "hf_case.py").read().split('"""', 2)[2].split("def ")[0]
+
+
+def test_time_major_rows_are_told_apart_from_time():
+    """The LSTM LM is (T, B): with batch_dim 1 the rows are independent; read as batch-first, time would look like leakage."""
+    import batch_independence
+    case = healthy_own.make_lstm_lm()
+    assert batch_independence.check_batch_independence(case).status == "pass"
+    case["task"] = {**case["task"], "batch_dim": 0}
+    assert batch_independence.check_batch_independence(case).status == "fail"
+
+
+def test_noise_in_forward_is_not_leakage_but_mixing_still_is():
+    import batch_independence
+    case = healthy_own.make_vae()
+    assert batch_independence.check_batch_independence(case).status == "pass"
+
+    class MixingVAE(healthy_own.VAE):
+        def reparameterize(self, mu, logvar):
+            return mu.mean(0, keepdim=True) + torch.randn_like(mu) * torch.exp(0.5 * logvar)  # BUG: the batch mean leaks
+
+    torch.manual_seed(0)
+    case["model"] = MixingVAE()
+    assert batch_independence.check_batch_independence(case).status == "fail"
