@@ -76,7 +76,10 @@ import sys
 
 import torch
 
-import sysconfig  # doctor only (the shared imports come first): where installed libraries live
+import signal  # doctor only (the shared imports come first): the per-check time limit and Ctrl-C
+import sysconfig  # where installed libraries live
+import threading
+import time
 
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass
@@ -100,23 +103,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -233,7 +238,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -243,6 +250,7 @@ def cli_main(check, demo_case, description, argv=None):
     return 1 if result.status == "fail" else 0
 # --- end shared block ---
 
+TIMEOUT = 120.0  # seconds per check: the slowest healthy corpus case's slowest check takes ~10 s on one busy CPU thread (measured)
 CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
     ("data_sanity", "data_sanity"),  # the batch alone
     ("init_scale", "init_scale"),  # the weights alone
@@ -272,24 +280,61 @@ def user_frame(traceback):
     return f"{code.co_filename}:{frame.tb_lineno} in {code.co_name}"
 
 
-def run_checks(case, checks=None):
-    """Run the checks on a case in order; a check that raises becomes its own `fail`, reported once."""
-    results, errors = [], {}  # errors: (error, where) -> the first check that raised it
+class CheckTimeout(Exception):
+    """A check ran past its time limit."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C (a real SIGINT to the doctor), told apart from a KeyboardInterrupt that the user's code raises itself."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_checks(case, checks=None, timeout=None):
+    """Run the checks on a case in order, each within `timeout` seconds; a check that raises becomes its own `fail`, once.
+
+    Each result gets details["seconds"], the check's wall time.
+    """
+    results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
     for check_id, module_name in checks or CHECKS:
+        started = time.perf_counter()
         try:
-            result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
-        except Exception as exc:  # the user's model or loss raised inside the check: a finding, not a crash
+            with time_limit(timeout):
+                result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
+        except CheckTimeout:  # preserved() inside the check restored the model on the way out
+            result = CheckResult(check_id, "fail", f"ran past the {timeout:g} s time limit (--timeout) and was stopped",
+                                 {"next": "a forward or loss that hangs or is far slower than one batch should be; "
+                                          "or raise --timeout for a big model"})
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's code raised inside the check: a finding
             if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
                 result = CheckResult(check_id, "skip", f"{module_name}.py is not next to doctor.py: copy it there to run this check")
             else:
                 error, where = f"{type(exc).__name__}: {exc}", user_frame(exc.__traceback__)
-                first = errors.setdefault((error, where), check_id)
+                first = errors.setdefault((type(exc).__name__, where), check_id)  # same type at the same line: same bug
                 if first != check_id:  # one bug, one line: the same error again is not a second finding
                     result = CheckResult(check_id, "skip", f"raised the same error as {first}", {"error": error, "where": where})
                 else:
                     result = CheckResult(check_id, "fail", f"the check raised {error} at {where}",
                                          {"error": error, "where": where,
                                           "next": "fix this error first: the model or loss cannot run on the batch as given"})
+        result.details["seconds"] = round(time.perf_counter() - started, 2)
         results.append(result)
     return results
 
@@ -300,7 +345,9 @@ def report(results, title):
     width = max((len(result.id) for result in results), default=0)
     indent = " " * (2 + 5 + 1 + width + 1)  # under the summary
     for result in results:
-        lines.append(f"  {result.status.upper():5} {result.id:{width}} {result.summary}")
+        seconds = result.details.get("seconds")
+        lines.append(f"  {result.status.upper():5} {result.id:{width}} {result.summary}"
+                     + (f" [{seconds:.1f} s]" if seconds is not None else ""))
         if result.status in ("fail", "warn"):
             if result.details.get("next"):
                 lines.append(f"{indent}next: {result.details['next']}")
@@ -342,21 +389,36 @@ def main(argv=None):
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
     parser.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds each check may run (default {TIMEOUT:g}; 0: no limit)")
     args = parser.parse_args(argv)
-    # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        try:
-            case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
-        except CaseError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        results = run_checks(case)
-    if args.json:
-        print(json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str))
-    else:
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGINT, interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            try:
+                case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
+            except CaseError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            results = run_checks(case, timeout=args.timeout or None)
         title = args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
-        print(report(results, title))
-    return 1 if any(r.status == "fail" for r in results) else 0
+        text = json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str) if args.json else report(results, title)
+        try:
+            print(text, flush=True)
+        except (BrokenPipeError, OSError):  # `| head` closed stdout, or /dev/full: nothing left to say it on
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1 if any(r.status == "fail" for r in results) else 0
+    except Interrupted:
+        return 130  # Ctrl-C: quietly, as a shell expects
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":
