@@ -34,19 +34,19 @@ Command
 Output
     $ python diagnostics/doctor.py
     doctor: embedded demo (planted bug; --healthy for its twin)
-      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64]
-      PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in)
-      PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details
-      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init
+      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64] [0.0 s]
+      PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in) [0.0 s]
+      PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details [0.0 s]
+      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init [0.0 s]
                                next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
                                see PLAYBOOK.md#init-loss
-      PASS  input_dependence   changing the input changes the output by 0.738 (relative)
-      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000)
-      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients
-      PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.03 (~0.001)
-      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests)
-      SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification'
-      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps
+      PASS  input_dependence   changing the input changes the output by 0.738 (relative) [0.0 s]
+      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000) [0.0 s]
+      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients [0.0 s]
+      PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.1 (~0.001) (an adaptive optimizer's first step: lr / rms(weight)) [3.8 s]
+      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests) [0.0 s]
+      SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification' [0.0 s]
+      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps [0.1 s]
     1 fail, 0 warn, 9 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
     (exit code 1)
 

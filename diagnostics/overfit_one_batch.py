@@ -50,7 +50,7 @@ Command
 
 Output
     $ python diagnostics/overfit_one_batch.py
-    [FAIL] overfit_one_batch: plateau: stalled at 0.9052 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
+    [FAIL] overfit_one_batch: plateau: stalled at 0.9067 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
     (exit code 1)
     $ python diagnostics/overfit_one_batch.py --healthy
     [PASS] overfit_one_batch: memorised 8 rows at 10x your learning rate (1.551 -> 0.07628 in 37 steps); at your lr the loss went 1.551 -> 0.1528 in 300 steps

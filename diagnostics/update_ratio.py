@@ -51,6 +51,7 @@ Output
         "target": 0.001,
         "not_updated": [],
         "nonfinite": [],
+        "adaptive_first_step": false,
         "next": "lower the lr by about the factor the ratio is above 1e-3; add warmup"
       }
     }
