@@ -25,11 +25,27 @@ What it checks
     {"model": nn.Module, "batch": (inputs, targets), "loss_fn": fn(output, targets),
      "optimizer": fn(params) (optional), "task": {"kind": ..., "num_classes": ...} (optional)};
     see DESIGN.md "A case". Task kinds: classification, regression, causal_lm, seq2seq, other.
+    Other task hints the checks honour:
+      batch_dim       where the rows are (default 0); 1 for a time-major (T, B) model, e.g. an
+                      nn.LSTM or nn.Transformer without batch_first
+      time_dim        where the positions are (default 1; 0 for time-major)
+      clip_grad_norm  the max norm your loop clips gradients to (update_ratio, overfit_one_batch)
+      num_classes, vocab_size, ignore_index, pretrained   as in DESIGN.md
+    A transformers user writes one line: `return case_from_hf(model, batch)` (diagnostics/
+    hf_case.py) reads the kind, classes and vocabulary from the model and uses output.loss.
+
+    Each check runs under a time limit (--timeout, default 120 s): one that runs past it is a
+    fail naming it, and the others still run. Its wall time is details["seconds"] in --json and
+    [N s] at the end of its line. A raising check names the innermost line of your own files
+    (details["where"]); later checks that raise the same error at the same line are skips that
+    point at the first. Ctrl-C ends the run with exit code 130; the case's folder is searched
+    after ours, so its own labels.py cannot replace our labels check.
 
 Command
     python diagnostics/doctor.py                          # embedded demo (planted bug)
     python diagnostics/doctor.py --healthy                # its healthy twin
     python diagnostics/doctor.py --case my_case.py:make_case --json
+    python diagnostics/doctor.py --case my_case.py --timeout 600    # a big model: more time per check
 
 Output
     $ python diagnostics/doctor.py

@@ -55,6 +55,18 @@ def test_time_major_rows_are_told_apart_from_time():
     assert batch_independence.check_batch_independence(case).status == "fail"
 
 
+def test_time_major_causality_is_read_along_time():
+    """Read along its real time dim the LSTM LM is causal; a bidirectional one (it sees the future) is not."""
+    import causal_dependency
+    case = healthy_own.make_lstm_lm()
+    assert causal_dependency.check_causal_dependency(case).status == "pass"
+    model = case["model"]
+    model.rnn = torch.nn.LSTM(32, 16, 2, bidirectional=True)  # BUG: a bidirectional LSTM for a causal LM
+    model.nlayers, model.nhid = 4, 16  # init_hidden: (2 layers x 2 directions, B, 16); the decoder reads 2 x 16
+    torch.nn.init.normal_(model.decoder.weight, std=0.1)
+    assert causal_dependency.check_causal_dependency(case).status == "fail"
+
+
 def test_noise_in_forward_is_not_leakage_but_mixing_still_is():
     import batch_independence
     case = healthy_own.make_vae()
