@@ -29,8 +29,8 @@ What it checks
       warn   std below 0.1x 1/sqrt(fan_in): each such layer in a plain stack shrinks the
              signal 10x. GPT-2-style residual projections (nanoGPT's 0.02/sqrt(2 n_layers))
              sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail; when
-             the small weights are exactly that pattern (k weights at the others' median std
-             / sqrt(k), within 1.5x: k = 2 n_layers) they are listed in
+             the small weights are exactly that pattern (a group of k weights sharing one std,
+             the others' median std / sqrt(k) within 1.5x: k = 2 n_layers) they are listed in
              details["residual_scaled"] and pass.
       note   all-zero weights (zero-initialised output or residual-branch layers are a
              deliberate choice; details["zero_init"] lists them).
@@ -245,6 +245,7 @@ TOO_SMALL = 0.1  # our assumption (10x signal loss per layer); nanoGPT's GPT-2 0
 KNOWN_LAYOUT = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.modules.conv._ConvNd, torch.nn.MultiheadAttention)
 
 RESIDUAL_TOLERANCE = 0.405  # ln 1.5: within 1.5x of std / sqrt(k) — our assumption
+SAME_STD = 0.182  # ln 1.2: weights drawn at one std measure within 20% of it (tiny 32x32 matrices: ~3%) — our assumption
 
 
 def fan_in(shape):
@@ -296,10 +297,17 @@ def check_init_scale(case):
         return CheckResult("init_scale", "skip", "no weight matrices to judge (embeddings and all-zero weights are not judged)", details)
     big = sorted((row for row in layers if row["ratio"] > TOO_BIG), key=lambda row: -row["ratio"])
     small = sorted((row for row in layers if row["ratio"] < TOO_SMALL), key=lambda row: row["ratio"])
-    if small and len(small) < len(layers):  # GPT-2's scaled init: 2 x n_layers residual projections at std / sqrt(2 n_layers)
-        typical = sorted(row["std"] for row in layers if row not in small)[(len(layers) - len(small)) // 2]
-        if all(abs(float(torch.tensor(row["std"] * len(small) ** 0.5 / typical).log())) < RESIDUAL_TOLERANCE for row in small):
-            details["residual_scaled"] = [row["name"] for row in small]
+    if small:  # GPT-2's scaled init: the 2 x n_layers residual projections share std (the others' std) / sqrt(2 n_layers)
+
+        def log_ratio(a, b):
+            return abs(float(torch.tensor(a / b).log()))
+
+        level = min(row["std"] for row in small)
+        group = [row for row in layers if log_ratio(row["std"], level) < SAME_STD]  # small or not: fan-ins differ
+        rest = sorted(row["std"] for row in layers if row not in group)
+        if rest and all(row in group for row in small) \
+                and log_ratio(level * len(group) ** 0.5, rest[len(rest) // 2]) < RESIDUAL_TOLERANCE:
+            details["residual_scaled"] = [row["name"] for row in group]
             small = []
 
     def describe(row):

@@ -79,3 +79,22 @@ def test_noise_in_forward_is_not_leakage_but_mixing_still_is():
     torch.manual_seed(0)
     case["model"] = MixingVAE()
     assert batch_independence.check_batch_independence(case).status == "fail"
+
+
+def test_cls_token_and_position_table_are_tables_not_weight_matrices():
+    import init_scale
+    import update_ratio
+    case = healthy_own.make_timm_vit()
+    assert {"cls_token", "pos_embed"} <= {row["name"] for row in init_scale.check_init_scale(case).details["embeddings"]}
+    result = update_ratio.check_update_ratio(case)
+    assert {"cls_token", "pos_embed"} <= set(result.details["other"]) and result.status == "pass"
+
+
+def test_gpt2_scaled_residual_init_passes_but_a_too_small_init_still_warns():
+    import init_scale
+    case = healthy_own.make_nanogpt()
+    result = init_scale.check_init_scale(case)
+    assert result.status == "pass" and len(result.details["residual_scaled"]) == 4  # 2 layers x (attn, mlp) c_proj
+    with torch.no_grad():
+        case["model"].transformer.h[0].mlp.c_fc.weight.mul_(0.05)  # BUG: one layer at a twentieth of its scale
+    assert init_scale.check_init_scale(case).status == "warn"

@@ -2,7 +2,8 @@
 
 nanoGPT's GPT (scaled residual init, learned position table, tied head), pytorch/examples'
 word_language_model LSTM (time-major: (T, B) token ids), a ResNet-style conv net with BatchNorm,
-a small U-Net, pytorch/examples' VAE (samples noise in forward) and its MNIST net
+a small U-Net, a ViT in timm's layout (cls token and position table as raw parameters),
+pytorch/examples' VAE (samples noise in forward) and its MNIST net
 (log_softmax + NLL). Sizes are tiny; the structure and the initialisation are the designs' own.
 
 Run one: `python diagnostics/doctor.py --case tests/corpus/healthy_own.py:make_nanogpt`.
@@ -323,4 +324,48 @@ def make_mnist():
             "optimizer": lambda params: torch.optim.Adadelta(params, lr=1.0)}
 
 
-HEALTHY = ["make_nanogpt", "make_lstm_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
+# --- ViT in timm's layout (vision_transformer.py): a (1, 1, D) cls token and a (1, N + 1, D) position table ---
+class ViTBlock(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x):  # (B, N + 1, D)
+        h = self.norm1(x)
+        x = x + self.attn(h, h, h, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class TimmViT(nn.Module):
+    def __init__(self, img_size=16, patch=4, dim=32, depth=2, heads=2, num_classes=2):
+        super().__init__()
+        self.patch_embed = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch) ** 2 + 1, dim))
+        self.blocks = nn.Sequential(*[ViTBlock(dim, heads) for _ in range(depth)])
+        self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, num_classes)
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.normal_(self.cls_token, std=1e-6)
+        for m in self.modules():  # timm's init_weights_vit_timm
+            if isinstance(m, nn.Linear):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):  # (B, 3, H, W) -> logits (B, classes)
+        x = self.patch_embed(x).flatten(2).transpose(1, 2)  # (B, N, D)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.head(self.norm(self.blocks(x))[:, 0])
+
+
+def make_timm_vit():
+    with seeded(26):
+        y = torch.arange(16) % 4
+        x = quadrant_images(16, 3, 16, y)
+        model = TimmViT(num_classes=4)
+    return {"model": model, "batch": (x, y), "loss_fn": F.cross_entropy, "task": {"kind": "classification", "num_classes": 4},
+            "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)}
+
+
+HEALTHY = ["make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
