@@ -296,8 +296,8 @@ def user_frame(traceback):
     return f"{code.co_filename}:{frame.tb_lineno} in {code.co_name}"
 
 
-class CheckTimeout(Exception):
-    """A check ran past its time limit."""
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
 
 
 class Interrupted(BaseException):

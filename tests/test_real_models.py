@@ -20,8 +20,9 @@ EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
                                       "relative gradient of the first LSTM layer at init"},
 }
 KNOWN_FALSE_FAILS = {  # case -> {check id: why it is still a fail}; strict xfail: fixing it must update this table
-    "make_lstm_lm": {"update_ratio": "SGD at lr 20 clipped to 0.25 (the example's own settings) moves the decoder by a "
-                                     "third of its norm on step one; a clip-bound step size is not judged yet"},
+    "make_lstm_lm": {"update_ratio": "SGD at the example's lr 20 moves the +-0.1 decoder by 35-60% of its norm per step "
+                                     "on this 8-row batch (the 0.25 clip is not reached: grad norm ~0.1); the example "
+                                     "trains so, and the check cannot yet tell that regime from an lr that is too high"},
 }
 CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
 
