@@ -30,6 +30,8 @@ What it checks
                       nn.LSTM or nn.Transformer without batch_first
       time_dim        where the positions are (default 1; 0 for time-major)
       clip_grad_norm  the max norm your loop clips gradients to (update_ratio, overfit_one_batch)
+      lr_schedule     your LambdaLR's lr_lambda (step -> factor); the checks use its peak factor
+                      over the first 10,000 steps, i.e. the lr after warmup
       num_classes, vocab_size, ignore_index, pretrained   as in DESIGN.md
     A transformers user writes one line: `return case_from_hf(model, batch)` (diagnostics/
     hf_case.py) reads the kind, classes and vocabulary from the model and uses output.loss.

@@ -35,7 +35,8 @@ What it checks
     (half for your lr, the rest for the 10x retry); a loss still falling when it runs out is a
     warn "inconclusive", never a fail. A model that samples noise in forward (a VAE: two
     forward passes under different seeds differ) has a loss floor above zero: there, a loss
-    that halved and then settled is a pass. task["clip_grad_norm"] is applied every step, and
+    that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
+    task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
     task["batch_dim"] says where the rows are (default 0).
 
     The model is trained in place and restored afterwards (parameters, buffers, .grad, modes,
@@ -263,6 +264,7 @@ RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — o
 STALL_WINDOW = 50  # a loss that fell by less than FLAT of its start over 50 steps has stalled — our assumption
 BUDGET = 8.0  # CPU seconds for both runs (CPU, not wall: a busy machine must not change the verdict); half for your lr, the rest for 10x — our assumption (healthy corpus cases: 1-6 s, one thread)
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
+SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention)
@@ -308,8 +310,10 @@ def _stalled(losses):
 def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
     """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget", "time"."""
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
+    schedule = case["task"].get("lr_schedule")  # the sprint runs at the schedule's peak, as the run does after warmup
+    peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
     for group in optimizer.param_groups:
-        group["lr"] = group["lr"] * lr_scale
+        group["lr"] = group["lr"] * lr_scale * peak
         if "weight_decay" in group:
             group["weight_decay"] = 0.0  # regularisation off: cs231n-nn3#overfit-tiny-subset
     losses, clip = [], case["task"].get("clip_grad_norm")

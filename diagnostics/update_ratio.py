@@ -21,7 +21,9 @@ What it checks
     warn (GPT-2's 0.01-std residual projections at lr 3e-4 measure 0.03, and train).
     Tensors whose first dim is 1 (a (1, T, D) position table, a (1, 1, D) cls token) are
     listed with the biases, not judged as matrices. task["clip_grad_norm"] (the max norm the
-    real loop clips to) is applied before the step.
+    real loop clips to) is applied before the step. task["lr_schedule"] (a function step -> lr
+    factor, what LambdaLR takes) scales the lr to the schedule's peak over its first 10,000
+    steps: a warmup's tiny first steps are not what the run's lr does (details["lr_factor"]).
 
     A DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: local
     gradients, one local step, no collective.
@@ -52,6 +54,7 @@ Output
         "not_updated": [],
         "nonfinite": [],
         "adaptive_first_step": false,
+        "lr_factor": 1.0,
         "next": "lower the lr by about the factor the ratio is above 1e-3; add warmup"
       }
     }
@@ -259,6 +262,7 @@ TARGET = 1e-3  # cs231n: "this ratio should be somewhere around 1e-3" (evidence 
 HIGH_FAIL = 1e-1  # a tenth of the weight replaced per step: our assumption (cs231n gives no bound)
 LOW_FAIL = 1e-6  # a thousand times below 1e-3: our assumption
 HIGH_WARN = 3e-2  # our assumption, tuned on the test zoo: Adam 3e-4 on the healthy zoo measures 1.5e-3 .. 8.3e-3
+SCHEDULE_HORIZON = 10_000  # steps over which a schedule's peak factor is taken — our assumption (warmups end well before)
 ADAPTIVE_STATE = ("exp_avg_sq", "square_avg", "acc_delta", "sum")  # Adam/AdamW, RMSprop, Adadelta, Adagrad state keys
 LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
 
@@ -273,6 +277,10 @@ def check_update_ratio(case):
         if not trainable:
             return CheckResult("update_ratio", "skip", "no trainable parameters")
         optimizer = case["optimizer"]([p for _, p in trainable])
+        schedule = case["task"].get("lr_schedule")  # LambdaLR's lr_lambda: judge the step at its peak (after warmup)
+        peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
+        for group in optimizer.param_groups:
+            group["lr"] = group["lr"] * peak
         model.zero_grad(set_to_none=True)
         inputs, targets = case["batch"]
         loss = case["loss_fn"](forward(model, inputs), targets)
@@ -303,7 +311,7 @@ def check_update_ratio(case):
         off = {name: r for name, r in ratios.items() if not LOW_WARN <= r <= high_warn and name not in high and name not in low
                and name not in unmoved}
         details = {"ratios": ratios, "other": other, "target": TARGET, "not_updated": unmoved, "nonfinite": nonfinite,
-                   "adaptive_first_step": adaptive}
+                   "adaptive_first_step": adaptive, "lr_factor": peak}
         spread = (f"ratios {min(ratios.values()):.2g} .. {max(ratios.values()):.2g} over {len(ratios)} weight matrices"
                   if ratios else "")
         problems = []

@@ -99,3 +99,15 @@ def test_gpt2_scaled_residual_init_passes_but_a_too_small_init_still_warns():
     with torch.no_grad():
         case["model"].transformer.h[0].mlp.c_fc.weight.mul_(0.05)  # BUG: one layer at a twentieth of its scale
     assert init_scale.check_init_scale(case).status == "warn"
+
+
+def test_a_warmup_schedule_is_judged_at_its_peak():
+    """nanoGPT's schedule: linear warmup then cosine decay; with a 100x peak factor the step is 100x too big."""
+    import update_ratio
+    case = healthy_own.make_nanogpt()
+    case["task"] = {**case["task"], "lr_schedule": lambda step: min(1.0, (step + 1) / 100)}  # warmup to the factory lr
+    result = update_ratio.check_update_ratio(case)
+    assert result.status == "pass" and result.details["lr_factor"] == 1.0
+    case["task"] = {**case["task"], "lr_schedule": lambda step: 100 * min(1.0, (step + 1) / 100)}  # BUG: peak is 100x the lr
+    result = update_ratio.check_update_ratio(case)
+    assert result.status == "fail" and result.details["lr_factor"] == 100
