@@ -111,3 +111,27 @@ def test_a_warmup_schedule_is_judged_at_its_peak():
     case["task"] = {**case["task"], "lr_schedule": lambda step: 100 * min(1.0, (step + 1) / 100)}  # BUG: peak is 100x the lr
     result = update_ratio.check_update_ratio(case)
     assert result.status == "fail" and result.details["lr_factor"] == 100
+
+
+def test_an_all_ones_mask_is_normal_but_a_repeated_batch_is_not():
+    import data_sanity
+    import input_dependence
+    case = healthy_own.make_nanogpt()
+    ids = case["batch"][0]
+    case["batch"] = ({"idx": ids, "mask": torch.ones_like(ids)}, case["batch"][1])
+    case["model"].forward = lambda idx, mask: healthy_own.GPT.forward(case["model"], idx)
+    assert data_sanity.check_data_sanity(case).status == "pass"
+    assert input_dependence.check_input_dependence(case).status == "pass"  # the ids vary: the constant mask is left alone
+    case["batch"] = ({"idx": ids[:1].expand_as(ids), "mask": torch.ones_like(ids)}, case["batch"][1])  # BUG: one row repeated
+    assert data_sanity.check_data_sanity(case).status == "fail"
+
+
+def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_fails():
+    import init_loss
+    case = healthy_own.make_mnist()
+    result = init_loss.check_init_loss(case)
+    assert result.status == "pass" and abs(result.details["zero_output_loss"] - 2.302585) < 1e-4
+    model = case["model"]
+    with torch.no_grad():
+        model.fc2.weight.mul_(200)  # BUG: logits 200x too large before log_softmax
+    assert init_loss.check_init_loss(case).status == "fail"
