@@ -9,7 +9,9 @@ What it checks
     ml-engineering, section Underflow and Overflow Detection): a hook on every module records, after
     each forward call, the abs-min and abs-max of its floating inputs and outputs (a frame).
     The first module whose inputs are finite and whose output is not is the forward origin;
-    the frames recorded just before the first non-finite value are returned with it.
+    the frames recorded just before the first non-finite value are returned with it. In forward
+    a frame counts as bad by its output: an additive attention mask of -inf going into a module
+    whose output is finite (nn.Transformer's causal mask) is by design.
     If the forward pass and the loss are finite, backward is watched the same way: tensor hooks
     record the gradient arriving at each module's outputs and leaving through its inputs; the
     first module whose output gradient is finite and whose input gradient is not is the
@@ -340,9 +342,10 @@ def check_nan_watch(case, frames=FRAMES):
         def frame(module, phase, ins, outs, origin_if_bad=True):
             span_in, fin_in = _span(ins)
             span_out, fin_out = _span(outs)
+            finite = fin_out if phase == "forward" else fin_in and fin_out  # a -inf additive attention mask going in is by design
             log.append({"phase": phase, "module": names[module], "class": type(module).__name__, "in": span_in,
-                        "out": span_out, "finite": fin_in and fin_out, "origin": origin_if_bad and fin_in and not fin_out})
-            return fin_in and fin_out
+                        "out": span_out, "finite": finite, "origin": origin_if_bad and fin_in and not fin_out})
+            return finite
 
         def on_grad_out(module):  # backward frame "in": the gradient arriving at the module's output
             def hook(grad):

@@ -135,3 +135,13 @@ def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_fails():
     with torch.no_grad():
         model.fc2.weight.mul_(200)  # BUG: logits 200x too large before log_softmax
     assert init_loss.check_init_loss(case).status == "fail"
+
+
+def test_time_major_transformer_without_its_causal_mask_is_caught():
+    import causal_dependency
+    case = healthy_own.make_transformer_lm()
+    model = case["model"]
+    model.forward = lambda src: torch.nn.functional.log_softmax(model.decoder(model.transformer_encoder(  # BUG: no src_mask
+        model.pos_encoder(model.encoder(src) * model.ninp ** 0.5))), dim=-1)
+    result = causal_dependency.check_causal_dependency(case)
+    assert result.status == "fail" and result.details["lookahead"] >= 10

@@ -148,6 +148,51 @@ def make_lstm_lm():
             "optimizer": lambda params: torch.optim.SGD(params, lr=20.0)}
 
 
+class PositionalEncoding(nn.Module):
+    def __init__(self, d_model, dropout=0.1, max_len=64):
+        super().__init__()
+        self.dropout = nn.Dropout(p=dropout)
+        position = torch.arange(max_len).unsqueeze(1)
+        div_term = torch.exp(torch.arange(0, d_model, 2) * (-math.log(10000.0) / d_model))
+        pe = torch.zeros(max_len, 1, d_model)  # (T, 1, C): time-major
+        pe[:, 0, 0::2] = torch.sin(position * div_term)
+        pe[:, 0, 1::2] = torch.cos(position * div_term)
+        self.register_buffer("pe", pe)
+
+    def forward(self, x):  # (T, B, C)
+        return self.dropout(x + self.pe[:x.size(0)])
+
+
+class TransformerModel(nn.Module):
+    """word_language_model's TransformerModel: nn.TransformerEncoder without batch_first, a causal src_mask."""
+
+    def __init__(self, ntoken=64, ninp=32, nhead=2, nhid=64, nlayers=2, dropout=0.2):
+        super().__init__()
+        self.ninp = ninp
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.pos_encoder = PositionalEncoding(ninp, dropout)
+        self.transformer_encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(ninp, nhead, nhid, dropout), nlayers,
+                                                         enable_nested_tensor=False)
+        self.decoder = nn.Linear(ninp, ntoken)
+        nn.init.uniform_(self.encoder.weight, -0.1, 0.1)
+        nn.init.zeros_(self.decoder.bias)
+        nn.init.uniform_(self.decoder.weight, -0.1, 0.1)
+
+    def forward(self, src):  # (T, B) -> log-probs (T, B, ntoken)
+        mask = nn.Transformer.generate_square_subsequent_mask(len(src)).to(src.device)
+        src = self.pos_encoder(self.encoder(src) * math.sqrt(self.ninp))
+        return F.log_softmax(self.decoder(self.transformer_encoder(src, mask)), dim=-1)
+
+
+def make_transformer_lm():
+    with seeded(27):
+        data = progression_tokens(8, 13, 64).t().contiguous()  # (T + 1, B)
+        model = TransformerModel()
+    return {"model": model, "batch": (data[:-1], data[1:]),
+            "loss_fn": lambda output, targets: F.nll_loss(output.view(-1, output.size(-1)), targets.reshape(-1)),
+            "task": {"kind": "causal_lm", "vocab_size": 64, "batch_dim": 1, "time_dim": 0, "clip_grad_norm": 0.25}}
+
+
 # --- ResNet-style conv net with BatchNorm (torchvision resnet BasicBlock) ---
 class BasicBlock(nn.Module):
     def __init__(self, inplanes, planes, stride=1):
@@ -368,4 +413,4 @@ def make_timm_vit():
             "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)}
 
 
-HEALTHY = ["make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
+HEALTHY = ["make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
