@@ -22,6 +22,10 @@ What it checks
     design: that is expected, not a bug, and it is why the check runs in eval mode. A model with
     BatchNorm gets a note in the summary (details["batchnorm"]). A DistributedDataParallel (or
     DataParallel) model is unwrapped to `.module`: no collective.
+    Every pass runs under the same seed, so a model that samples noise in forward (a VAE's
+    reparameterisation, dropout kept on) draws the same noise each time: randomness is not
+    mistaken for leakage. The batch is dim 0 unless task["batch_dim"] says otherwise (1 for a
+    time-major (T, B) model such as an nn.LSTM without batch_first).
     The outputs compared are output["logits"] when the model returns a dict or a Hugging Face
     ModelOutput that has them (given labels, such a model returns the loss first), else the
     first tensor of the output.
@@ -108,23 +112,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -241,7 +247,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -262,6 +270,9 @@ def _flat(obj):
         return [obj]
     values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
     return [t for value in values for t in _flat(value)]
+
+
+SEED = 0  # any fixed seed: what matters is that every pass draws the same numbers
 
 
 def _first_tensor(obj):
@@ -286,43 +297,44 @@ def _map(obj, fn):
     return obj
 
 
-def _poison_row(n, i):
-    """A function that changes row i of every tensor whose first dim is the batch size n."""
+def _poison_row(n, i, bdim):
+    """A function that changes row i of every tensor whose batch dim (bdim) has the batch size n."""
     def poison(t):
-        if t.dim() == 0 or t.shape[0] != n:
+        if t.dim() <= bdim or t.shape[bdim] != n:
             return t
         t = t.clone()
+        row = t.select(bdim, i)
         if t.is_floating_point():
-            t[i] = float("nan")
+            row.fill_(float("nan"))
         elif t.dtype == torch.bool:
-            t[i] = ~t[i]
+            row.copy_(~row)
         else:
-            t[i] = (t[i] + 1) % (int(t.max()) + 1)  # other ids, inside the range the batch already uses
+            row.copy_((row + 1) % (int(t.max()) + 1))  # other ids, inside the range the batch already uses
         return t
     return poison
 
 
-def _outputs_changed(clean, poisoned, rows):
+def _outputs_changed(clean, poisoned, rows, bdim):
     """The rows (other than the poisoned one) whose outputs differ; a value NaN in both runs counts as unchanged."""
     clean, poisoned = clean.detach().double(), poisoned.detach().double()
     finite = clean[torch.isfinite(clean)]
     scale = float(finite.abs().max().clamp_min(1)) if finite.numel() else 1.0
     same = (clean == poisoned) | (clean.isnan() & poisoned.isnan()) | ((clean - poisoned).abs() <= TOLERANCE * scale)
-    return [j for j in rows if not bool(same[j].all())]
+    return [j for j in rows if not bool(same.select(bdim, j).all())]
 
 
-def _gradient_leaks(model, inputs, n, i):
+def _gradient_leaks(model, inputs, n, i, bdim):
     """Rows j != i whose inputs (or token embeddings) get gradient from the sum of row i's outputs; None if untestable."""
     leaves = []
 
     def as_leaf(t):
-        if t.is_floating_point() and t.dim() > 0 and t.shape[0] == n:
+        if t.is_floating_point() and t.dim() > bdim and t.shape[bdim] == n:
             t = t.detach().clone().requires_grad_(True)
             leaves.append(t)
         return t
 
     inputs = _map(inputs, as_leaf)
-    id_tensors = [] if leaves else [t for t in _flat(inputs) if t.dim() > 0 and t.shape[0] == n and not t.is_floating_point()]
+    id_tensors = [] if leaves else [t for t in _flat(inputs) if t.dim() > bdim and t.shape[bdim] == n and not t.is_floating_point()]
 
     def embedding_leaf(module, args, output):  # replace the token embeddings by a leaf we can differentiate against
         ids = args[0] if args else None  # the batch's ids (maybe a view of them), not e.g. positions from torch.arange:
@@ -334,18 +346,19 @@ def _gradient_leaks(model, inputs, n, i):
 
     handles = [m.register_forward_hook(embedding_leaf) for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     try:
+        torch.manual_seed(SEED)  # the same noise as the other passes: a model that samples (a VAE) is not a leak
         out = _prediction(forward(model, inputs))
     finally:
         for handle in handles:
             handle.remove()
     if not leaves or out is None or not out.requires_grad:
         return None
-    grads = torch.autograd.grad(out[i].sum(), leaves, allow_unused=True)
+    grads = torch.autograd.grad(out.select(bdim, i).sum(), leaves, allow_unused=True)
     leaks = set()
     for g in grads:
         if g is None:
             continue
-        per_row = g.detach().abs().flatten(1).amax(1).double()  # (n,)
+        per_row = g.detach().movedim(bdim, 0).abs().flatten(1).amax(1).double()  # (n,)
         scale = float(per_row[i]) or 1.0
         leaks.update(j for j in range(n) if j != i and float(per_row[j]) > GRAD_TOLERANCE * scale)
     return sorted(leaks)
@@ -358,22 +371,25 @@ def check_batch_independence(case):
         model = case["model"]
         model.eval()
         inputs, _ = case["batch"]
+        bdim = case["task"].get("batch_dim", 0)
         first = _first_tensor(inputs)
-        n = first.shape[0] if first is not None and first.dim() > 0 else 0
+        n = first.shape[bdim] if first is not None and first.dim() > bdim else 0
         batchnorm = [name for name, m in model.named_modules() if isinstance(m, BATCH_STAT_NORMS)]
         details = {"batchnorm": batchnorm, "mode": "eval"}
         if n < 2:
             return CheckResult("batch_independence", "skip", "the batch has fewer than 2 rows", details)
         i = n // 2  # the middle row: a leak into later rows and a dependence on earlier rows both show
         with torch.no_grad():
+            torch.manual_seed(SEED)  # every pass draws the same noise (preserved() restores the caller's RNG)
             clean = _prediction(forward(model, inputs))
-            poisoned = _prediction(forward(model, _map(inputs, _poison_row(n, i))))
-        if clean is None or clean.dim() == 0 or clean.shape[0] != n:
-            return CheckResult("batch_independence", "skip", "the model's output does not have the batch as its first dimension",
-                               details)
+            torch.manual_seed(SEED)
+            poisoned = _prediction(forward(model, _map(inputs, _poison_row(n, i, bdim))))
+        if clean is None or clean.dim() <= bdim or clean.shape[bdim] != n:
+            return CheckResult("batch_independence", "skip", f"the model's output does not have the batch in dim {bdim} "
+                               "(task['batch_dim'] says where it is)", details)
         others = [j for j in range(n) if j != i]
-        poison_leaks = _outputs_changed(clean, poisoned, others)
-        grad_leaks = _gradient_leaks(model, inputs, n, i)
+        poison_leaks = _outputs_changed(clean, poisoned, others, bdim)
+        grad_leaks = _gradient_leaks(model, inputs, n, i, bdim)
         details.update(row=i, rows=n, poison_leaks_to=poison_leaks, gradient_leaks_from=grad_leaks)
         note = (f" (BatchNorm in {', '.join(batchnorm[:2])} mixes rows in train mode by design: expected; checked in eval mode)"
                 if batchnorm else "")

@@ -44,7 +44,9 @@ How to read it
     outputs moved; details["gradient_leaks"] maps a position t to the later positions it
     received gradient from. A leak from t to t+1 only is the off-by-one mask (diagonal 0 vs 1,
     or a mask shifted by one); a leak to every later position is a missing mask. skip: not a
-    causal_lm case, or no (batch, time) shaped input and output.
+    causal_lm case, or no (batch, time) shaped input and output. The batch is dim 0 and time
+    dim 1 unless task["batch_dim"] / task["time_dim"] say otherwise (a time-major (T, B)
+    model such as word_language_model's LSTM: batch_dim 1, time_dim 0).
 
 Next step
     PLAYBOOK.md#causal-dependency. Print the mask you build for T=4 and compare it with
@@ -87,23 +89,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -220,7 +224,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -267,17 +273,18 @@ def _sequence(inputs):
     return next(iter(_flat(inputs)), None)
 
 
-def _perturb_at(seq, s):
-    """seq with position s changed: another id for integer inputs, +1 for floating ones."""
+def _perturb_at(seq, s, tdim):
+    """seq with position s (along the time dim tdim) changed: another id for integer inputs, +1 for floating ones."""
     seq = seq.clone()
+    step = seq.select(tdim, s)
     if seq.is_floating_point():
-        seq[:, s] += 1.0
+        step += 1.0
     else:
-        seq[:, s] = (seq[:, s] + 1) % (int(seq.max()) + 1)  # another id, inside the range the batch already uses
+        step.copy_((step + 1) % (int(seq.max()) + 1))  # another id, inside the range the batch already uses
     return seq
 
 
-def _gradient_leaks(model, inputs, seq, positions):
+def _gradient_leaks(model, inputs, seq, positions, tdim):
     """For each t, the positions > t whose embeddings get gradient from the outputs at t; None if untestable."""
     leaves = []
     if seq.is_floating_point():
@@ -302,8 +309,8 @@ def _gradient_leaks(model, inputs, seq, positions):
         return None
     leaks = {}
     for t in positions:
-        (grad,) = torch.autograd.grad(out[:, t].sum(), leaves, retain_graph=True)
-        per_position = grad.detach().abs().movedim(1, 0).flatten(1).amax(1).double()  # (T,)
+        (grad,) = torch.autograd.grad(out.select(tdim, t).sum(), leaves, retain_graph=True)
+        per_position = grad.detach().abs().movedim(tdim, 0).flatten(1).amax(1).double()  # (T,)
         scale = float(per_position[:t + 1].max()) or 1.0
         future = [int(p) for p in range(t + 1, per_position.shape[0]) if float(per_position[p]) > GRAD_TOLERANCE * scale]
         if future:
@@ -328,22 +335,25 @@ def check_causal_dependency(case):
         model = case["model"]
         model.eval()
         inputs, _ = case["batch"]
+        bdim, tdim = case["task"].get("batch_dim", 0), case["task"].get("time_dim", 1)
         seq = _sequence(inputs)
-        if seq is None or seq.dim() < 2 or seq.shape[1] < 2:
+        if seq is None or seq.dim() < 2 or seq.shape[tdim] < 2:
             return CheckResult("causal_dependency", "skip", "no (batch, time) input with at least 2 positions")
-        T = seq.shape[1]
+        T = seq.shape[tdim]
         with torch.no_grad():
             clean = _prediction(forward(model, inputs))
-            if clean is None or clean.dim() < 2 or tuple(clean.shape[:2]) != tuple(seq.shape[:2]):
-                return CheckResult("causal_dependency", "skip", "the output is not shaped (batch, time, ...) like the input")
+            if clean is None or clean.dim() < 2 or (clean.shape[bdim], clean.shape[tdim]) != (seq.shape[bdim], T):
+                return CheckResult("causal_dependency", "skip", "the output is not shaped (batch, time, ...) like the input "
+                                   "(task['batch_dim'] and task['time_dim'] say where they are)")
+            clean = clean.movedim((bdim, tdim), (0, 1))  # (B, T, ...) from here on
             perturb_leaks = {}
             for s in sorted({T // 2, T - 1}):
-                changed = _prediction(forward(model, _replace(inputs, seq, _perturb_at(seq, s))))
+                changed = _prediction(forward(model, _replace(inputs, seq, _perturb_at(seq, s, tdim)))).movedim((bdim, tdim), (0, 1))
                 a, b = clean[:, :s].double(), changed[:, :s].double()
                 moved = ((a - b).abs() > TOLERANCE * float(a.abs().max().clamp_min(1))).movedim(1, 0).flatten(1).any(1)
                 if bool(moved.any()):
                     perturb_leaks[s] = [int(p) for p in moved.nonzero().flatten()]
-        gradient_leaks = _gradient_leaks(model, inputs, seq, sorted({0, T // 2, T - 2}))
+        gradient_leaks = _gradient_leaks(model, inputs, seq, sorted({0, T // 2, T - 2}), tdim)
         details = {"positions": T, "perturb_leaks": perturb_leaks, "gradient_leaks": gradient_leaks or {}}
         if perturb_leaks or gradient_leaks:
             ahead = max([s - p[0] for s, p in perturb_leaks.items()] + [p[-1] - t for t, p in (gradient_leaks or {}).items()])

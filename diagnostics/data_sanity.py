@@ -12,7 +12,8 @@ What it checks
     model, is checked as a target):
 
       fail   NaN or inf values; an empty tensor; inputs and targets with different numbers of
-             rows; every sample in the batch identical; float inputs (or integer inputs to a
+             rows; every sample in the batch identical (in every input tensor: an all-ones
+             attention mask alone is normal); float inputs (or integer inputs to a
              model without an embedding) with |mean| or std above 10, e.g. raw 0-255 pixels
              or raw tabular units; token ids that are negative or beyond the model's largest
              embedding.
@@ -82,23 +83,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -215,7 +218,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -311,15 +316,18 @@ def check_data_sanity(case):
                 findings.append(("fail", f"{name} is empty {tuple(t.shape)}"))
             elif t.is_floating_point() and not bool(t.isfinite().all()):
                 findings.append(("fail", f"{name} has {int(t.isnan().sum())} NaN and {int(t.isinf().sum())} inf values"))
-        rows = {name: t.shape[0] for name, t in input_tensors + target_tensors if t.ndim > 0}
+        batch_dim = task.get("batch_dim", 0)
+        rows = {name: t.shape[batch_dim] for name, t in input_tensors + target_tensors if t.ndim > batch_dim}
         if len(set(rows.values())) > 1:
             findings.append(("fail", "tensors disagree on the number of rows: "
                              + ", ".join(f"{name} {n}" for name, n in rows.items())))
+        same = [name for name, t in input_tensors if t.numel() and t.ndim > batch_dim and t.shape[batch_dim] > 1
+                and bool((t == t.narrow(batch_dim, 0, 1)).all())]
+        if same and len(same) == len(input_tensors):  # one constant input (an all-ones attention mask) is normal
+            findings.append(("fail", f"every sample of {', '.join(same)} is identical: is the loader repeating one example?"))
         for name, t in input_tensors:
             if t.numel() == 0:
                 continue
-            if t.ndim > 0 and t.shape[0] > 1 and bool((t == t[:1]).all()):
-                findings.append(("fail", f"every sample of {name} is identical: is the loader repeating one example?"))
             if t.is_floating_point():
                 if param_dtype is not None and t.dtype != param_dtype:
                     findings.append(("warn", f"{name} is {t.dtype} but the model's parameters are {param_dtype}"))

@@ -25,33 +25,51 @@ What it checks
     {"model": nn.Module, "batch": (inputs, targets), "loss_fn": fn(output, targets),
      "optimizer": fn(params) (optional), "task": {"kind": ..., "num_classes": ...} (optional)};
     see DESIGN.md "A case". Task kinds: classification, regression, causal_lm, seq2seq, other.
+    Other task hints the checks honour:
+      batch_dim       where the rows are (default 0); 1 for a time-major (T, B) model, e.g. an
+                      nn.LSTM or nn.Transformer without batch_first
+      time_dim        where the positions are (default 1; 0 for time-major)
+      clip_grad_norm  the max norm your loop clips gradients to (update_ratio, overfit_one_batch)
+      lr_schedule     your LambdaLR's lr_lambda (step -> factor); the checks use its peak factor
+                      over the first 10,000 steps, i.e. the lr after warmup
+      num_classes, vocab_size, ignore_index, pretrained   as in DESIGN.md
+    A transformers user writes one line: `return case_from_hf(model, batch)` (diagnostics/
+    hf_case.py) reads the kind, classes and vocabulary from the model and uses output.loss.
+
+    Each check runs under a time limit (--timeout, default 120 s): one that runs past it is a
+    fail naming it, and the others still run. Its wall time is details["seconds"] in --json and
+    [N s] at the end of its line. A raising check names the innermost line of your own files
+    (details["where"]); later checks that raise the same error at the same line are skips that
+    point at the first. Ctrl-C ends the run with exit code 130; the case's folder is searched
+    after ours, so its own labels.py cannot replace our labels check.
 
 Command
     python diagnostics/doctor.py                          # embedded demo (planted bug)
     python diagnostics/doctor.py --healthy                # its healthy twin
     python diagnostics/doctor.py --case my_case.py:make_case --json
     python diagnostics/doctor.py --script train.py -- --lr 3e-4   # no case file: your script, stopped at its first step (capture.py)
+    python diagnostics/doctor.py --case my_case.py --timeout 600    # a big model: more time per check
 
 Output
     $ python diagnostics/doctor.py
     doctor: embedded demo (planted bug; --healthy for its twin)
-      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64]
-      PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in)
-      PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details
-      PASS  registration       all 13 modules and tensors reached are registered; none is held in a plain list, dict or attribute
-      PASS  batchnorm          no BatchNorm layer in the model: no batch statistics to go wrong
-      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init
+      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64] [0.0 s]
+      PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in) [0.0 s]
+      PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details [0.0 s]
+      PASS  registration       all 13 modules and tensors reached are registered; none is held in a plain list, dict or attribute [0.0 s]
+      PASS  batchnorm          no BatchNorm layer in the model: no batch statistics to go wrong [0.0 s]
+      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init [0.0 s]
                                next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
                                see PLAYBOOK.md#init-loss
-      PASS  label_alignment    64 of 64 positions scored; no padding scored, no real class dropped
-      PASS  input_dependence   changing the input changes the output by 0.738 (relative)
-      PASS  inplace            forward and backward ran; no in-place op on a tensor autograd tracks
-      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000)
-      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients
-      PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.03 (~0.001)
-      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests)
-      SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification'
-      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps
+      PASS  label_alignment    64 of 64 positions scored; no padding scored, no real class dropped [0.0 s]
+      PASS  input_dependence   changing the input changes the output by 0.738 (relative) [0.0 s]
+      PASS  inplace            forward and backward ran; no in-place op on a tensor autograd tracks [0.0 s]
+      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000) [0.0 s]
+      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients [0.0 s]
+      PASS  update_ratio       ratios 0.0024 .. 0.0041 over 3 weight matrices, all within 0.0001 .. 0.1 (~0.001) (an adaptive optimizer's first step: lr / rms(weight)) [1.8 s]
+      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests) [0.0 s]
+      SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification' [0.0 s]
+      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps [0.0 s]
     1 fail, 0 warn, 13 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
     (exit code 1)
 
@@ -81,6 +99,11 @@ import sys
 
 import torch
 
+import signal  # doctor only (the shared imports come first): the per-check time limit and Ctrl-C
+import sysconfig  # where installed libraries live
+import threading
+import time
+
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass
 class CheckResult:
@@ -103,23 +126,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -236,7 +261,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -246,6 +273,7 @@ def cli_main(check, demo_case, description, argv=None):
     return 1 if result.status == "fail" else 0
 # --- end shared block ---
 
+TIMEOUT = 120.0  # seconds per check: the slowest healthy corpus case's slowest check takes ~10 s on one busy CPU thread (measured)
 CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
     ("data_sanity", "data_sanity"),  # the batch alone
     ("init_scale", "init_scale"),  # the weights alone
@@ -265,24 +293,75 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
 ]
 
 
-def run_checks(case, checks=None):
-    """Run the checks on a case in order; a check that raises becomes its own `fail`."""
-    results = []
+def user_frame(traceback):
+    """The innermost frame of the traceback in the user's files (not Python's, torch's, an installed package's or ours)."""
+    library = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
+    library = tuple(os.path.realpath(path) + os.sep for path in library | {os.path.dirname(os.path.abspath(__file__))} if path)
+    frames = []
+    while traceback is not None:
+        frames.append(traceback)
+        traceback = traceback.tb_next
+    ours = [tb for tb in frames if not os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(library)]
+    frame = (ours or frames)[-1]
+    code = frame.tb_frame.f_code
+    return f"{code.co_filename}:{frame.tb_lineno} in {code.co_name}"
+
+
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
+
+
+class Interrupted(BaseException):
+    """Ctrl-C (a real SIGINT to the doctor), told apart from a KeyboardInterrupt that the user's code raises itself."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def run_checks(case, checks=None, timeout=None):
+    """Run the checks on a case in order, each within `timeout` seconds; a check that raises becomes its own `fail`, once.
+
+    Each result gets details["seconds"], the check's wall time.
+    """
+    results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
     for check_id, module_name in checks or CHECKS:
+        started = time.perf_counter()
         try:
-            result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
-        except Exception as exc:  # the user's model or loss raised inside the check: a finding, not a crash
+            with time_limit(timeout):
+                result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
+        except CheckTimeout:  # preserved() inside the check restored the model on the way out
+            result = CheckResult(check_id, "fail", f"ran past the {timeout:g} s time limit (--timeout) and was stopped",
+                                 {"next": "a forward or loss that hangs or is far slower than one batch should be; "
+                                          "or raise --timeout for a big model"})
+        except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's code raised inside the check: a finding
             if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
                 result = CheckResult(check_id, "skip", f"{module_name}.py is not next to doctor.py: copy it there to run this check")
             else:
-                frame = exc.__traceback__
-                while frame.tb_next is not None:
-                    frame = frame.tb_next
-                code = frame.tb_frame.f_code
-                result = CheckResult(check_id, "fail", f"the check raised {type(exc).__name__}: {exc}",
-                                     {"error": f"{type(exc).__name__}: {exc}",
-                                      "where": f"{os.path.basename(code.co_filename)}:{frame.tb_lineno} in {code.co_name}",
-                                      "next": "fix this error first: the model or loss cannot run on the batch as given"})
+                error, where = f"{type(exc).__name__}: {exc}", user_frame(exc.__traceback__)
+                first = errors.setdefault((type(exc).__name__, where), check_id)  # same type at the same line: same bug
+                if first != check_id:  # one bug, one line: the same error again is not a second finding
+                    result = CheckResult(check_id, "skip", f"raised the same error as {first}", {"error": error, "where": where})
+                else:
+                    result = CheckResult(check_id, "fail", f"the check raised {error} at {where}",
+                                         {"error": error, "where": where,
+                                          "next": "fix this error first: the model or loss cannot run on the batch as given"})
+        result.details["seconds"] = round(time.perf_counter() - started, 2)
         results.append(result)
     return results
 
@@ -293,7 +372,9 @@ def report(results, title):
     width = max((len(result.id) for result in results), default=0)
     indent = " " * (2 + 5 + 1 + width + 1)  # under the summary
     for result in results:
-        lines.append(f"  {result.status.upper():5} {result.id:{width}} {result.summary}")
+        seconds = result.details.get("seconds")
+        lines.append(f"  {result.status.upper():5} {result.id:{width}} {result.summary}"
+                     + (f" [{seconds:.1f} s]" if seconds is not None else ""))
         if result.status in ("fail", "warn"):
             if result.details.get("next"):
                 lines.append(f"{indent}next: {result.details['next']}")
@@ -337,32 +418,47 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"checks": [...]} as JSON')
     parser.add_argument("--script", help="path/to/train.py [-- ARGS...]: run your training script until its first optimizer "
                         "step and check the model, batch, loss and optimizer it was using (capture.py)")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT, help=f"seconds each check may run (default {TIMEOUT:g}; 0: no limit)")
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: the arguments of the --script
     args = parser.parse_args(argv[:cut])
     if args.script and args.case:
         parser.error("give --script or --case, not both")
-    # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
-    with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-        try:
-            if args.script:
-                import capture  # only --script needs capture.py next to doctor.py
-                try:
-                    case = validate_case(capture.capture_script(args.script, argv[cut + 1:]), args.script)
-                except capture.CaptureError as exc:
-                    raise CaseError(exc) from None
-            else:
-                case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
-        except CaseError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        results = run_checks(case)
-    if args.json:
-        print(json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str))
-    else:
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
+
+    def interrupt(signum, frame):
+        raise Interrupted()
+
+    previous = signal.signal(signal.SIGINT, interrupt) if threading.current_thread() is threading.main_thread() else None
+    try:
+        # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            try:
+                if args.script:
+                    import capture  # only --script needs capture.py next to doctor.py
+                    try:
+                        case = validate_case(capture.capture_script(args.script, argv[cut + 1:]), args.script)
+                    except capture.CaptureError as exc:
+                        raise CaseError(exc) from None
+                else:
+                    case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
+            except CaseError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+            results = run_checks(case, timeout=args.timeout or None)
         title = case.get("captured") or args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
-        print(report(results, title))
-    return 1 if any(r.status == "fail" for r in results) else 0
+        text = json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str) if args.json else report(results, title)
+        try:
+            print(text, flush=True)
+        except (BrokenPipeError, OSError):  # `| head` closed stdout, or /dev/full: nothing left to say it on
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1 if any(r.status == "fail" for r in results) else 0
+    except Interrupted:
+        return 130  # Ctrl-C: quietly, as a shell expects
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,10 @@ How to read it
     fail lists the parameters with None grads (details["none_grad"]), all-zero grads that stay
     zero after a step (details["zero_grad"]), ReLU layers at least 90% dead
     (details["dead_relu"]: fraction of dead units per layer), or a first/last relative gradient
-    ratio beyond 1e-4 / 1e4 (details["depth"]). warn: a ReLU layer at least 50% dead, or a
+    ratio beyond 1e-4 / 1e4 (details["depth"]: of the weights in the first and the last
+    quarter of the forward order, the pair whose ratios are nearest each other, so that an
+    attention query weight, whose gradient is tiny at init by design, or a classifier head,
+    whose gradient is large, does not speak for the whole network). warn: a ReLU layer at least 50% dead, or a
     depth ratio beyond 1e-2 / 1e2. details["rel_grad"] holds |grad|/|weight| per weight matrix
     in forward order: read it top to bottom to see where the gradient shrinks or grows.
 
@@ -89,23 +92,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -222,7 +227,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -323,7 +330,11 @@ def check_gradient_flow(case):
         ratios = list(rel_grad.values())
         depth = {}
         if len(ratios) >= 2 and ratios[-1] > 0 and not zero_at_init:  # a zero-init layer makes the ratio meaningless
-            depth = {"first": next(iter(rel_grad)), "last": list(rel_grad)[-1], "ratio": ratios[0] / ratios[-1]}
+            names = list(rel_grad)
+            quarter = max(1, len(names) // 4)  # first and last quarter: the pair nearest each other speaks for the depth
+            first, last = min(((a, b) for a in names[:quarter] for b in names[-quarter:]),
+                              key=lambda pair: abs(float(torch.tensor(rel_grad[pair[0]] / rel_grad[pair[1]]).log())))
+            depth = {"first": first, "last": last, "ratio": rel_grad[first] / rel_grad[last]}
         details = {"none_grad": none_grad, "zero_grad": zero_grad, "nonfinite_grad": nonfinite, "zero_at_init": zero_at_init,
                    "frozen": frozen, "dead_relu": {k: v for k, v in dead.items() if v >= DEAD_WARN}, "depth": depth,
                    "rel_grad": {name: float(f"{value:.3g}") for name, value in rel_grad.items()}}

@@ -21,7 +21,8 @@ What it checks
       best constant   the best any input-blind predictor can do on this batch: the entropy of
                       the batch's labels (ignore_index excluded), or the targets' variance.
 
-    It also scores an all-zero output with your loss_fn. A mean MSE or cross-entropy gives
+    It also scores an all-zero output with your loss_fn (uniform log-probabilities -ln C instead
+    when the model ends in log_softmax, as the MNIST example does). A mean MSE or cross-entropy gives
     exactly chance; anything else means the loss is not what chance assumes (summed over the
     batch, scaled, extra terms, or another loss such as L1), and the model is then judged
     against that all-zero score instead, so a scaled loss is not mistaken for scaled outputs.
@@ -119,23 +120,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -252,7 +255,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -301,6 +306,14 @@ def ln(x):
 
 def fmt(x):
     return f"{x:.3g}"
+
+
+def neutral_output(output):
+    """An uninformative output: all zeros, or uniform log-probabilities when the model ends in log_softmax (NLL loss)."""
+    for dim in range(output.ndim):  # to NLL an all-zero output is certainty (log 1), not chance: give it log(1/C)
+        if output.shape[dim] > 1 and bool((output <= 0).all()) and bool((output.logsumexp(dim).abs() < 1e-3).all()):
+            return torch.full_like(output, -ln(output.shape[dim]))
+    return torch.zeros_like(output)
 
 
 def task_reference(out, targets, task, zero_loss):
@@ -370,7 +383,7 @@ def check_init_loss(case):
                 output = forward(model, inputs)
                 losses.append(float(loss_fn(output, targets)))
             out = main_tensor(output)
-            zero_loss = float(loss_fn(torch.zeros_like(output), targets)) if isinstance(output, torch.Tensor) else None
+            zero_loss = float(loss_fn(neutral_output(output), targets)) if isinstance(output, torch.Tensor) else None
     if out is None or not isinstance(targets, torch.Tensor):
         return CheckResult("init_loss", "skip", "cannot find the prediction tensor in the output, or the targets are not a tensor")
     loss = sum(losses) / len(losses)
@@ -394,7 +407,7 @@ def check_init_loss(case):
         return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative, which cross-entropy and MSE cannot be: "
                            "is the sign flipped?", details)
     chance, best = ref["chance"], ref["best_constant"]
-    loss_fn_off = zero_loss is not None and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
+    loss_fn_off = zero_loss is not None and zero_loss > 0 and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
     scale = zero_loss / chance if loss_fn_off else 1.0  # judge the model against its own loss function's chance level
     summed = loss_fn_off and any(abs(scale / n - 1) < 0.01 for n in {targets.shape[0], ref["n_targets"]} if n)
     other_regression_loss = loss_fn_off and not summed and "target_mean" in ref  # L1, Huber: their all-zero score is chance

@@ -18,7 +18,8 @@ What it checks
     seed 000's sqrt(1/(3 NHIDDEN)) is 0.58x. RNN weights are judged against
     1/sqrt(hidden_size), which is what PyTorch uses for them. Parameters of other module types
     (a raw nn.Parameter matrix) are judged against the fan-in of whichever orientation fits
-    better, since their layout is unknown. Embeddings are listed but not judged: an embedding
+    better, since their layout is unknown. Embeddings, and raw tables whose first dim is 1
+    (a (1, T, D) position table, a (1, 1, D) cls token), are listed but not judged: an embedding
     row is looked up, not summed over a fan-in (init_loss catches a tied output head whose
     embedding is too wide).
 
@@ -27,7 +28,10 @@ What it checks
              are all the same non-zero value (its units stay identical: symmetry never breaks).
       warn   std below 0.1x 1/sqrt(fan_in): each such layer in a plain stack shrinks the
              signal 10x. GPT-2-style residual projections (nanoGPT's 0.02/sqrt(2 n_layers))
-             sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail.
+             sit at 0.08x-0.23x on purpose, which is why this is a warn and not a fail; when
+             the small weights are exactly that pattern (a group of k weights sharing one std,
+             the others' median std / sqrt(k) within 1.5x: k = 2 n_layers) they are listed in
+             details["residual_scaled"] and pass.
       note   all-zero weights (zero-initialised output or residual-branch layers are a
              deliberate choice; details["zero_init"] lists them).
       skip   task["pretrained"] true: trained weights are not at their init scale.
@@ -89,23 +93,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -222,7 +228,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -235,6 +243,9 @@ def cli_main(check, demo_case, description, argv=None):
 TOO_BIG = 2.0  # evidence/bekman-instabilities.md#init-std-too-big: 0.02 at fan-in 14336 (2.4x, derived) blocked training; Kaiming-ReLU is 1.41x
 TOO_SMALL = 0.1  # our assumption (10x signal loss per layer); nanoGPT's GPT-2 0.02/sqrt(2*n_layers) projections sit at 0.08x-0.23x (derived), so only a warn
 KNOWN_LAYOUT = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.modules.conv._ConvNd, torch.nn.MultiheadAttention)
+
+RESIDUAL_TOLERANCE = 0.405  # ln 1.5: within 1.5x of std / sqrt(k) — our assumption
+SAME_STD = 0.182  # ln 1.2: weights drawn at one std measure within 20% of it (tiny 32x32 matrices: ~3%) — our assumption
 
 
 def fan_in(shape):
@@ -272,7 +283,8 @@ def check_init_scale(case):
                 name = f"{module_name}.{param_name}" if module_name else param_name
                 values = weight.detach().float()
                 std = float(values.std())
-                if isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
+                table = weight.shape[0] == 1 and not isinstance(module, KNOWN_LAYOUT)  # (1, T, D) positions, (1, 1, D) cls token
+                if table or isinstance(module, (torch.nn.Embedding, torch.nn.EmbeddingBag)):
                     embeddings.append({"name": name, "shape": list(weight.shape), "std": std})
                 elif std == 0.0:
                     (zero_init if float(values.abs().max()) == 0.0 else constant).append(name)
@@ -285,6 +297,18 @@ def check_init_scale(case):
         return CheckResult("init_scale", "skip", "no weight matrices to judge (embeddings and all-zero weights are not judged)", details)
     big = sorted((row for row in layers if row["ratio"] > TOO_BIG), key=lambda row: -row["ratio"])
     small = sorted((row for row in layers if row["ratio"] < TOO_SMALL), key=lambda row: row["ratio"])
+    if small:  # GPT-2's scaled init: the 2 x n_layers residual projections share std (the others' std) / sqrt(2 n_layers)
+
+        def log_ratio(a, b):
+            return abs(float(torch.tensor(a / b).log()))
+
+        level = min(row["std"] for row in small)
+        group = [row for row in layers if log_ratio(row["std"], level) < SAME_STD]  # small or not: fan-ins differ
+        rest = sorted(row["std"] for row in layers if row not in group)
+        if rest and all(row in group for row in small) \
+                and log_ratio(level * len(group) ** 0.5, rest[len(rest) // 2]) < RESIDUAL_TOLERANCE:
+            details["residual_scaled"] = [row["name"] for row in group]
+            small = []
 
     def describe(row):
         return f"{row['name']} std {row['std']:.3g} is {row['ratio']:.3g}x {row['rule']} = {row['reference']:.3g}"
@@ -305,6 +329,8 @@ def check_init_scale(case):
                            details)
     low, high = min(r["ratio"] for r in layers), max(r["ratio"] for r in layers)
     return CheckResult("init_scale", "pass", f"{len(layers)} weights at {low:.2g}x-{high:.2g}x 1/sqrt(fan_in)"
+                       + (f"; {len(details['residual_scaled'])} residual projections scaled by 1/sqrt(2 n_layers)"
+                          if details.get("residual_scaled") else "")
                        + (f"; zero-initialised: {', '.join(zero_init)}" if zero_init else ""), details)
 
 

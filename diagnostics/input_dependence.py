@@ -18,7 +18,10 @@ What it checks
     of the same range (integer ids drawn from the observed range). With several input tensors
     (a tuple or a dict) each one is also rolled alone, to find an input that is ignored. A
     dict entry "labels" (the Hugging Face way of passing the targets to the model) is left
-    alone: the predictions are not meant to depend on it.
+    alone: the predictions are not meant to depend on it, and so is an input that is constant
+    (an all-ones attention mask) while the others are perturbed. Log-probabilities (a
+    log_softmax output) are compared without their per-row offset -log(classes), which would
+    otherwise dwarf every change.
 
       fail   the mean change is below half a rounding step of the output's dtype (eps x mean
              |output|): the output does not depend on the input at all. (Judged in rounding
@@ -86,23 +89,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -219,7 +224,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -279,15 +286,25 @@ def perturbed(t):
     return torch.randint(low, high + 1, t.shape, dtype=t.dtype, device=t.device)
 
 
+def comparable(output):
+    """The output as float64; log-probabilities lose their per-row offset (-log V), which carries no signal."""
+    output = output.detach().double()
+    if output.ndim > 0 and output.shape[-1] > 1 and bool((output <= 0).all()) \
+            and bool((output.logsumexp(-1).abs() < 1e-3).all()):  # log_softmax output: compare the logits it came from
+        return output - output.mean(-1, keepdim=True)
+    return output
+
+
 def mean_change(model, inputs, paths, base):
-    """Mean |output' - output| when the tensors at `paths` are perturbed; None if they cannot be."""
-    changed = inputs
+    """Mean |output' - output| when the tensors at `paths` are perturbed; None if none of them can be."""
+    changed, any_changed = inputs, False
     for path in paths:
         new = perturbed(get(inputs, path))
-        if new is None:
-            return None
-        changed = replace(changed, path, new)
-    return float((main_tensor(forward(model, changed)).detach().double() - base).abs().mean())
+        if new is not None:  # a constant mask next to varying token ids: perturb the ids alone
+            changed, any_changed = replace(changed, path, new), True
+    if not any_changed:
+        return None
+    return float((comparable(main_tensor(forward(model, changed))) - base).abs().mean())
 
 
 def check_input_dependence(case):
@@ -304,7 +321,7 @@ def check_input_dependence(case):
             output = main_tensor(forward(model, inputs))
             if output is None:
                 return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
-            base = output.detach().double()
+            base = comparable(output)
             if not bool(base.isfinite().all()):
                 return CheckResult("input_dependence", "skip", "the output holds NaN/inf: run nan_watch first")
             whole = mean_change(model, inputs, paths, base)

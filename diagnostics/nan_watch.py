@@ -9,7 +9,9 @@ What it checks
     ml-engineering, section Underflow and Overflow Detection): a hook on every module records, after
     each forward call, the abs-min and abs-max of its floating inputs and outputs (a frame).
     The first module whose inputs are finite and whose output is not is the forward origin;
-    the frames recorded just before the first non-finite value are returned with it.
+    the frames recorded just before the first non-finite value are returned with it. In forward
+    a frame counts as bad by its output: an additive attention mask of -inf going into a module
+    whose output is finite (nn.Transformer's causal mask) is by design.
     If the forward pass and the loss are finite, backward is watched the same way: tensor hooks
     record the gradient arriving at each module's outputs and leaving through its inputs; the
     first module whose output gradient is finite and whose input gradient is not is the
@@ -166,23 +168,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -299,7 +303,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -371,9 +377,10 @@ def check_nan_watch(case, frames=FRAMES):
         def frame(module, phase, ins, outs, origin_if_bad=True):
             span_in, fin_in = _span(ins)
             span_out, fin_out = _span(outs)
+            finite = fin_out if phase == "forward" else fin_in and fin_out  # a -inf additive attention mask going in is by design
             log.append({"phase": phase, "module": names[module], "class": type(module).__name__, "in": span_in,
-                        "out": span_out, "finite": fin_in and fin_out, "origin": origin_if_bad and fin_in and not fin_out})
-            return fin_in and fin_out
+                        "out": span_out, "finite": finite, "origin": origin_if_bad and fin_in and not fin_out})
+            return finite
 
         def on_grad_out(module):  # backward frame "in": the gradient arriving at the module's output
             def hook(grad):

@@ -30,6 +30,15 @@ What it checks
     pass, and the summary says it needed 10x. Trainable parameters missing from the optimizer
     are listed in details["not_in_optimizer"].
 
+    Speed: a run also stops when the loss has fallen by less than 1% of its start over the
+    last 50 steps (stalled: the verdict is already in), and the check has a budget of 8 s of CPU time
+    (half for your lr, the rest for the 10x retry); a loss still falling when it runs out is a
+    warn "inconclusive", never a fail. A model that samples noise in forward (a VAE: two
+    forward passes under different seeds differ) has a loss floor above zero: there, a loss
+    that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
+    task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
+    task["batch_dim"] says where the rows are (default 0).
+
     The model is trained in place and restored afterwards (parameters, buffers, .grad, modes,
     hooks, RNG), so the case is exactly as it was when the check returns. A
     DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: each rank trains
@@ -42,7 +51,7 @@ Command
 
 Output
     $ python diagnostics/overfit_one_batch.py
-    [FAIL] overfit_one_batch: plateau: stalled at 0.9052 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
+    [FAIL] overfit_one_batch: plateau: stalled at 0.9067 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
     (exit code 1)
     $ python diagnostics/overfit_one_batch.py --healthy
     [PASS] overfit_one_batch: memorised 8 rows at 10x your learning rate (1.551 -> 0.07628 in 37 steps); at your lr the loss went 1.551 -> 0.1528 in 300 steps
@@ -74,6 +83,8 @@ import sys
 
 import torch
 
+import time  # overfit_one_batch only (the shared imports come first): its time budget, in CPU seconds
+
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass
 class CheckResult:
@@ -96,23 +107,25 @@ def load_case(spec):
     """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
     path, _, factory_name = spec.partition(":")
     factory_name = factory_name or "make_case"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise CaseError(f"case file not found: {path}")
+    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
+        raise CaseError(f"case file {path} is not a regular file")
     case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # like `python case.py`: the case file may import modules that sit beside it
-        sys.path.insert(0, case_dir)
+    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
+        sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: any error it raises is a bad case, reported in one line
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
     try:
         case = factory()
-    except Exception as exc:
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:
         raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
     return validate_case(case, f"{path}:{factory_name}")
 
@@ -229,7 +242,9 @@ def cli_main(check, demo_case, description, argv=None):
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Exception as exc:  # the user's model or loss raised inside the check: one line, not a traceback
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        return 130
+    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
@@ -246,6 +261,10 @@ STEPS = 300  # our assumption, tuned on the test zoo: healthy cases get there in
 TARGET = 0.05  # "near zero" = 5% of the start (or of ln C) — our assumption, tuned on the test zoo (cs231n asks for zero cost)
 FLAT = 0.01  # the loss never moved by more than 1% of its start: nothing is learning — our assumption
 RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — our assumption
+STALL_WINDOW = 50  # a loss that fell by less than FLAT of its start over 50 steps has stalled — our assumption
+BUDGET = 8.0  # CPU seconds for both runs (CPU, not wall: a busy machine must not change the verdict); half for your lr, the rest for 10x — our assumption (healthy corpus cases: 1-6 s, one thread)
+FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
+SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention)
@@ -263,14 +282,14 @@ def _first_tensor(obj):
     return None
 
 
-def _take_rows(obj, n, k):
-    """The first k rows of every tensor in obj whose first dimension is the batch size n."""
+def _take_rows(obj, n, k, bdim):
+    """The first k rows of every tensor in obj whose batch dimension (bdim) has the batch size n."""
     if torch.is_tensor(obj):
-        return obj[:k] if obj.dim() > 0 and obj.shape[0] == n else obj
+        return obj.narrow(bdim, 0, k) if obj.dim() > bdim and obj.shape[bdim] == n else obj
     if isinstance(obj, dict):
-        return {key: _take_rows(value, n, k) for key, value in obj.items()}
+        return {key: _take_rows(value, n, k, bdim) for key, value in obj.items()}
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_take_rows(value, n, k) for value in obj)
+        return type(obj)(_take_rows(value, n, k, bdim) for value in obj)
     return obj
 
 
@@ -283,25 +302,36 @@ def _looks_like_probabilities(output):
     return bool((output >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
 
 
-def _train(case, model, inputs, targets, lr_scale, steps, target):
-    """Train on one batch; returns (losses, optimizer). Stops on success (|loss| <= target) or runaway."""
+def _stalled(losses):
+    """The loss fell by less than FLAT of its start over the last STALL_WINDOW steps."""
+    return len(losses) > STALL_WINDOW and losses[-STALL_WINDOW - 1] - losses[-1] < FLAT * abs(losses[0])
+
+
+def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
+    """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget", "time"."""
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
+    schedule = case["task"].get("lr_schedule")  # the sprint runs at the schedule's peak, as the run does after warmup
+    peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
     for group in optimizer.param_groups:
-        group["lr"] = group["lr"] * lr_scale
+        group["lr"] = group["lr"] * lr_scale * peak
         if "weight_decay" in group:
             group["weight_decay"] = 0.0  # regularisation off: cs231n-nn3#overfit-tiny-subset
-    losses = []
+    losses, clip = [], case["task"].get("clip_grad_norm")
     for step in range(steps + 1):
         model.zero_grad(set_to_none=True)
         loss = case["loss_fn"](forward(model, inputs), targets)
         value = float(loss.detach())
         losses.append(value)
         start = abs(losses[0])
-        if step == steps or not abs(value) < RUNAWAY * start or abs(value) <= target:  # budget, runaway (or NaN), done
-            break
+        stop = ("target" if abs(value) <= target else "runaway" if not abs(value) < RUNAWAY * start  # NaN fails `<` too
+                else "stalled" if _stalled(losses) else "budget" if step == steps
+                else "time" if time.process_time() > deadline else None)
+        if stop:
+            return losses, optimizer, stop
         loss.backward()
+        if clip:  # the real loop's clipping (task["clip_grad_norm"])
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
-    return losses, optimizer
 
 
 def _classify(losses):
@@ -324,23 +354,34 @@ def _trace(losses):
     return f"{losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses) - 1} steps"
 
 
-def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
+def _settled(losses, where, details, not_optimised, missing):
+    return CheckResult("overfit_one_batch", "warn" if missing else "pass",
+                       f"the loss fell and settled{where} ({_trace(losses)}): the model samples noise in forward, so its loss "
+                       f"has a floor above zero{not_optimised}", details)
+
+
+def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
     """Train on the first `rows` rows of the case's batch until the loss is near zero; classify a failure."""
     case = validate_case(case)
     with preserved(case["model"]):
         model = case["model"]
         inputs, targets = case["batch"]
+        bdim = case["task"].get("batch_dim", 0)
         first = _first_tensor(inputs)
-        n = first.shape[0] if first is not None and first.dim() > 0 else 0
+        n = first.shape[bdim] if first is not None and first.dim() > bdim else 0
         if n == 0:
             return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
         k = min(rows, n)
-        inputs, targets = _take_rows(inputs, n, k), _take_rows(targets, n, k)
+        inputs, targets = _take_rows(inputs, n, k, bdim), _take_rows(targets, n, k, bdim)
         model.train()
         for module in model.modules():
             if isinstance(module, DROPOUT_MODULES):
                 module.eval()
+        deadline = time.process_time() + budget
+        torch.manual_seed(0)
         output = forward(model, inputs)
+        torch.manual_seed(1)  # a second draw: a model that samples noise in forward (a VAE) answers differently
+        samples = not torch.equal(_first_tensor(output).detach(), _first_tensor(forward(model, inputs)).detach())
         start = case["loss_fn"](output, targets)
         start_value = float(start.detach())
         reference = abs(start_value)
@@ -348,7 +389,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
             reference = min(reference, float(torch.tensor(float(classes)).log()))
         details = {"rows": k, "steps_budget": steps, "start_loss": start_value, "target": TARGET * reference,
-                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output))}
+                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples}
         if not torch.isfinite(start):
             details.update(failure="nonfinite_at_start", next="run nan_watch (where it first appears) and labels (all ignored?)")
             return CheckResult("overfit_one_batch", "fail", f"the loss is {start_value} before any step: run nan_watch and labels",
@@ -358,7 +399,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             return CheckResult("overfit_one_batch", "fail", "flat: the loss does not depend on any trainable parameter "
                                "(a detached graph, or every parameter frozen)", details)
         with preserved(model):
-            losses, optimizer = _train(case, model, inputs, targets, 1.0, steps, details["target"])
+            losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"],
+                                             time.process_time() + (deadline - time.process_time()) / 2)
         trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
@@ -370,14 +412,22 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if abs(losses[-1]) <= details["target"]:
             return CheckResult("overfit_one_batch", "warn" if missing else "pass",
                                f"memorised {k} rows: loss {_trace(losses)}{not_optimised}", details)
+        if samples and stop == "stalled" and abs(losses[-1]) < FLOOR * abs(losses[0]):
+            return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses)
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
-            retry, _ = _train(case, model, inputs, targets, RETRY_LR, steps, details["target"])
+            retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, steps, details["target"], deadline)
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
             if abs(retry[-1]) <= details["target"]:
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
                                    f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}{not_optimised}",
                                    details)
+            if samples and retry_stop == "stalled" and abs(retry[-1]) < FLOOR * abs(retry[0]):
+                return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
+            if retry_stop == "time" and _classify(retry) == "plateau":
+                details.update(failure="inconclusive", next=f"rerun alone with more time: check_overfit_one_batch(case, budget={4 * budget:g})")
+                return CheckResult("overfit_one_batch", "warn", f"still falling when the {budget:g} s budget ran out "
+                                   f"({_trace(losses)} at your lr, {_trace(retry)} at {RETRY_LR:g}x){not_optimised}", details)
             if _classify(retry) == "diverging":
                 details.update(failure="inconclusive", next="rerun with more steps: check_overfit_one_batch(case, steps=1000)")
                 return CheckResult("overfit_one_batch", "warn", f"the loss fell at your lr ({_trace(losses)}) but not to near "

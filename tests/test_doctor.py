@@ -114,9 +114,99 @@ def test_a_check_that_raises_is_its_own_fail(tmp_path, capsys):
         "            'loss_fn': torch.nn.functional.cross_entropy}\n")
     assert doctor.main(["--case", str(case_file), "--json"]) == 1
     checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
-    assert checks["init_loss"]["status"] == "fail"
-    assert "RuntimeError" in checks["init_loss"]["details"]["error"]
+    assert [c for c in checks if checks[c]["status"] == "fail"] == ["labels"], "one bug, one fail"
+    assert "RuntimeError" in checks["labels"]["details"]["error"]
+    assert checks["labels"]["details"]["where"] == f"{case_file}:7 in forward", "the user's line, not torch's"
+    assert checks["init_loss"]["status"] == "skip" and checks["init_loss"]["summary"] == "raised the same error as labels"
     assert checks["init_scale"]["status"] == "pass"  # checks that need no forward pass still run
+    assert all(c["details"]["seconds"] >= 0 for c in checks.values())
+
+
+HOSTILE_CASE = """import sys, time, torch
+def make_case():
+    return {"model": torch.nn.Linear(4, 2), "batch": (torch.randn(8, 4), torch.randint(0, 2, (8,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+class Exiting(torch.nn.Linear):
+    def forward(self, x):
+        raise {error}
+class Slow(torch.nn.Linear):
+    def forward(self, x):
+        time.sleep(60)
+def make_raising():
+    case = make_case()
+    case["model"] = Exiting(4, 2)
+    return case
+def make_slow():
+    case = make_case()
+    case["model"] = Slow(4, 2)
+    return case
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("error", ["SystemExit(3)", "KeyboardInterrupt()"])
+def test_user_code_raising_systemexit_or_keyboardinterrupt_is_the_users_error(tmp_path, capsys, error):
+    (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", error))
+    assert doctor.main(["--case", f"{tmp_path / 'case.py'}:make_raising", "--json"]) == 1
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["labels"]["status"] == "fail" and checks["labels"]["details"]["where"].endswith("case.py:7 in forward")
+
+
+@pytest.mark.hostile
+def test_a_check_past_its_time_limit_is_named_and_the_others_still_run(tmp_path, capsys):
+    (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", "ValueError()"))
+    case = doctor.load_case(f"{tmp_path / 'case.py'}:make_slow")
+    before = case["model"].weight.detach().clone()
+    results = doctor.run_checks(case, doctor.CHECKS[:3], timeout=0.5)
+    assert [(r.id, r.status) for r in results] == [("data_sanity", "pass"), ("init_scale", "pass"), ("labels", "fail")]
+    assert "time limit" in results[2].summary and results[2].details["seconds"] < 5
+    assert torch.equal(case["model"].weight, before) and case["model"].training
+
+
+@pytest.mark.hostile
+def test_ctrl_c_exits_130_quietly(tmp_path):
+    import signal
+    import subprocess
+    import time
+    (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", "ValueError()").replace(
+        "        time.sleep(60)", "        open(__file__ + '.running', 'w').close()\n        time.sleep(60)"))
+    proc = subprocess.Popen([sys.executable, str(DIAGNOSTICS / "doctor.py"), "--case", f"{tmp_path / 'case.py'}:make_slow"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 100
+    while not (tmp_path / "case.py.running").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err == "", (proc.returncode, err)
+
+
+@pytest.mark.hostile
+def test_closed_stdout_is_quiet():
+    import subprocess
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, str(DIAGNOSTICS / "doctor.py"), "--healthy", "--json"], stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+@pytest.mark.hostile
+def test_the_case_folder_cannot_replace_our_checks(tmp_path, capsys):
+    (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", "ValueError()"))
+    for name in ("labels.py", "init_loss.py"):
+        (tmp_path / name).write_text("raise RuntimeError('the user\'s own module was imported')\n")
+    assert doctor.main(["--case", str(tmp_path / "case.py"), "--json"]) in (0, 1)
+    checks = {c["id"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert checks["labels"]["status"] == "pass" and checks["init_loss"]["status"] == "pass"
+
+
+@pytest.mark.hostile
+def test_a_fifo_case_file_is_refused_at_once(tmp_path):
+    import os
+    fifo = tmp_path / "case.py"
+    os.mkfifo(fifo)
+    proc = run_cli("doctor.py", "--case", fifo, timeout=60)
+    assert_one_line_error(proc)
+    assert "not a regular file" in proc.stderr
 
 
 def test_json_stdout_stays_pure_when_the_case_prints(tmp_path, capsys, monkeypatch):

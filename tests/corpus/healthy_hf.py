@@ -1,0 +1,101 @@
+"""Healthy Hugging Face models, built from tiny configs (no download), each turned into a case in one line.
+
+The models are transformers' own classes, unchanged; only the configs are small. Every factory builds
+under a fixed seed without touching the caller's RNG, and hands the model and a batch to
+`case_from_hf` (diagnostics/hf_case.py), the one line a transformers user writes.
+
+Run one: `python diagnostics/doctor.py --case tests/corpus/healthy_hf.py:make_gpt2`.
+"""
+import contextlib
+import os
+import sys
+
+import torch
+
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "diagnostics"))
+from hf_case import case_from_hf  # noqa: E402
+
+
+@contextlib.contextmanager
+def seeded(seed):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def progression_tokens(batch, length, vocab, low=1):
+    """Rows of arithmetic progressions over the ids low..vocab-1: learnable from two tokens of context."""
+    start = torch.randint(0, vocab - low, (batch, 1))
+    step = torch.randint(1, 4, (batch, 1))
+    return low + (start + step * torch.arange(length)) % (vocab - low)
+
+
+def make_gpt2():
+    """GPT-2 LM head, labels = input_ids (the model shifts them), right padding in two rows masked with -100."""
+    import transformers
+    with seeded(10):
+        config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        model = transformers.GPT2LMHeadModel(config)
+        input_ids = progression_tokens(8, 16, 64)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[:2, -3:] = 0
+        input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+    return case_from_hf(model, {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels})
+
+
+def make_gpt2_unpadded():
+    """GPT-2 on full-length rows: the attention mask is all ones, as in every packed pretraining batch."""
+    import transformers
+    with seeded(11):
+        config = transformers.GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2,
+                                         bos_token_id=0, eos_token_id=0, pad_token_id=0)
+        model = transformers.GPT2LMHeadModel(config)
+        input_ids = progression_tokens(8, 16, 64)
+    return case_from_hf(model, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                                "labels": input_ids.clone()})
+
+
+def make_bert_classifier():
+    """BERT sequence classification: the label says whether the sentence contains token 5."""
+    import transformers
+    with seeded(12):
+        config = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64, max_position_embeddings=32, num_labels=2)
+        model = transformers.BertForSequenceClassification(config)
+        input_ids = torch.randint(6, 64, (16, 12))
+        labels = torch.arange(16) % 2
+        input_ids[labels == 1, torch.randint(1, 12, (8,))] = 5
+        input_ids[:, 0] = 2  # [CLS]
+    return case_from_hf(model, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids),
+                                "token_type_ids": torch.zeros_like(input_ids), "labels": labels})
+
+
+def make_t5():
+    """T5 encoder-decoder: the target reverses the source; the model builds decoder inputs from the labels."""
+    import transformers
+    with seeded(13):
+        config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                                       decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+        model = transformers.T5ForConditionalGeneration(config)
+        input_ids = torch.randint(2, 64, (8, 10))
+        labels = input_ids.flip(1)
+    return case_from_hf(model, {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels})
+
+
+def make_vit():
+    """ViT image classification on 16x16 images of 4x4 patches; the label says which half is brighter."""
+    import transformers
+    with seeded(14):
+        config = transformers.ViTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, intermediate_size=64, num_labels=2)
+        model = transformers.ViTForImageClassification(config)
+        labels = torch.arange(16) % 2
+        pixel_values = torch.randn(16, 3, 16, 16)
+        pixel_values[labels == 1, :, :8] += 1.0
+        pixel_values = (pixel_values - pixel_values.mean()) / pixel_values.std()
+    return case_from_hf(model, {"pixel_values": pixel_values, "labels": labels})
+
+
+HEALTHY = ["make_gpt2", "make_gpt2_unpadded", "make_bert_classifier", "make_t5", "make_vit"]

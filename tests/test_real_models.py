@@ -1,0 +1,147 @@
+"""The doctor on real architectures: Hugging Face models from tiny configs and re-implementations of public designs.
+
+Every healthy case must get no fail; the only warns are the ones listed here, each with the reason a person
+reading the model would agree with it.
+"""
+import sys
+
+import pytest
+import torch
+
+import doctor
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+import healthy_hf  # noqa: E402
+import healthy_own  # noqa: E402
+
+EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
+    "make_lstm_lm": {"gradient_flow": "the decoder, uniform +-0.1 (10x below the LSTM's own scale), gets 100x the "
+                                      "relative gradient of the first LSTM layer at init"},
+}
+KNOWN_FALSE_FAILS = {  # case -> {check id: why it is still a fail}; strict xfail: fixing it must update this table
+    "make_lstm_lm": {"update_ratio": "SGD at the example's lr 20 moves the +-0.1 decoder by 35-60% of its norm per step "
+                                     "on this 8-row batch (the 0.25 clip is not reached: grad norm ~0.1); the example "
+                                     "trains so, and the check cannot yet tell that regime from an lr that is too high"},
+}
+CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
+
+
+@pytest.mark.parametrize("module, name", CASES, ids=[name for _, name in CASES])
+def test_healthy_real_model_gets_no_fail_and_only_agreed_warns(module, name):
+    case = doctor.validate_case(getattr(module, name)(), name)
+    statuses = {r.id: r.status for r in doctor.run_checks(case)}
+    fails = {check for check, status in statuses.items() if status == "fail"}
+    if fails and fails == set(KNOWN_FALSE_FAILS.get(name, {})):
+        pytest.xfail(f"known false fail(s): {KNOWN_FALSE_FAILS[name]}")
+    assert not fails, statuses
+    assert {check for check, status in statuses.items() if status == "warn"} == set(EXPECTED_WARNS.get(name, {})), statuses
+    assert statuses["data_sanity"] == "pass" and statuses["overfit_one_batch"] == "pass", statuses
+
+
+def test_case_from_hf_reads_the_task_from_the_model():
+    case = healthy_hf.make_t5()
+    assert case["task"]["kind"] == "seq2seq" and case["task"]["vocab_size"] == 64
+    assert healthy_hf.make_vit()["task"] == {"kind": "classification", "ignore_index": -100, "num_classes": 2}
+    assert healthy_hf.make_gpt2()["task"]["kind"] == "causal_lm"
+    assert "transformers" not in open(ROOT / "diagnostics" / "hf_case.py").read().split('"""', 2)[2].split("def ")[0]
+
+
+def test_time_major_rows_are_told_apart_from_time():
+    """The LSTM LM is (T, B): with batch_dim 1 the rows are independent; read as batch-first, time would look like leakage."""
+    import batch_independence
+    case = healthy_own.make_lstm_lm()
+    assert batch_independence.check_batch_independence(case).status == "pass"
+    case["task"] = {**case["task"], "batch_dim": 0}
+    assert batch_independence.check_batch_independence(case).status == "fail"
+
+
+def test_time_major_causality_is_read_along_time():
+    """Read along its real time dim the LSTM LM is causal; a bidirectional one (it sees the future) is not."""
+    import causal_dependency
+    case = healthy_own.make_lstm_lm()
+    assert causal_dependency.check_causal_dependency(case).status == "pass"
+    model = case["model"]
+    model.rnn = torch.nn.LSTM(32, 16, 2, bidirectional=True)  # BUG: a bidirectional LSTM for a causal LM
+    model.nlayers, model.nhid = 4, 16  # init_hidden: (2 layers x 2 directions, B, 16); the decoder reads 2 x 16
+    torch.nn.init.normal_(model.decoder.weight, std=0.1)
+    assert causal_dependency.check_causal_dependency(case).status == "fail"
+
+
+def test_noise_in_forward_is_not_leakage_but_mixing_still_is():
+    import batch_independence
+    case = healthy_own.make_vae()
+    assert batch_independence.check_batch_independence(case).status == "pass"
+
+    class MixingVAE(healthy_own.VAE):
+        def reparameterize(self, mu, logvar):
+            return mu.mean(0, keepdim=True) + torch.randn_like(mu) * torch.exp(0.5 * logvar)  # BUG: the batch mean leaks
+
+    torch.manual_seed(0)
+    case["model"] = MixingVAE()
+    assert batch_independence.check_batch_independence(case).status == "fail"
+
+
+def test_cls_token_and_position_table_are_tables_not_weight_matrices():
+    import init_scale
+    import update_ratio
+    case = healthy_own.make_timm_vit()
+    assert {"cls_token", "pos_embed"} <= {row["name"] for row in init_scale.check_init_scale(case).details["embeddings"]}
+    result = update_ratio.check_update_ratio(case)
+    assert {"cls_token", "pos_embed"} <= set(result.details["other"]) and result.status == "pass"
+
+
+def test_gpt2_scaled_residual_init_passes_but_a_too_small_init_still_warns():
+    import init_scale
+    case = healthy_own.make_nanogpt()
+    result = init_scale.check_init_scale(case)
+    assert result.status == "pass" and len(result.details["residual_scaled"]) == 4  # 2 layers x (attn, mlp) c_proj
+    with torch.no_grad():
+        case["model"].transformer.h[0].mlp.c_fc.weight.mul_(0.05)  # BUG: one layer at a twentieth of its scale
+    assert init_scale.check_init_scale(case).status == "warn"
+
+
+def test_a_warmup_schedule_is_judged_at_its_peak():
+    """nanoGPT's schedule: linear warmup then cosine decay; with a 100x peak factor the step is 100x too big."""
+    import update_ratio
+    case = healthy_own.make_nanogpt()
+    case["task"] = {**case["task"], "lr_schedule": lambda step: min(1.0, (step + 1) / 100)}  # warmup to the factory lr
+    result = update_ratio.check_update_ratio(case)
+    assert result.status == "pass" and result.details["lr_factor"] == 1.0
+    case["task"] = {**case["task"], "lr_schedule": lambda step: 100 * min(1.0, (step + 1) / 100)}  # BUG: peak is 100x the lr
+    result = update_ratio.check_update_ratio(case)
+    assert result.status == "fail" and result.details["lr_factor"] == 100
+
+
+def test_an_all_ones_mask_is_normal_but_a_repeated_batch_is_not():
+    import data_sanity
+    import input_dependence
+    case = healthy_own.make_nanogpt()
+    ids = case["batch"][0]
+    case["batch"] = ({"idx": ids, "mask": torch.ones_like(ids)}, case["batch"][1])
+    case["model"].forward = lambda idx, mask: healthy_own.GPT.forward(case["model"], idx)
+    assert data_sanity.check_data_sanity(case).status == "pass"
+    assert input_dependence.check_input_dependence(case).status == "pass"  # the ids vary: the constant mask is left alone
+    case["batch"] = ({"idx": ids[:1].expand_as(ids), "mask": torch.ones_like(ids)}, case["batch"][1])  # BUG: one row repeated
+    assert data_sanity.check_data_sanity(case).status == "fail"
+
+
+def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_fails():
+    import init_loss
+    case = healthy_own.make_mnist()
+    result = init_loss.check_init_loss(case)
+    assert result.status == "pass" and abs(result.details["zero_output_loss"] - 2.302585) < 1e-4
+    model = case["model"]
+    with torch.no_grad():
+        model.fc2.weight.mul_(200)  # BUG: logits 200x too large before log_softmax
+    assert init_loss.check_init_loss(case).status == "fail"
+
+
+def test_time_major_transformer_without_its_causal_mask_is_caught():
+    import causal_dependency
+    case = healthy_own.make_transformer_lm()
+    model = case["model"]
+    model.forward = lambda src: torch.nn.functional.log_softmax(model.decoder(model.transformer_encoder(  # BUG: no src_mask
+        model.pos_encoder(model.encoder(src) * model.ninp ** 0.5))), dim=-1)
+    result = causal_dependency.check_causal_dependency(case)
+    assert result.status == "fail" and result.details["lookahead"] >= 10
