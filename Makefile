@@ -16,8 +16,8 @@ demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model w
 	if [ $$status -eq 1 ]; then echo "(the doctor exits 1 when a check fails: here it found the planted bug, as it should)"; \
 	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
-test: $(VENV)/.installed  ## the whole test suite, pack checker included
-	$(PYTHON) -m pytest -q
+test: $(VENV)/.installed  ## the whole test suite, pack checker included, on two workers (one torch thread each)
+	$(PYTHON) -m pytest -q -n 2
 
 check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
 	$(PYTHON) tools/check_pack.py
