@@ -59,7 +59,9 @@ import importlib.util
 import json
 import os
 import random
+import signal
 import sys
+import threading
 
 import torch
 
@@ -206,6 +208,32 @@ def preserved(model, optimizer=None):
             torch.cuda.set_rng_state_all(saved_cuda_rng)
 
 
+CHECK_TIMEOUT = 120.0  # seconds per check: the slowest healthy real-model case's slowest check takes ~10 s on one busy CPU thread (measured)
+
+
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CheckTimeout()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def cli_main(check, demo_case, description, argv=None):
     """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -213,10 +241,19 @@ def cli_main(check, demo_case, description, argv=None):
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT,
+                        help=f"seconds the check may run (default {CHECK_TIMEOUT:g}; 0: no limit)")
     args = parser.parse_args(argv)
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
     try:
         case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
-        result = check(case)
+        with time_limit(args.timeout):
+            result = check(case)
+    except CheckTimeout:  # preserved() inside the check restored the model on the way out
+        print(f"error: the check ran past its {args.timeout:g} s time limit and was stopped: the model or loss hangs, "
+              f"or is far slower than one batch should be (raise --timeout for a big model)", file=sys.stderr)
+        return 2
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ FILES = sorted(DIAGNOSTICS.glob("*.py"))
 MODEL_DIAGNOSTICS = [p for p in FILES if "\ndef make_demo_case(" in p.read_text()]
 SECTIONS = ["Symptom", "What it checks", "Command", "Output", "How to read it", "Next step"]
 IMPORTS = ("import argparse\nimport contextlib\nimport copy\nimport dataclasses\nimport importlib.util\nimport json\n"
-           "import os\nimport random\nimport sys\n\nimport torch\n")
+           "import os\nimport random\nimport signal\nimport sys\nimport threading\n\nimport torch\n")
 BLOCK = re.compile(r"^# --- shared block.*?^# --- end shared block ---$", re.S | re.M)
 
 

@@ -164,6 +164,17 @@ def test_a_check_past_its_time_limit_is_named_and_the_others_still_run(tmp_path,
 
 
 @pytest.mark.hostile
+def test_one_check_alone_stops_at_its_time_limit_and_leaves_the_model(tmp_path, capsys):
+    """`python diagnostics/labels.py --case slow.py --timeout 0.5`: one line, exit 2, the model as it was."""
+    import labels
+    (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", "ValueError()"))
+    code = labels.cli_main(labels.check_labels, labels.make_demo_case, "labels",
+                           ["--case", f"{tmp_path / 'case.py'}:make_slow", "--timeout", "0.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "0.5 s time limit" in err
+
+
+@pytest.mark.hostile
 def test_ctrl_c_exits_130_quietly(tmp_path):
     import signal
     import subprocess
