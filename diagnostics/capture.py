@@ -612,4 +612,10 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+        sys.exit(130)
+    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

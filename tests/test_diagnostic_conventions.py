@@ -83,3 +83,24 @@ def test_model_diagnostic_layout(path):
     if path.name != "doctor.py":
         assert f"\ndef check_{path.stem}(case" in source, f"check_{path.stem}(case, ...) is the function API"
         assert source.rstrip().endswith(f"sys.exit(cli_main(check_{path.stem}, make_demo_case, __doc__))")
+
+
+CTRL_C = """
+import runpy, sys
+path = sys.argv[1]
+def trace(frame, event, arg):  # Ctrl-C arriving as main() starts: deterministic, unlike a timed SIGINT
+    if event == "call" and frame.f_code.co_name == "main" and frame.f_code.co_filename == path:
+        raise KeyboardInterrupt
+sys.argv = [path]
+sys.settrace(trace)
+runpy.run_path(path, run_name="__main__")
+"""
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("name", ["sweeps.py", "rl_probes.py", "metric_stuck.py", "loss_surface.py", "pinn_check.py",
+                                  "capture.py"])
+def test_ctrl_c_in_a_standalone_tool_exits_130_quietly(name):
+    path = str(DIAGNOSTICS / name)
+    proc = subprocess.run([sys.executable, "-c", CTRL_C, path], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (proc.returncode, proc.stderr) == (130, "")
