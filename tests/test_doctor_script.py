@@ -24,7 +24,6 @@ CORPUS = {
     "train_args_ckpt": (["--batch_size", "128", "--out_dir", "{tmp}"], "overfit_one_batch"),  # argparse, checkpoints
     "amp_classifier": ([], "batch_independence"),  # autocast bfloat16 on CPU
 }
-# Checks that fail on a healthy script for a reason in the check, not in the script (reported to the checks' owner).
 TIMES = {}  # script -> seconds from script to verdict (capture + every check), printed at the end of the module
 
 

@@ -100,6 +100,16 @@ def test_doctor_runs_the_demo_and_finds_its_planted_bug(venv):
     assert [check for check, status in statuses.items() if status == "fail"] == ["init_loss"]
 
 
+def test_doctor_on_a_script_from_the_installed_command(venv, tmp_path):
+    """`ml-debug doctor --script train.py -- ARGS`: the capture works from the wheel, and the script writes nothing."""
+    script = ROOT / "tests" / "corpus" / "scripts" / "train_args_ckpt.py"
+    proc = run(venv, "ml-debug", "doctor", "--script", script, "--json", "--", "--batch_size", "128", "--out_dir", tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    statuses = {check["id"]: check["status"] for check in json.loads(proc.stdout)["checks"]}
+    assert statuses["overfit_one_batch"] == "fail"  # the script's lr is 0 (`//`), as in tests/test_doctor_script.py
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_spikes_reads_a_log(venv):
     log = venv[2] / "small.jsonl"
     with open(log, "w") as f:
