@@ -50,11 +50,14 @@ Next step
     describes the patterns (plateaus, shifted minima, NaN regions, scale) with examples.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import signal
 import sys
+import threading
 
 import torch
 import torch.nn.functional as F
@@ -240,6 +243,32 @@ def load_surface(spec):
         raise SurfaceError(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
 
 
+TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: seconds, unless the loss hangs
+
+
+class TimeLimit(BaseException):
+    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--surface", metavar="FILE.py[:factory]",
@@ -252,14 +281,23 @@ def main(argv=None):
     parser.add_argument("--png", metavar="OUT.png", help="write the contour plot there (needs matplotlib)")
     parser.add_argument("--force", action="store_true", help="let --png replace an existing file")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help=f"seconds your code may run (default {TIMEOUT:g}; 0: no limit)")
     args = parser.parse_args(argv)
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
     try:
-        if not 5 <= args.grid <= 401:
-            raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
-        if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
-            raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
-        surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
-        result = check_loss_surface(surface, args.grid, args.png)
+        with time_limit(args.timeout):
+            if not 5 <= args.grid <= 401:
+                raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
+            if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
+                raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
+            surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
+            result = check_loss_surface(surface, args.grid, args.png)
+    except TimeLimit:
+        print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
+              f"slower than expected: raise --timeout)", file=sys.stderr)
+        return 2
     except SurfaceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -52,11 +52,14 @@ Next step
     refs/pinn.md: non-dimensionalisation step by step, term weighting, and curricula.
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
 import os
+import signal
 import sys
+import threading
 
 import torch
 import torch.nn as nn
@@ -214,6 +217,32 @@ def load_problem(spec):
         raise ProblemError(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
 
 
+TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss term: seconds, unless the model hangs
+
+
+class TimeLimit(BaseException):
+    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", metavar="FILE.py[:factory]",
@@ -222,10 +251,19 @@ def main(argv=None):
     parser.add_argument("--bug", choices=("scale", "coverage"), default="scale",
                         help="which planted bug the demo carries (default: scale)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help=f"seconds your code may run (default {TIMEOUT:g}; 0: no limit)")
     args = parser.parse_args(argv)
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
     try:
-        problem = load_problem(args.problem) if args.problem else make_demo_pinn(None if args.healthy else args.bug)
-        outcome = check_pinn(problem)
+        with time_limit(args.timeout):
+            problem = load_problem(args.problem) if args.problem else make_demo_pinn(None if args.healthy else args.bug)
+            outcome = check_pinn(problem)
+    except TimeLimit:
+        print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
+              f"slower than expected: raise --timeout)", file=sys.stderr)
+        return 2
     except ProblemError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -79,10 +79,13 @@ Next step
     refs/rl.md says what else to check (reward scale, observation normalisation, seeds).
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import sys
+import threading
 
 import torch
 import torch.nn as nn
@@ -423,6 +426,32 @@ def load_agent_factory(spec):
     return factory
 
 
+TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small agent for seconds on a CPU; a user's agent may be 100x slower
+
+
+class TimeLimit(BaseException):
+    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+
+
+@contextlib.contextmanager
+def time_limit(seconds):
+    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeLimit()
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", metavar="FILE.py[:factory]",
@@ -432,10 +461,19 @@ def main(argv=None):
     parser.add_argument("--bug", choices=sorted(PLANTED), default="no_reset",
                         help="which planted bug the demo agent carries (default: no_reset)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--timeout", type=float, default=TIMEOUT,
+                        help=f"seconds your code may run (default {TIMEOUT:g}; 0: no limit)")
     args = parser.parse_args(argv)
+    if not args.timeout >= 0:
+        parser.error("--timeout must be a number of seconds >= 0")
     try:
-        factory = load_agent_factory(args.agent) if args.agent else ReferenceAgent if args.healthy else PLANTED[args.bug]
-        result = check_rl_probes(factory)
+        with time_limit(args.timeout):
+            factory = load_agent_factory(args.agent) if args.agent else ReferenceAgent if args.healthy else PLANTED[args.bug]
+            result = check_rl_probes(factory)
+    except TimeLimit:
+        print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
+              f"slower than expected: raise --timeout)", file=sys.stderr)
+        return 2
     except AgentError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

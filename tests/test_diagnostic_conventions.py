@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -104,3 +105,17 @@ def test_ctrl_c_in_a_standalone_tool_exits_130_quietly(name):
     path = str(DIAGNOSTICS / name)
     proc = subprocess.run([sys.executable, "-c", CTRL_C, path], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (proc.returncode, proc.stderr) == (130, "")
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("name, flag", [("rl_probes.py", "--agent"), ("metric_stuck.py", "--problem"),
+                                        ("loss_surface.py", "--surface"), ("pinn_check.py", "--problem")])
+def test_a_user_file_that_hangs_is_stopped_at_the_time_limit(name, flag, tmp_path):
+    hangs = tmp_path / "hangs.py"
+    hangs.write_text("import time\ntime.sleep(120)  # a user file that never returns\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, str(DIAGNOSTICS / name), flag, str(hangs), "--timeout", "1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=100)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "1 s time limit" in proc.stderr and "Traceback" not in proc.stderr
+    assert time.monotonic() - started < 60  # torch's import plus the limit, not the 120 s sleep
