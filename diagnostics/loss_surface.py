@@ -246,19 +246,19 @@ def load_surface(spec):
 TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: seconds, unless the loss hangs
 
 
-class TimeLimit(BaseException):
-    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
 
 
 @contextlib.contextmanager
 def time_limit(seconds):
-    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def expire(signum, frame):
-        raise TimeLimit()
+        raise CheckTimeout()
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -267,6 +267,7 @@ def time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
 
 
 def main(argv=None):
@@ -294,7 +295,7 @@ def main(argv=None):
                 raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
             surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
             result = check_loss_surface(surface, args.grid, args.png)
-    except TimeLimit:
+    except CheckTimeout:
         print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
               f"slower than expected: raise --timeout)", file=sys.stderr)
         return 2

@@ -220,19 +220,19 @@ def load_problem(spec):
 TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss term: seconds, unless the model hangs
 
 
-class TimeLimit(BaseException):
-    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
 
 
 @contextlib.contextmanager
 def time_limit(seconds):
-    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def expire(signum, frame):
-        raise TimeLimit()
+        raise CheckTimeout()
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -241,6 +241,7 @@ def time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
 
 
 def main(argv=None):
@@ -260,7 +261,7 @@ def main(argv=None):
         with time_limit(args.timeout):
             problem = load_problem(args.problem) if args.problem else make_demo_pinn(None if args.healthy else args.bug)
             outcome = check_pinn(problem)
-    except TimeLimit:
+    except CheckTimeout:
         print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
               f"slower than expected: raise --timeout)", file=sys.stderr)
         return 2

@@ -429,19 +429,19 @@ def load_agent_factory(spec):
 TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small agent for seconds on a CPU; a user's agent may be 100x slower
 
 
-class TimeLimit(BaseException):
-    """The user's code ran past --timeout (a BaseException: the user's `except Exception` must not swallow it)."""
+class CheckTimeout(BaseException):
+    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
 
 
 @contextlib.contextmanager
 def time_limit(seconds):
-    """Raise TimeLimit after `seconds` of wall time (SIGALRM: POSIX main thread; elsewhere no limit)."""
+    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
     if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def expire(signum, frame):
-        raise TimeLimit()
+        raise CheckTimeout()
 
     previous = signal.signal(signal.SIGALRM, expire)
     signal.setitimer(signal.ITIMER_REAL, seconds)
@@ -450,6 +450,7 @@ def time_limit(seconds):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
 
 
 def main(argv=None):
@@ -470,7 +471,7 @@ def main(argv=None):
         with time_limit(args.timeout):
             factory = load_agent_factory(args.agent) if args.agent else ReferenceAgent if args.healthy else PLANTED[args.bug]
             result = check_rl_probes(factory)
-    except TimeLimit:
+    except CheckTimeout:
         print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
               f"slower than expected: raise --timeout)", file=sys.stderr)
         return 2

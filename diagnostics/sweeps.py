@@ -482,8 +482,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
+    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects (main() handles a closed stdout)
         sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)

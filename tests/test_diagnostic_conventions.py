@@ -67,6 +67,18 @@ def test_shared_blocks_are_byte_identical():
     assert not differing, f"shared block differs from {reference_name}'s in: {', '.join(differing)}"
 
 
+TIME_LIMIT = re.compile(r"^class CheckTimeout\(BaseException\):.*?^        signal\.signal\(signal\.SIGALRM, previous\)$", re.S | re.M)
+
+
+def test_every_time_limit_is_the_shared_blocks():
+    """Tools that run user code outside the shared block (rl_probes, metric_stuck, ...) carry its time limit verbatim."""
+    pieces = {p.name: TIME_LIMIT.findall(p.read_text()) for p in FILES}
+    reference = pieces["doctor.py"][0]
+    holders = [name for name, found in pieces.items() if found]
+    assert {"rl_probes.py", "metric_stuck.py", "loss_surface.py", "pinn_check.py"} <= set(holders)
+    assert not [name for name in holders if pieces[name] != [reference]]
+
+
 @pytest.mark.parametrize("path", MODEL_DIAGNOSTICS, ids=lambda p: p.name)
 def test_model_diagnostic_layout(path):
     source = path.read_text()
