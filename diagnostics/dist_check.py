@@ -214,10 +214,12 @@ def _abort_watch(store, stack_file, on_abort):
             except Exception:
                 dead = True
             if dead:
-                faulthandler.dump_traceback(file=stack_file, all_threads=True)
-                stack_file.flush()
-                on_abort()
-                os._exit(1)
+                try:
+                    faulthandler.dump_traceback(file=stack_file, all_threads=True)
+                    stack_file.flush()
+                    on_abort()  # publishes to the store, which may be gone with its host
+                finally:
+                    os._exit(1)
     threading.Thread(target=watch, daemon=True, name="dist_check-abort-watch").start()
 
 

@@ -164,8 +164,9 @@ def test_a_check_past_its_time_limit_is_named_and_the_others_still_run(tmp_path,
 
 
 @pytest.mark.hostile
-def test_one_check_alone_stops_at_its_time_limit_and_leaves_the_model(tmp_path, capsys):
-    """`python diagnostics/labels.py --case slow.py --timeout 0.5`: one line, exit 2, the model as it was."""
+def test_one_check_alone_stops_at_its_time_limit(tmp_path, capsys):
+    """`python diagnostics/labels.py --case slow.py --timeout 0.5`: one line and exit 2 (the restore is
+    test_a_check_past_its_time_limit_is_named_and_the_others_still_run's: the same time_limit and preserved())."""
     import labels
     (tmp_path / "case.py").write_text(HOSTILE_CASE.replace("{error}", "ValueError()"))
     code = labels.cli_main(labels.check_labels, labels.make_demo_case, "labels",
