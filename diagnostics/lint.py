@@ -165,6 +165,8 @@ NESTED = FUNCTIONS + (ast.ClassDef,)
 SCOPES = NESTED + (ast.Module,)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+BINDERS = {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension,
+           ast.withitem, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler}  # what binds a name
 
 
 def position(node):
@@ -273,41 +275,45 @@ class Source:
         self.tree, self.path, self.project = tree, path, project
         self._memo = collections.defaultdict(dict)  # method name -> {arguments: result}
         self.nodes, self.parent, self.children = [tree], {}, {}
+        self.by_type = collections.defaultdict(list)  # node class -> its nodes, breadth first
         for node in self.nodes:  # breadth first; the list grows as it is read
-            self.children[node] = list(ast.iter_child_nodes(node))
-            for child in self.children[node]:
+            self.by_type[type(node)].append(node)
+            self.children[node] = children = list(ast.iter_child_nodes(node))
+            for child in children:
                 self.parent[child] = node
-            self.nodes.extend(self.children[node])
+            self.nodes.extend(children)
         self.imports, self.star = {}, None
-        for node in self.nodes:
+        for node in sorted(self.of_type(ast.Import, ast.ImportFrom), key=position):  # a later import wins
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     root = alias.name.split(".")[0]
                     self.imports[alias.asname or root] = alias.name if alias.asname else root
-            elif isinstance(node, ast.ImportFrom):
+            else:
                 module = "." * node.level + (node.module or "")  # relative: `.model`, followed across files
                 for alias in node.names:
                     if alias.name == "*":
                         self.star = module  # `from torch import *`: free names such as no_grad come from there
                     else:
                         self.imports[alias.asname or alias.name] = module + ("" if module.endswith(".") else ".") + alias.name
-        self.scopes = [node for node in self.nodes if isinstance(node, SCOPES)]
+        self.scopes = self.of_type(*SCOPES)
         self.functions = {}
-        for node in self.nodes:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                self.functions.setdefault(node.name, []).append(node)
+        for node in self.of_type(ast.FunctionDef, ast.AsyncFunctionDef):
+            self.functions.setdefault(node.name, []).append(node)
         self.classes = {}
-        for node in self.nodes:
-            if isinstance(node, ast.ClassDef):
-                self.classes.setdefault(node.name, []).append(node)
-        self.calls = [node for node in self.nodes if isinstance(node, ast.Call)]
+        for node in self.of_type(ast.ClassDef):
+            self.classes.setdefault(node.name, []).append(node)
+        self.calls = self.of_type(ast.Call)
         self.calls_by_name = {}  # `f(...)`, `x.f(...)` by f: who calls a function of this file
         for call in self.calls:
             self.calls_by_name.setdefault(terminal(call.func), []).append(call)
-        self.stored = {n.id for n in self.nodes if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)} | {
-            n.arg for n in self.nodes if isinstance(n, ast.arg)} | set(self.functions) | set(self.classes)
+        self.stored = {n.id for n in self.of_type(ast.Name) if not isinstance(n.ctx, ast.Load)} | {
+            n.arg for n in self.of_type(ast.arg)} | set(self.functions) | set(self.classes)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
-            any(isinstance(n, ast.Attribute) and n.attr.endswith("Loss") for n in self.nodes)
+            any(n.attr.endswith("Loss") for n in self.of_type(ast.Attribute))
+
+    def of_type(self, *kinds):
+        """The nodes of these classes: each class's breadth first, one class after the other."""
+        return [node for kind in kinds for node in self.by_type.get(kind, ())]
 
     @memo
     def local(self, node):
@@ -326,7 +332,7 @@ class Source:
     @memo
     def all_events(self):
         """Every event in the file, in no particular order."""
-        return [e for n in self.nodes for e in self.classify(n)]
+        return [e for n in self.of_type(ast.Call, ast.Assign) for e in self.classify(n)]  # the only kinds of event
 
     # -- names --------------------------------------------------------------------------------
 
@@ -349,8 +355,8 @@ class Source:
             for arg in a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
                 bind(ast.Name(id=arg.arg), position(scope), None)
         for node in self.local(scope):
-            if node is scope:
-                continue
+            if type(node) not in BINDERS or node is scope:
+                continue  # one set lookup: most nodes bind nothing, and this loop sees every node of the file
             if isinstance(node, ast.Assign):
                 for target in node.targets:
                     bind(target, end_position(node), node.value)
@@ -669,16 +675,19 @@ class Source:
 
     # -- training-loop events ---------------------------------------------------------------------
 
-    @memo
     def classify(self, node):
-        """The training-loop events a single node is (usually none, at most one)."""
-        if isinstance(node, ast.Assign):
-            if any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets) and \
-                    isinstance(node.value, ast.Constant) and node.value.value is None:
-                return [Event("zero", node)]
-            return []
-        if not isinstance(node, ast.Call):
-            return []
+        """The training-loop events a single node is (usually none, at most one). Not cached itself: it
+        runs for every node the rules walk, and most are neither calls nor assignments."""
+        kind = type(node)
+        if kind is ast.Call:
+            return self._classify_call(node)
+        if kind is ast.Assign and isinstance(node.value, ast.Constant) and node.value.value is None and \
+                any(isinstance(t, ast.Attribute) and t.attr == "grad" for t in node.targets):
+            return [Event("zero", node)]
+        return []
+
+    @memo
+    def _classify_call(self, node):
         func = node.func
         receiver = func.value if isinstance(func, ast.Attribute) else None
         name = terminal(func) or ""
@@ -796,7 +805,7 @@ class Source:
 
     @memo
     def loops(self):
-        return [node for node in self.nodes if self.is_loop(node)]
+        return [node for node in self.of_type(*LOOPS, ast.FunctionDef, ast.AsyncFunctionDef) if self.is_loop(node)]
 
     def enclosing_loops(self, node):
         """The loops around node inside its function, innermost first (training_step counts as one)."""
@@ -1905,7 +1914,7 @@ def check_data_write(src):
         expr = expr.value if isinstance(expr, ast.Subscript) else expr
         return isinstance(expr, ast.Attribute) and expr.attr == "data"
 
-    for node in src.nodes:
+    for node in src.of_type(ast.Assign, ast.AugAssign, ast.Call):
         if isinstance(node, (ast.Assign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             hit = next((t for t in targets if through_data(t)), None)
@@ -1999,7 +2008,7 @@ def check_dropout_missing_training(src):
 
 def freezes_something(src):
     """The file freezes parameters: requires_grad = False, requires_grad_(False)."""
-    for node in src.nodes:
+    for node in src.of_type(ast.Assign, ast.Call):
         if isinstance(node, ast.Assign) and is_false(node.value) and \
                 any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" for t in node.targets):
             return True
@@ -2214,7 +2223,7 @@ def saves_output(src, value):
     """,
 )
 def check_inplace_on_saved_output(src):
-    for node in src.nodes:
+    for node in src.of_type(ast.AugAssign, ast.Call, ast.Assign):
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
             name = node.target
             how, fix = f"{name.id} {OPERATORS.get(type(node.op), '?')}= ...", f"{name.id} = {name.id} {OPERATORS.get(type(node.op), '?')} ..."

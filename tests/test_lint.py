@@ -530,15 +530,17 @@ def test_ctrl_c_exits_130_quietly(tmp_path):
 
 def test_analysis_time_grows_linearly_with_file_size():
     """Issue 8: 20,000 lines took 42 s because one analysis was quadratic; a file of 4x the lines must
-    take well under 16x the time (measured: about 4x)."""
+    take well under 16x the time (measured: about 4x). CPU time of this process, the best of three: a
+    wall clock also counts the waits for a core while the other test worker runs (CI once saw 8.5x so)."""
     corpus = [p.read_text(encoding="utf-8") for p in sorted(CORPUS.glob("*.py"))]
-    small = "\n".join(corpus)
-    large = "\n".join(corpus * 4)
     times = []
-    for text in (small, large):
-        start = time.perf_counter()
-        lint.lint_source(text)
-        times.append(time.perf_counter() - start)
+    for text in ("\n".join(corpus), "\n".join(corpus * 4)):
+        runs = []
+        for _ in range(3):
+            start = time.process_time()
+            lint.lint_source(text)
+            runs.append(time.process_time() - start)
+        times.append(min(runs))
     assert times[1] < 8 * times[0], times
 
 
