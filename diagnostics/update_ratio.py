@@ -405,12 +405,15 @@ def check_update_ratio(case):
             return CheckResult("update_ratio", "fail", "; ".join(problems), details)
         if large:
             worst = max(large, key=large.get)
-            details["next"] = ("watch the first hundred steps' loss: a high-lr regime works only while the gradients stay "
-                               "small; if the loss jumps, lower the lr or clip harder")
+            details["next"] = ("keep a warmup to this lr: an adaptive optimizer's first steps move every weight by about "
+                               "the lr, whatever the gradient" if adaptive else "watch the first hundred steps' loss: a "
+                               "high-lr regime works only while the gradients stay small; if the loss jumps, lower the lr "
+                               "or clip harder")
             return CheckResult("update_ratio", "warn", f"{len(large)} weight(s) change by more than {HIGH_FAIL:g} of their "
                                f"norm per step, worst {worst} at {large[worst]:.3g}, yet the step bought {payoff:.0%} of "
                                f"the loss decrease its gradient promised on this batch: large steps that still pay off "
-                               f"(a high-lr SGD regime, or small weights); {spread}", details)
+                               + ("(an adaptive optimizer's first step at the peak lr)" if adaptive else
+                                  "(a high-lr SGD regime, or small weights)") + f"; {spread}", details)
         if off:
             worst = max(off, key=lambda name: max(off[name] / TARGET, TARGET / off[name]))  # furthest from 1e-3 either way
             details["next"] = ("that layer's lr is high for its weight scale: a lower lr, warmup, or a per-layer lr"

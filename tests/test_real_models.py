@@ -21,6 +21,9 @@ EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
                      "update_ratio": "SGD at the example's lr 20 moves the +-0.1 decoder by a third of its norm per "
                                      "step at this tiny width (0.002 at the example's real width); the step still pays "
                                      "off, and the example trains so, but it is a regime to watch"},
+    "make_convnext": {"update_ratio": "AdamW at the recipe's peak lr 4e-3 on 0.02-std weights: the first step moves each "
+                                      "weight by about the lr, a fifth of its rms (the step still pays off); the recipe "
+                                      "warms up for 20 epochs for this reason"},
 }
 CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
 

@@ -2,7 +2,8 @@
 
 nanoGPT's GPT (scaled residual init, learned position table, tied head), pytorch/examples'
 word_language_model LSTM (time-major: (T, B) token ids), a ResNet-style conv net with BatchNorm,
-a small U-Net, a ViT in timm's layout (cls token and position table as raw parameters),
+a small U-Net, a ViT in timm's layout (cls token and position table as raw parameters), ConvNeXt
+(layer scale at 1e-6),
 pytorch/examples' VAE (samples noise in forward) and its MNIST net
 (log_softmax + NLL). Sizes are tiny; the structure and the initialisation are the designs' own.
 
@@ -413,4 +414,61 @@ def make_timm_vit():
             "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)}
 
 
-HEALTHY = ["make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
+# --- ConvNeXt (facebookresearch/ConvNeXt): depthwise 7x7, channels-last LayerNorm, layer scale at 1e-6 ---
+class ChannelsFirstLayerNorm(nn.Module):
+    """LayerNorm over the channel dim of a (B, C, H, W) tensor, as ConvNeXt's stem and downsampling layers use."""
+
+    def __init__(self, channels, eps=1e-6):
+        super().__init__()
+        self.weight, self.bias, self.eps = nn.Parameter(torch.ones(channels)), nn.Parameter(torch.zeros(channels)), eps
+
+    def forward(self, x):
+        mean = x.mean(1, keepdim=True)
+        var = (x - mean).pow(2).mean(1, keepdim=True)
+        x = (x - mean) / torch.sqrt(var + self.eps)
+        return self.weight[:, None, None] * x + self.bias[:, None, None]
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim, layer_scale_init=1e-6):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(layer_scale_init * torch.ones(dim))  # the branch starts almost switched off
+
+    def forward(self, x):  # (B, C, H, W)
+        branch = self.norm(self.dwconv(x).permute(0, 2, 3, 1))  # channels last for the LayerNorm and the Linears
+        branch = self.gamma * self.pwconv2(self.act(self.pwconv1(branch)))
+        return x + branch.permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    def __init__(self, num_classes=4, dims=(40, 80), depths=(1, 1)):  # ConvNeXt-atto's first two stages
+        super().__init__()
+        self.downsample = nn.ModuleList([nn.Sequential(nn.Conv2d(3, dims[0], 4, 4), ChannelsFirstLayerNorm(dims[0]))])
+        for i in range(len(dims) - 1):
+            self.downsample.append(nn.Sequential(ChannelsFirstLayerNorm(dims[i]), nn.Conv2d(dims[i], dims[i + 1], 2, 2)))
+        self.stages = nn.ModuleList([nn.Sequential(*[ConvNeXtBlock(d) for _ in range(n)]) for d, n in zip(dims, depths)])
+        self.norm, self.head = nn.LayerNorm(dims[-1], eps=1e-6), nn.Linear(dims[-1], num_classes)
+        for m in self.modules():  # ConvNeXt's _init_weights
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.trunc_normal_(m.weight, std=0.02)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):  # (B, 3, H, W) -> logits (B, classes)
+        for down, stage in zip(self.downsample, self.stages):
+            x = stage(down(x))
+        return self.head(self.norm(x.mean([-2, -1])))
+
+
+def make_convnext():
+    with seeded(28):
+        y = torch.arange(16) % 4
+        x = quadrant_images(16, 3, 16, y)
+        model = ConvNeXt()
+    return {"model": model, "batch": (x, y), "loss_fn": F.cross_entropy, "task": {"kind": "classification", "num_classes": 4},
+            "optimizer": lambda params: torch.optim.AdamW(params, lr=4e-3, weight_decay=0.05)}
+
+
+HEALTHY = ["make_convnext", "make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
