@@ -69,7 +69,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute

@@ -79,7 +79,12 @@ import threading
 import time
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import torch.distributed as dist
 
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few

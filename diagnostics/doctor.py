@@ -99,7 +99,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 
 import sysconfig  # where installed libraries live (doctor only: the shared imports come first)
 import time

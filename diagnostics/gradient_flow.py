@@ -70,7 +70,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass

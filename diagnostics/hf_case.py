@@ -22,7 +22,12 @@ Only torch and the standard library are imported here: transformers is the calle
 import argparse
 import sys
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 
 
 def model_loss(output, labels):

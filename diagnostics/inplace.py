@@ -34,7 +34,7 @@ Command
 
 Output
     $ python diagnostics/inplace.py
-    [FAIL] inplace: backward fails: `mul_` at inplace.py:419 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:417 (torch: modified by an inplace operation)
+    [FAIL] inplace: backward fails: `mul_` at inplace.py:424 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:422 (torch: modified by an inplace operation)
     (exit code 1)
     $ python diagnostics/inplace.py --healthy
     [PASS] inplace: forward and backward ran; no in-place op on a tensor autograd tracks
@@ -63,7 +63,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import re
 import traceback
 import warnings

@@ -59,7 +59,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import torch.nn.functional as F
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point

@@ -134,7 +134,12 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import torch.distributed as dist
 
 

@@ -83,7 +83,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 
 import time  # overfit_one_batch only (the shared imports come first): its time budget, in CPU seconds
 

@@ -61,7 +61,12 @@ import signal
 import sys
 import threading
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import torch.nn as nn
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x

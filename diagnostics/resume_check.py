@@ -146,7 +146,12 @@ import sys
 import threading
 import types
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again

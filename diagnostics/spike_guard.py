@@ -157,7 +157,12 @@ import math
 import os
 import sys
 
-import torch
+try:
+    import torch
+except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
+    if __name__ == "__main__":
+        sys.exit(130)
+    raise
 import torch.distributed as dist
 
 ALPHA = 0.97  # ZClip's EMA factor (evidence zclip-readme#default-alpha)

@@ -14,7 +14,7 @@ FILES = sorted(DIAGNOSTICS.glob("*.py"))
 MODEL_DIAGNOSTICS = [p for p in FILES if "\ndef make_demo_case(" in p.read_text()]
 SECTIONS = ["Symptom", "What it checks", "Command", "Output", "How to read it", "Next step"]
 IMPORTS = ("import argparse\nimport contextlib\nimport copy\nimport dataclasses\nimport importlib.util\nimport json\n"
-           "import os\nimport random\nimport signal\nimport sys\nimport threading\n\nimport torch\n")
+           "import os\nimport random\nimport signal\nimport sys\nimport threading\n\n" + "try:\n    import torch\n")
 BLOCK = re.compile(r"^# --- shared block.*?^# --- end shared block ---$", re.S | re.M)
 
 
@@ -108,6 +108,38 @@ sys.argv = [path]
 sys.settrace(trace)
 runpy.run_path(path, run_name="__main__")
 """
+
+
+CTRL_C_IN_IMPORT = """
+import runpy, sys
+class Interrupt:  # Ctrl-C arriving while torch loads: deterministic, unlike a timed SIGINT
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Interrupt())
+sys.argv = [sys.argv[1]]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def imports_torch_on_load(path):
+    """A top-level `import torch`, bare or in a top-level try (code quoted in strings does not count)."""
+    statements = ast.parse(path.read_text()).body
+    statements += [s for t in statements if isinstance(t, ast.Try) for s in t.body]
+    return any(isinstance(s, ast.Import) and any(a.name == "torch" for a in s.names) for s in statements)
+
+
+TORCH_COMMANDS = [p for p in FILES if imports_torch_on_load(p)]
+
+
+@pytest.mark.hostile
+def test_ctrl_c_while_torch_loads_exits_130_quietly():
+    """Issue 8: Ctrl-C during the second or two of `import torch` printed Python's traceback in every tool."""
+    assert len(TORCH_COMMANDS) > 20
+    for path in TORCH_COMMANDS:
+        proc = subprocess.run([sys.executable, "-c", CTRL_C_IN_IMPORT, str(path)], capture_output=True, text=True,
+                              cwd=ROOT, timeout=60)
+        assert (proc.returncode, proc.stderr) == (130, ""), path.name
 
 
 @pytest.mark.hostile
