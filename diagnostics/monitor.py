@@ -57,6 +57,8 @@ What it checks
     inf when they do not. With sharded gradients and parameters (FSDP, ZeRO: sharded=True) each
     rank holds a slice: the squared norms are summed over ranks (DTensors are read through their
     local shard). Every rank must call log() at the same steps, or the all-reduce waits forever.
+    Build it on every rank: rank 0 opens the log and tells the others, so a log it refuses is
+    refused (the same error, "rank 0: ...") on every rank.
 
     Events: TrainingMonitor.event(step, kind, **fields) writes {"step", "event", ...} lines
     (SpikeGuard writes its skips there). spikes.py ignores them: they have no loss.
@@ -184,7 +186,19 @@ class TrainingMonitor:
         distributed = dist.is_available() and dist.is_initialized()
         self.world = dist.get_world_size() if distributed else 1
         self.rank = dist.get_rank() if distributed else 0
-        self._file = _open_log(self.path, append, overwrite) if self.rank == 0 else None  # rank 0 alone writes
+        self._file, refusal = None, None
+        if self.rank == 0:  # rank 0 alone writes
+            try:
+                self._file = _open_log(self.path, append, overwrite)
+            except (OSError, ValueError) as error:
+                refusal = error
+        if self.world > 1:  # every rank learns rank 0's answer: refused there alone, the others would wait in a collective
+            verdict = [None if refusal is None else (type(refusal), str(refusal))]
+            dist.broadcast_object_list(verdict, src=0)
+            if verdict[0] is not None and refusal is None:
+                refusal = verdict[0][0](f"rank 0: {verdict[0][1]}")
+        if refusal is not None:
+            raise refusal
         self._closed = False
         self._tokens = 0
         self._since = time.perf_counter()

@@ -5,10 +5,12 @@ writes) is tested with SpikeGuard in 2 gloo processes: tests/test_spike_guard.py
 """
 import json
 import math
+import os
 
 import pytest
 import torch
 
+import gloo
 import monitor
 import spikes
 from conftest import assert_one_line_error, run_cli
@@ -148,3 +150,24 @@ def test_bad_every_on_the_command_line_is_one_line_and_exit_2(capsys):
 
 def test_unwritable_log_is_one_line_and_exit_2():
     assert_one_line_error(run_cli("monitor.py", "--out", "/nonexistent-dir/run.jsonl"))
+
+
+def _refused_on_every_rank(rank, world, port, out_dir):
+    gloo.join(rank, world, port)
+    try:
+        monitor.TrainingMonitor(os.path.join(out_dir, "run.jsonl"))
+        outcome = "opened"
+    except FileExistsError as error:
+        outcome = f"FileExistsError: {error}"
+    gloo.report(rank, out_dir, {"outcome": outcome})
+
+
+@pytest.mark.hostile
+def test_a_log_refused_on_rank_0_is_refused_on_every_rank(tmp_path):
+    """Rank 0 alone opens the log; when it refuses (here: an earlier run's log), the other ranks must raise too
+    instead of waiting at the first all_reduce until torchrun ends them."""
+    (tmp_path / "run.jsonl").write_text('{"step": 0, "loss": 1.0}\n')
+    ranks = gloo.run_on_ranks(_refused_on_every_rank, tmp_path, "a rank waited for a log rank 0 refused")
+    assert [r["outcome"].split(":")[0] for r in ranks] == ["FileExistsError", "FileExistsError"], ranks
+    assert ranks[1]["outcome"].startswith("FileExistsError: rank 0: ")
+    assert (tmp_path / "run.jsonl").read_text() == '{"step": 0, "loss": 1.0}\n'
