@@ -22,6 +22,16 @@ What it checks
     design: that is expected, not a bug, and it is why the check runs in eval mode. A model with
     BatchNorm gets a note in the summary (details["batchnorm"]). A DistributedDataParallel (or
     DataParallel) model is unwrapped to `.module`: no collective.
+    A model that scores the batch against itself (a CLIP-style (B, B) similarity matrix, in-batch
+    negatives) mixes rows by design, but only through the scores against the changed row: when
+    the other rows changed in column i alone, that column is set aside and the gradient test
+    starts from row i's score against itself (details["score_matrix_dim"]). BatchNorm in a tower
+    still shows, as changes outside that column.
+    A leak that runs one way along the rows (row i changes only later rows and depends only on
+    earlier ones) while no sequence runs along the next dim is what a time axis looks like: a
+    time-major model read as batch-first gets a warn that names task["batch_dim"], not a fail.
+    When a sequence does run along the next dim (a batch-first LM), the same one-way leak is a
+    fail: a cumsum over the batch, say.
     Every pass runs under the same seed, so a model that samples noise in forward (a VAE's
     reparameterisation, dropout kept on) draws the same noise each time: randomness is not
     mistaken for leakage. The batch is dim 0 unless task["batch_dim"] says otherwise (1 for a
@@ -58,6 +68,7 @@ Output
           5,
           7
         ],
+        "score_matrix_dim": null,
         "next": "bisect: run this check on submodules; look for view/reshape on a tensor whose batch dim is not first, reductions over dim 0, flatten() without start_dim=1"
       }
     }
@@ -69,7 +80,9 @@ Output
 How to read it
     fail: details["poison_leaks_to"] lists the rows whose outputs changed when only row i
     changed; details["gradient_leaks_from"] lists the rows whose inputs received gradient from
-    row i's outputs. Either means information crosses the batch dimension in eval mode. skip:
+    row i's outputs. Either means information crosses the batch dimension in eval mode. warn:
+    the leak runs one way (later rows change, earlier rows feed row i): dim 0 is probably time;
+    set task["batch_dim"]. skip:
     a batch of one row, or an output whose first dimension is not the batch.
 
 Next step
@@ -365,8 +378,33 @@ def _outputs_changed(clean, poisoned, rows, bdim):
     return [j for j in rows if not bool(same.select(bdim, j).all())]
 
 
-def _gradient_leaks(model, inputs, n, i, bdim):
-    """Rows j != i whose inputs (or token embeddings) get gradient from the sum of row i's outputs; None if untestable."""
+def _score_matrix_dim(clean, poisoned, others, i, n, bdim):
+    """The dim c (not the batch's) of size n such that, with index i along c left out, no other row's output changed:
+    the output scores rows against rows (a CLIP-style (B, B) similarity matrix). None when there is no such dim."""
+    keep = torch.tensor([k for k in range(n) if k != i], device=clean.device)
+    for c in range(clean.dim()):
+        if c != bdim and clean.shape[c] == n and not _outputs_changed(clean.index_select(c, keep),
+                                                                      poisoned.index_select(c, keep), others, bdim):
+            return c
+    return None
+
+
+def _carries_a_sequence(model, inputs, clean, dim):
+    """Whether changing the middle position along `dim` changes the outputs at other positions along it (a sequence
+    runs along dim), False when it does not, None when the inputs or the output have no such dim to test."""
+    first = _first_tensor(inputs)
+    m = first.shape[dim] if first is not None and first.dim() > dim else 0
+    if m < 2 or clean.dim() <= dim or clean.shape[dim] != m:
+        return None
+    with torch.no_grad():
+        torch.manual_seed(SEED)
+        poisoned = _prediction(forward(model, _map(inputs, _poison_row(m, m // 2, dim))))
+    return bool(_outputs_changed(clean, poisoned, [k for k in range(m) if k != m // 2], dim))
+
+
+def _gradient_leaks(model, inputs, n, i, bdim, score_dim=None):
+    """Rows j != i whose inputs (or token embeddings) get gradient from the sum of row i's outputs; None if untestable.
+    With a score matrix (score_dim), from row i's score against itself: its scores against the others read them."""
     leaves = []
 
     def as_leaf(t):
@@ -395,7 +433,10 @@ def _gradient_leaks(model, inputs, n, i, bdim):
             handle.remove()
     if not leaves or out is None or not out.requires_grad:
         return None
-    grads = torch.autograd.grad(out.select(bdim, i).sum(), leaves, allow_unused=True)
+    target = out.select(bdim, i)
+    if score_dim is not None:
+        target = target.select(score_dim - (score_dim > bdim), i)
+    grads = torch.autograd.grad(target.sum(), leaves, allow_unused=True)
     leaks = set()
     for g in grads:
         if g is None:
@@ -431,10 +472,23 @@ def check_batch_independence(case):
                                "(task['batch_dim'] says where it is)", details)
         others = [j for j in range(n) if j != i]
         poison_leaks = _outputs_changed(clean, poisoned, others, bdim)
-        grad_leaks = _gradient_leaks(model, inputs, n, i, bdim)
-        details.update(row=i, rows=n, poison_leaks_to=poison_leaks, gradient_leaks_from=grad_leaks)
+        score_dim = _score_matrix_dim(clean, poisoned, others, i, n, bdim) if poison_leaks else None
+        if score_dim is not None:
+            poison_leaks = []  # every change in the other rows sits in column i: the rows' scores against row i
+        grad_leaks = _gradient_leaks(model, inputs, n, i, bdim, score_dim)
+        details.update(row=i, rows=n, poison_leaks_to=poison_leaks, gradient_leaks_from=grad_leaks, score_matrix_dim=score_dim)
         note = (f" (BatchNorm in {', '.join(batchnorm[:2])} mixes rows in train mode by design: expected; checked in eval mode)"
                 if batchnorm else "")
+        one_way = poison_leaks and all(j > i for j in poison_leaks) and grad_leaks is not None and all(j < i for j in grad_leaks)
+        next_dim = 1 if bdim == 0 else 0  # where the sequence would be, if the batch dim were right
+        if one_way and _carries_a_sequence(model, inputs, clean, next_dim) is False:
+            details["next"] = (f"if the model is time-major, tell the doctor: task['batch_dim'] = 1, task['time_dim'] = 0; "
+                               f"if dim {bdim} really is the batch, find the op that runs along it (a cumsum, an RNN "
+                               f"fed (B, T, ...) without batch_first)")
+            return CheckResult("batch_independence", "warn", f"dim {bdim} looks like time, not the batch: changing row {i} "
+                               f"changed only later rows ({len(poison_leaks)}/{n - 1}) and row {i}'s outputs depend only on "
+                               f"earlier rows: a time-major (T, B) model without task['batch_dim']? Else rows leak "
+                               f"forward across the batch{note}", details)
         if poison_leaks or grad_leaks:
             details["next"] = ("bisect: run this check on submodules; look for view/reshape on a tensor whose batch dim is "
                                "not first, reductions over dim 0, flatten() without start_dim=1")
@@ -445,6 +499,10 @@ def check_batch_independence(case):
                 parts.append(f"row {i}'s outputs have gradient on the inputs of {len(grad_leaks)}/{n - 1} other rows")
             return CheckResult("batch_independence", "fail", "rows mix across the batch dimension: " + "; ".join(parts) + note, details)
         tested = "poison and gradient tests" if grad_leaks is not None else "poison test (no differentiable input or token embedding)"
+        if score_dim is not None:
+            return CheckResult("batch_independence", "pass", f"row {i} of {n} reaches the other rows only through their "
+                               f"scores against it (column {i} of dim {score_dim}): the output scores the batch against "
+                               f"itself, as in-batch negatives do (CLIP, SimCLR) ({tested}){note}", details)
         return CheckResult("batch_independence", "pass", f"row {i} of {n} influences no other row ({tested}){note}", details)
 
 

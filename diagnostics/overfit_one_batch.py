@@ -6,8 +6,8 @@ Symptom
     before any real training: a model that cannot memorise a handful of examples has a bug.
 
 What it checks
-    Takes the first 8 rows of the case's batch, switches regularisation off (Dropout and
-    MultiheadAttention dropout modules to eval, weight decay 0 in the optimizer it builds), and
+    Takes the first 8 rows of the case's batch, switches regularisation off (Dropout,
+    MultiheadAttention and LSTM/GRU/RNN modules, whose dropout is between layers, to eval, weight decay 0 in the optimizer it builds), and
     trains with the case's optimizer factory (Adam at lr 3e-4 when the case has none) for up to
     300 steps, stopping as soon as the loss is below 5% of where it started (of ln C, the chance
     level, when the task names C classes or a vocabulary and the start is above it: a bad init
@@ -26,14 +26,14 @@ What it checks
     rate (Adam 3e-4 is a forgiving baseline for a long run) is slow for a 300-step sprint, and it
     must not hide your settings either. So the first run uses your optimizer exactly: a learning
     rate of 0 stays 0, a runaway at your lr is a fail. Only a run whose loss fell but missed the
-    target is retried with every learning rate multiplied by 10; memorising the batch there is a
-    pass, and the summary says it needed 10x. Trainable parameters missing from the optimizer
+    target is retried with every learning rate multiplied by 10, for up to twice the steps;
+    memorising the batch there is a pass, and the summary says it needed 10x. Trainable parameters missing from the optimizer
     are listed in details["not_in_optimizer"].
 
     Speed: a run also stops when the loss has fallen by less than 1% of its start over the
     last 50 steps (stalled: the verdict is already in), and the check has a budget of 8 s of CPU time
-    (half for your lr, the rest for the 10x retry); a loss still falling when it runs out is a
-    warn "inconclusive", never a fail. A model that samples noise in forward (a VAE: two
+    (half for your lr, the rest for the 10x retry); a loss still falling when the retry runs out
+    of time or steps is a warn "inconclusive", never a fail. A model that samples noise in forward (a VAE: two
     forward passes under different seeds differ) has a loss floor above zero: there, a loss
     that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
     task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
@@ -308,8 +308,10 @@ BUDGET = 8.0  # CPU seconds for both runs (CPU, not wall: a busy machine must no
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
 SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
+RETRY_STEPS = 2  # the retry may take twice the steps while it still falls (the CPU budget still bounds it): memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
-                   torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention)
+                   torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention,
+                   torch.nn.RNNBase)  # LSTM/GRU/RNN(dropout=p) drop between their layers in train mode; eval changes nothing else
 
 
 def _first_tensor(obj):
@@ -458,7 +460,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
             return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses)
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
-            retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, steps, details["target"], deadline)
+            retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"],
+                                          deadline)
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
             if abs(retry[-1]) <= details["target"]:
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
@@ -466,9 +469,11 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
                                    details)
             if samples and retry_stop == "stalled" and abs(retry[-1]) < FLOOR * abs(retry[0]):
                 return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
-            if retry_stop == "time" and _classify(retry) == "plateau":
-                details.update(failure="inconclusive", next=f"rerun alone with more time: check_overfit_one_batch(case, budget={4 * budget:g})")
-                return CheckResult("overfit_one_batch", "warn", f"still falling when the {budget:g} s budget ran out "
+            if retry_stop in ("time", "budget") and _classify(retry) == "plateau":  # out of time or steps, not stalled
+                details.update(failure="inconclusive", next=f"rerun alone with more time and steps: check_overfit_one_batch("
+                               f"case, steps={4 * steps}, budget={4 * budget:g})")
+                spent = f"{budget:g} s budget" if retry_stop == "time" else f"{RETRY_STEPS * steps} steps at {RETRY_LR:g}x"
+                return CheckResult("overfit_one_batch", "warn", f"still falling when the {spent} ran out "
                                    f"({_trace(losses)} at your lr, {_trace(retry)} at {RETRY_LR:g}x){not_optimised}", details)
             if _classify(retry) == "diverging":
                 details.update(failure="inconclusive", next="rerun with more steps: check_overfit_one_batch(case, steps=1000)")

@@ -12,6 +12,10 @@ import doctor
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+import broken_batchnorm  # noqa: E402
+import broken_inplace  # noqa: E402
+import broken_labels  # noqa: E402
+import broken_registration  # noqa: E402
 import healthy_hf  # noqa: E402
 import healthy_own  # noqa: E402
 
@@ -37,6 +41,21 @@ def test_healthy_real_model_gets_no_fail_and_only_agreed_warns(module, name):
     assert statuses["data_sanity"] == "pass" and statuses["overfit_one_batch"] == "pass", statuses
 
 
+TWINS = [(module, name) for module in (broken_batchnorm, broken_inplace, broken_labels, broken_registration)
+         for name in module.HEALTHY]
+
+
+@pytest.mark.parametrize("module, name", TWINS, ids=[f"{m.__name__}.{name}" for m, name in TWINS])
+def test_the_healthy_twins_of_the_planted_bugs_get_no_fail_from_the_whole_doctor(module, name):
+    """Each twin was written for one check; the rest of the battery must agree it is healthy (a CLIP-style model and a
+    time-major LSTM once got false fails from batch_independence, init_loss and overfit_one_batch)."""
+    case = doctor.validate_case(getattr(module, name)(), name)
+    statuses = {r.id: r.status for r in doctor.run_checks(case)}
+    assert "fail" not in statuses.values(), statuses
+    warns = {check for check, status in statuses.items() if status == "warn"}
+    assert warns == ({"gradient_flow"} if name == "make_lstm_time_major" else set()), statuses  # as make_lstm_lm's
+
+
 def test_case_from_hf_reads_the_task_from_the_model():
     case = healthy_hf.make_t5()
     assert case["task"]["kind"] == "seq2seq" and case["task"]["vocab_size"] == 64
@@ -46,12 +65,46 @@ def test_case_from_hf_reads_the_task_from_the_model():
 
 
 def test_time_major_rows_are_told_apart_from_time():
-    """The LSTM LM is (T, B): with batch_dim 1 the rows are independent; read as batch-first, time would look like leakage."""
+    """The LSTM LM is (T, B): with batch_dim 1 the rows are independent. Read as batch-first, dim 0 leaks one way (later
+    steps change, earlier steps feed): what a time axis looks like, so a warn that names batch_dim, not a leak's fail."""
     import batch_independence
     case = healthy_own.make_lstm_lm()
     assert batch_independence.check_batch_independence(case).status == "pass"
     case["task"] = {**case["task"], "batch_dim": 0}
+    result = batch_independence.check_batch_independence(case)
+    i = result.details["row"]
+    assert result.status == "warn" and "batch_dim" in result.summary, result.summary
+    assert result.details["poison_leaks_to"] == list(range(i + 1, result.details["rows"]))
+    assert result.details["gradient_leaks_from"] == list(range(i))
+
+
+def test_a_two_way_leak_along_dim_0_still_fails():
+    """A bidirectional LSTM read as batch-first leaks both ways: no time axis explains that, so it stays a fail."""
+    import batch_independence
+    case = healthy_own.make_lstm_lm()
+    model = case["model"]
+    model.rnn = torch.nn.LSTM(32, 16, 2, bidirectional=True)
+    model.nlayers, model.nhid = 4, 16
+    case["task"] = {**case["task"], "batch_dim": 0}  # BUG: dim 0 of this (T, B) batch is time, and the LSTM reads it both ways
     assert batch_independence.check_batch_independence(case).status == "fail"
+
+
+@pytest.mark.parametrize("leak, status", [(False, "pass"), (True, "fail")])
+def test_a_clip_style_score_matrix_mixes_rows_by_design_but_a_leaking_tower_still_fails(leak, status):
+    """CLIP scores every image against every text of the batch: rows meet only in the changed row's column. A tower
+    that normalises over the batch (what train-mode BatchNorm does in contrastive models) leaks outside that column."""
+    import batch_independence
+    case = broken_registration.make_two_towers()
+    if leak:
+        case["model"].image.insert(1, BatchMean())  # BUG: subtracts the batch mean: each embedding depends on the others
+    result = batch_independence.check_batch_independence(case)
+    assert result.status == status, result.summary
+    assert result.details["score_matrix_dim"] == (None if leak else 1)
+
+
+class BatchMean(torch.nn.Module):
+    def forward(self, x):
+        return x - x.mean(0, keepdim=True)
 
 
 def test_time_major_causality_is_read_along_time():

@@ -202,7 +202,7 @@ def lstm_case(broken):
         target = stream[0:20]  # BUG: the target rows start where the data rows do: no shift
     return {"model": model, "batch": (data, target),
             "loss_fn": lambda output, target: F.cross_entropy(output.reshape(-1, VOCAB), target.reshape(-1)),
-            "task": {"kind": "causal_lm", "vocab_size": VOCAB}}
+            "task": {"kind": "causal_lm", "vocab_size": VOCAB, "batch_dim": 1, "time_dim": 0}}
 
 
 def make_lstm_time_major():

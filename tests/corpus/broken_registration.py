@@ -90,7 +90,7 @@ def make_gpt_blocks_in_list():
 class TwoTowers(nn.Module):
     """CLIP-style contrastive model: image and text towers, a learnable temperature on the similarity logits."""
 
-    def __init__(self, broken, d_image=24, d_text=16, d=8):
+    def __init__(self, broken, d_image=24, d_text=16, d=128):  # CLIP embeds in 512 dims
         super().__init__()
         self.image = nn.Sequential(nn.Linear(d_image, 32), nn.GELU(), nn.Linear(32, d))
         self.text = nn.Sequential(nn.Linear(d_text, 32), nn.GELU(), nn.Linear(32, d))
