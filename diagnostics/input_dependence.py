@@ -29,8 +29,14 @@ What it checks
              offset, such as a big bias, is not mistaken for an ignored input.)
       warn   relative change below 1e-2 (the input barely matters: scaled to nothing, a
              near-zero gate, or a constant offset that dwarfs it), one of several input
-             tensors ignored, or no change while some weight matrix is all zeros (a
-             zero-initialised output layer ignores its input at step 0 by design).
+             tensors ignored.
+
+    A weight matrix that is all zeros (a zero-initialised output layer: DDPM's last conv,
+    DiT's adaLN-zero, a LoRA B matrix) makes the output ignore the input at step 0 by design:
+    when nothing changes and such a matrix exists, the check takes one optimizer step (the
+    case's optimizer, on its batch; undone afterwards) and measures again. Every pass resets
+    the random stream first, so noise sampled in forward (a VAE, a diffusion objective) is the
+    same in each and cannot pass for a dependence on the input.
 
 Command
     python diagnostics/input_dependence.py                      # embedded demo (planted bug)
@@ -279,6 +285,7 @@ def cli_main(check, demo_case, description, argv=None):
 # --- end shared block ---
 
 ROUNDING = 0.5  # derived: a mean change below half a rounding step of the output's dtype (eps x mean |output|) is no change
+SEED = 0  # any fixed seed: what matters is that every pass draws the same numbers
 WEAK = 1e-2  # our assumption, tuned on the test zoo: healthy cases measure 0.06 (the CNN, mostly bias at init) to 0.9
 
 
@@ -337,6 +344,13 @@ def comparable(output):
     return output
 
 
+def seeded_output(model, inputs):
+    """The prediction tensor, with the random stream reset first: a model that samples noise in forward (a VAE, a
+    diffusion objective drawing t and the noise) draws the same numbers every pass, so only the input can differ."""
+    torch.manual_seed(SEED)
+    return main_tensor(forward(model, inputs))
+
+
 def mean_change(model, inputs, paths, base):
     """Mean |output' - output| when the tensors at `paths` are perturbed; None if none of them can be."""
     changed, any_changed = inputs, False
@@ -346,7 +360,39 @@ def mean_change(model, inputs, paths, base):
             changed, any_changed = replace(changed, path, new), True
     if not any_changed:
         return None
-    return float((comparable(main_tensor(forward(model, changed))) - base).abs().mean())
+    return float((comparable(seeded_output(model, changed)) - base).abs().mean())
+
+
+def measure(model, inputs, paths):
+    """(output, base, change of the whole input, {input: change}) in eval mode, without gradients."""
+    model.eval()
+    with torch.no_grad():
+        output = seeded_output(model, inputs)
+        if output is None:
+            return None, None, None, {}
+        base = comparable(output)
+        if not bool(base.isfinite().all()):
+            return output, base, None, {}
+        whole = mean_change(model, inputs, paths, base)
+        per_input = {str(path[0]): mean_change(model, inputs, [path], base) for path in paths} if len(paths) > 1 else {}
+    return output, base, whole, per_input
+
+
+def rounding_floor(output, base):
+    """Half a rounding step of the output's dtype at its mean magnitude: a smaller mean change is no change."""
+    return ROUNDING * torch.finfo(output.dtype).eps * float(base.abs().mean())
+
+
+def one_step(case, model):
+    """One training step with the case's optimizer on its batch (train mode): a zero-initialised layer moves off zero."""
+    model.train()
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(SEED)
+    inputs, targets = case["batch"]
+    loss = case["loss_fn"](forward(model, inputs), targets)
+    if loss.requires_grad:
+        loss.backward()
+        case["optimizer"]([p for p in model.parameters() if p.requires_grad]).step()
 
 
 def check_input_dependence(case):
@@ -354,33 +400,34 @@ def check_input_dependence(case):
     case = validate_case(case)
     model = case["model"]
     with preserved(model):
-        model.eval()
         inputs = case["batch"][0]
         paths = leaves(inputs)
         if not paths:
             return CheckResult("input_dependence", "skip", "the inputs hold no tensor")
-        with torch.no_grad():
-            output = main_tensor(forward(model, inputs))
-            if output is None:
-                return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
-            base = comparable(output)
-            if not bool(base.isfinite().all()):
-                return CheckResult("input_dependence", "skip", "the output holds NaN/inf: run nan_watch first")
-            whole = mean_change(model, inputs, paths, base)
-            per_input = {str(path[0]): mean_change(model, inputs, [path], base) for path in paths} if len(paths) > 1 else {}
+        output, base, whole, per_input = measure(model, inputs, paths)
+        if output is None:
+            return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
+        if not bool(base.isfinite().all()):
+            return CheckResult("input_dependence", "skip", "the output holds NaN/inf: run nan_watch first")
         zero_weights = [name for name, p in model.named_parameters() if p.ndim >= 2 and not bool(p.detach().any())]
-    scale = float(base.abs().mean())
-    rounding = ROUNDING * torch.finfo(output.dtype).eps * scale  # half a rounding step at the output's magnitude
+        stepped = False
+        if whole is not None and whole <= rounding_floor(output, base) and zero_weights:
+            one_step(case, model)  # zero-initialised output layers ignore the input at step 0 by design: look after a step
+            output, base, whole, per_input = measure(model, inputs, paths)
+            stepped = base is not None and bool(base.isfinite().all())
+            if not stepped:
+                return CheckResult("input_dependence", "skip", "the output holds NaN/inf after one step: run nan_watch first")
+    scale, rounding = float(base.abs().mean()), rounding_floor(output, base)
     details = {"relative_change": None if whole is None else whole / max(scale, 1e-30), "mean_abs_change": whole,
                "mean_abs_output": scale, "rounding_floor": rounding,
                "per_input": {key: change / max(scale, 1e-30) for key, change in per_input.items() if change is not None},
-               "zero_weights": zero_weights}
+               "zero_weights": zero_weights, "after_one_step": stepped}
     if whole is None:
         return CheckResult("input_dependence", "skip", "every input tensor is constant: no different valid input to try", details)
     measured = f"changing the input changes the output by {details['relative_change']:.3g} (relative)"
-    if whole <= rounding and zero_weights:
-        details["next"] = "expected at step 0 if these are zero-initialised output layers; rerun after one training step"
-        return CheckResult("input_dependence", "warn", f"{measured}, and {', '.join(zero_weights)} is all zeros", details)
+    if stepped:
+        measured += (f" after one optimizer step: at init the all-zero {', '.join(zero_weights[:2])} hid the input, as a "
+                     f"zero-initialised output layer does")
     if whole <= rounding:
         details["next"] = "follow the input through forward to find where it becomes constant (a mask, an overwritten tensor)"
         return CheckResult("input_dependence", "fail", f"{measured}: the output ignores its input", details)

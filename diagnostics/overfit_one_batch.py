@@ -33,9 +33,9 @@ What it checks
     Speed: a run also stops when the loss has fallen by less than 1% of its start over the
     last 50 steps (stalled: the verdict is already in), and the check has a budget of 8 s of CPU time
     (half for your lr, the rest for the 10x retry); a loss still falling when the retry runs out
-    of time or steps is a warn "inconclusive", never a fail. A model that samples noise in forward (a VAE: two
-    forward passes under different seeds differ) has a loss floor above zero: there, a loss
-    that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
+    of time or steps is a warn "inconclusive", never a fail. An objective that samples noise (a
+    VAE's reparameterisation, a diffusion loss drawing t and the noise: the loss differs under
+    two seeds) has a floor above zero: there, a loss that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
     task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
     task["batch_dim"] says where the rows are (default 0).
 
@@ -305,6 +305,8 @@ FLAT = 0.01  # the loss never moved by more than 1% of its start: nothing is lea
 RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — our assumption
 STALL_WINDOW = 50  # a loss that fell by less than FLAT of its start over 50 steps has stalled — our assumption
 BUDGET = 8.0  # CPU seconds for both runs (CPU, not wall: a busy machine must not change the verdict); half for your lr, the rest for 10x — our assumption (healthy corpus cases: 1-6 s, one thread)
+SAME_LOSS = 1e-4  # two draws whose losses differ by less are one deterministic objective (float noise, not sampling) — our assumption
+NOISE_WINDOW = 10  # steps averaged when the objective samples noise: one step's loss is one draw — our assumption
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
 SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
@@ -378,14 +380,31 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
         optimizer.step()
 
 
-def _classify(losses):
-    """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau")."""
+def _classify(losses, noisy=False):
+    """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau").
+
+    noisy: the objective samples noise, so single steps jump about: compare the mean of the first and of the last
+    NOISE_WINDOW steps, and call "flat" a change within twice the last window's spread."""
     start = abs(losses[0])
-    if not all(abs(v) < float("inf") for v in losses) or abs(losses[-1]) > (1 + FLAT) * start:  # NaN fails `<` too
+    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+        return "diverging"
+    if noisy:
+        head, tail = losses[:NOISE_WINDOW], losses[-NOISE_WINDOW:]
+        first, last = sum(head) / len(head), sum(tail) / len(tail)
+        spread = (sum((v - last) ** 2 for v in tail) / len(tail)) ** 0.5
+        return ("flat" if abs(last - first) <= max(FLAT * start, 2 * spread) else
+                "diverging" if last > first else "plateau")
+    if abs(losses[-1]) > (1 + FLAT) * start:
         return "diverging"
     if max(abs(v - losses[0]) for v in losses) <= FLAT * start:
         return "flat"
     return "plateau"
+
+
+def _settled_low(losses, stop):
+    """A sampling objective's run ended with its recent mean under FLOOR x its start (and did not run away)."""
+    tail = losses[-NOISE_WINDOW:]
+    return stop != "runaway" and 0 <= sum(tail) / len(tail) < FLOOR * abs(losses[0])
 
 
 def _every_10(losses):
@@ -400,7 +419,7 @@ def _trace(losses):
 
 def _settled(losses, where, details, not_optimised, missing):
     return CheckResult("overfit_one_batch", "warn" if missing else "pass",
-                       f"the loss fell and settled{where} ({_trace(losses)}): the model samples noise in forward, so its loss "
+                       f"the loss fell and settled{where} ({_trace(losses)}): the objective samples noise, so its loss "
                        f"has a floor above zero{not_optimised}", details)
 
 
@@ -424,10 +443,12 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
         deadline = time.process_time() + budget
         torch.manual_seed(0)
         output = forward(model, inputs)
-        torch.manual_seed(1)  # a second draw: a model that samples noise in forward (a VAE) answers differently
-        samples = not torch.equal(_first_tensor(output).detach(), _first_tensor(forward(model, inputs)).detach())
         start = case["loss_fn"](output, targets)
         start_value = float(start.detach())
+        torch.manual_seed(1)  # a second draw: an objective that samples noise (a VAE, a diffusion loss) gives another loss
+        with torch.no_grad():
+            again = float(case["loss_fn"](forward(model, inputs), targets))
+        samples = abs(again - start_value) > SAME_LOSS * abs(start_value)
         reference = abs(start_value)
         classes = case["task"].get("num_classes") or case["task"].get("vocab_size")
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
@@ -456,9 +477,9 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
         if abs(losses[-1]) <= details["target"]:
             return CheckResult("overfit_one_batch", "warn" if missing else "pass",
                                f"memorised {k} rows: loss {_trace(losses)}{not_optimised}", details)
-        if samples and stop == "stalled" and abs(losses[-1]) < FLOOR * abs(losses[0]):
+        if samples and _settled_low(losses, stop):
             return _settled(losses, "", details, not_optimised, missing)
-        failure = _classify(losses)
+        failure = _classify(losses, samples)
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
             retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"],
                                           deadline)
@@ -467,15 +488,15 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
                                    f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}{not_optimised}",
                                    details)
-            if samples and retry_stop == "stalled" and abs(retry[-1]) < FLOOR * abs(retry[0]):
+            if samples and _settled_low(retry, retry_stop):
                 return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
-            if retry_stop in ("time", "budget") and _classify(retry) == "plateau":  # out of time or steps, not stalled
+            if retry_stop in ("time", "budget") and _classify(retry, samples) == "plateau":  # out of time or steps, not stalled
                 details.update(failure="inconclusive", next=f"rerun alone with more time and steps: check_overfit_one_batch("
                                f"case, steps={4 * steps}, budget={4 * budget:g})")
                 spent = f"{budget:g} s budget" if retry_stop == "time" else f"{RETRY_STEPS * steps} steps at {RETRY_LR:g}x"
                 return CheckResult("overfit_one_batch", "warn", f"still falling when the {spent} ran out "
                                    f"({_trace(losses)} at your lr, {_trace(retry)} at {RETRY_LR:g}x){not_optimised}", details)
-            if _classify(retry) == "diverging":
+            if _classify(retry, samples) == "diverging":
                 details.update(failure="inconclusive", next="rerun with more steps: check_overfit_one_batch(case, steps=1000)")
                 return CheckResult("overfit_one_batch", "warn", f"the loss fell at your lr ({_trace(losses)}) but not to near "
                                    f"zero, and diverged at {RETRY_LR:g}x: rerun with more steps{not_optimised}", details)
@@ -483,7 +504,9 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
         if failure == "flat":
             hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
                     else f"{len(missing)} of {len(trainable)} trainable parameters are not in the optimizer" if missing
-                    else "learning rate 0, or far too small for the scale of the loss (unstandardised targets?)")
+                    else "learning rate 0, or far too small for the scale of the loss (unstandardised targets?)" +
+                    (", or, as the objective samples noise, a target the inputs cannot predict (a fresh draw where "
+                     "the noise that was added was meant?)" if samples else ""))
             summary = f"flat: the loss did not move ({_trace(losses)}): {hint}"
             details["next"] = "print optimizer.param_groups: check the lr and that the optimizer was built from this model's parameters"
         elif failure == "diverging" and losses[-1] < 0:

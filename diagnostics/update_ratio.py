@@ -34,6 +34,11 @@ What it checks
     rise. Measured on our cases: healthy models 0.59 .. 1.0; that LSTM 0.76 at lr 20, 0.39 at
     lr 60, -0.3 at lr 200 (it diverges); the demo's planted lr 0.09.
 
+    A zero-initialised output layer (DDPM's last conv, DiT's adaLN-zero) passes no gradient to
+    anything before it at step 0, so when no weight matrix has a ratio after the first step
+    and some weight starts at zero, the second step is judged (details["judged_step"]), with
+    the zero-initialised weights listed under "other": one step from zero, they have no scale yet.
+
     A DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: local
     gradients, one local step, no collective.
 
@@ -64,6 +69,7 @@ Output
         "nonfinite": [],
         "adaptive_first_step": false,
         "lr_factor": 1.0,
+        "judged_step": 1,
         "step_payoff": 0.0928,
         "next": "lower the lr by about the factor the ratio is above 1e-3; add warmup"
       }
@@ -323,6 +329,48 @@ ADAPTIVE_STATE = ("exp_avg_sq", "square_avg", "acc_delta", "sum")  # Adam/AdamW,
 LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
 
 
+def _measured_step(case, model, trainable, optimizer):
+    """One step on the case's batch: (the weights before it, its payoff), or None when the loss has no gradient.
+
+    The payoff is the loss decrease the step bought on this batch (the forward rerun with the same random draws)
+    over the one its gradient promised to first order; None when the step was no descent step, -inf when the loss
+    went to NaN/inf."""
+    model.zero_grad(set_to_none=True)
+    inputs, targets = case["batch"]
+    rng = torch.get_rng_state()  # the second forward below draws the same dropout masks and noise
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    loss = case["loss_fn"](forward(model, inputs), targets)
+    if not loss.requires_grad:
+        return None
+    loss.backward()
+    if case["task"].get("clip_grad_norm"):  # the real loop's clipping, before the step it shapes
+        torch.nn.utils.clip_grad_norm_([p for _, p in trainable], case["task"]["clip_grad_norm"])
+    before = {name: p.detach().clone() for name, p in trainable}
+    optimizer.step()
+    promised = -sum(float((p.grad * (p.detach() - before[name])).sum()) for name, p in trainable if p.grad is not None)
+    torch.set_rng_state(rng)
+    if cuda_rng is not None:
+        torch.cuda.set_rng_state_all(cuda_rng)
+    with torch.no_grad():
+        after = float(case["loss_fn"](forward(model, inputs), targets))
+    payoff = (float(loss.detach()) - after) / promised if promised > 0 else None
+    if payoff is not None and not payoff > -float("inf"):
+        payoff = -float("inf")  # as far past the best step as it gets
+    return before, payoff
+
+
+def _ratios(trainable, before):
+    """({weight matrix: |update| / |weight|}, {other tensor: the same}) for the step just taken."""
+    ratios, other = {}, {}
+    for name, p in trainable:
+        if p.grad is None or not bool(p.grad.any()) or not bool(before[name].any()):
+            continue  # no gradient (gradient_flow's job) or a zero tensor (no scale to compare with)
+        ratio = float((p.detach() - before[name]).norm() / before[name].norm())
+        matrix = p.dim() >= 2 and p.shape[0] > 1  # a (1, T, D) position table or (1, 1, D) cls token is not a matrix
+        (ratios if matrix else other)[name] = float(f"{ratio:.3g}")
+    return ratios, other
+
+
 def check_update_ratio(case):
     """One optimizer step from the case's factory; |update| / |weight| per weight matrix against ~1e-3."""
     case = validate_case(case)
@@ -337,35 +385,21 @@ def check_update_ratio(case):
         peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
         for group in optimizer.param_groups:
             group["lr"] = group["lr"] * peak
-        model.zero_grad(set_to_none=True)
-        inputs, targets = case["batch"]
-        rng = torch.get_rng_state()  # the second forward below draws the same dropout masks and noise
-        cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-        loss = case["loss_fn"](forward(model, inputs), targets)
-        if not loss.requires_grad:
+        step = _measured_step(case, model, trainable, optimizer)
+        if step is None:
             return CheckResult("update_ratio", "skip", "the loss does not depend on any trainable parameter (see gradient_flow)")
-        loss.backward()
-        if case["task"].get("clip_grad_norm"):  # the real loop's clipping, before the step it shapes
-            torch.nn.utils.clip_grad_norm_([p for _, p in trainable], case["task"]["clip_grad_norm"])
-        before = {name: p.detach().clone() for name, p in trainable}
-        optimizer.step()
-        promised = -sum(float((p.grad * (p.detach() - before[name])).sum()) for name, p in trainable if p.grad is not None)
-        torch.set_rng_state(rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        with torch.no_grad():
-            after = float(case["loss_fn"](forward(model, inputs), targets))
-        payoff = (float(loss.detach()) - after) / promised if promised > 0 else None  # None: no descent step to judge
-        if payoff is not None and not payoff > -float("inf"):
-            payoff = -float("inf")  # the loss went to NaN/inf: as far past the best step as it gets
+        before, payoff = step
+        ratios, other = _ratios(trainable, before)
+        zero_init = [name for name, p in trainable if p.dim() >= 2 and not bool(before[name].any())]
+        judged_step = 1
+        if not ratios and zero_init:  # a zero-initialised output layer blocks every other gradient at step 0
+            before, payoff = _measured_step(case, model, trainable, optimizer)  # so judge the second step
+            ratios, other = _ratios(trainable, before)
+            for name in zero_init:  # one step from zero, it has no scale of its own yet: listed, not judged
+                if name in ratios:
+                    other[name] = ratios.pop(name)
+            judged_step = 2
         adaptive = any(key in state for state in optimizer.state.values() for key in ADAPTIVE_STATE)
-        ratios, other = {}, {}
-        for name, p in trainable:
-            if p.grad is None or not bool(p.grad.any()) or not bool(before[name].any()):
-                continue  # no gradient (gradient_flow's job) or a zero tensor (no scale to compare with)
-            ratio = float((p.detach() - before[name]).norm() / before[name].norm())
-            matrix = p.dim() >= 2 and p.shape[0] > 1  # a (1, T, D) position table or (1, 1, D) cls token is not a matrix
-            (ratios if matrix else other)[name] = float(f"{ratio:.3g}")
         if not ratios:
             return CheckResult("update_ratio", "skip", "no weight matrix got a non-zero gradient (see gradient_flow)",
                                {"other": other})
@@ -380,7 +414,7 @@ def check_update_ratio(case):
         off = {name: r for name, r in ratios.items() if not LOW_WARN <= r <= high_warn and name not in high and name not in low
                and name not in unmoved and name not in large}
         details = {"ratios": ratios, "other": other, "target": TARGET, "not_updated": unmoved, "nonfinite": nonfinite,
-                   "adaptive_first_step": adaptive, "lr_factor": peak,
+                   "adaptive_first_step": adaptive, "lr_factor": peak, "judged_step": judged_step,
                    "step_payoff": float(f"{payoff:.3g}") if payoff is not None and payoff > -float("inf") else None}
         spread = (f"ratios {min(ratios.values()):.2g} .. {max(ratios.values()):.2g} over {len(ratios)} weight matrices"
                   if ratios else "")
@@ -426,7 +460,8 @@ def check_update_ratio(case):
             return CheckResult("update_ratio", "warn", f"{len(off)} weight(s) outside {LOW_WARN:g} .. {high_warn:g} "
                                f"(~{TARGET:g} is the rule of thumb), worst {worst} at {off[worst]:.3g}; {spread}", details)
         return CheckResult("update_ratio", "pass", f"{spread}, all within {LOW_WARN:g} .. {high_warn:g} (~{TARGET:g})"
-                           + (" (an adaptive optimizer's first step: lr / rms(weight))" if adaptive else ""), details)
+                           + (f" (an adaptive optimizer's {'first' if judged_step == 1 else 'second'} step: lr / rms(weight))"
+                              if adaptive else ""), details)
 
 
 def make_demo_case(broken):

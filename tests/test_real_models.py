@@ -209,3 +209,27 @@ def test_time_major_transformer_without_its_causal_mask_is_caught():
         model.pos_encoder(model.encoder(src) * model.ninp ** 0.5))), dim=-1)
     result = causal_dependency.check_causal_dependency(case)
     assert result.status == "fail" and result.details["lookahead"] >= 10
+
+
+class RedrawnNoise(healthy_own.Diffusion):
+    def forward(self, x0):
+        prediction, _ = super().forward(x0)
+        return prediction, torch.randn_like(x0)  # BUG: a fresh draw, not the noise that was added: nothing to learn
+
+
+def test_a_diffusion_objective_passes_but_a_target_noise_drawn_twice_fails():
+    """DDPM's loss is random by design (t and the noise are drawn in forward), so overfit_one_batch accepts a loss that
+    halved and settled; a target noise drawn apart from the one added cannot be predicted, and the loss never halves.
+    Its zero-initialised output conv hides the input and every gradient at step 0: both checks look after a step."""
+    import input_dependence
+    import overfit_one_batch
+    import update_ratio
+    case = healthy_own.make_ddpm()
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.status == "pass" and result.details["samples_noise"], result.summary
+    assert input_dependence.check_input_dependence(case).details["after_one_step"]
+    assert update_ratio.check_update_ratio(case).details["judged_step"] == 2
+    with healthy_own.seeded(29):
+        case["model"] = RedrawnNoise()
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.status == "fail" and result.details["failure"] in ("plateau", "flat"), result.summary

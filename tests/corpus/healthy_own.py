@@ -3,7 +3,7 @@
 nanoGPT's GPT (scaled residual init, learned position table, tied head), pytorch/examples'
 word_language_model LSTM (time-major: (T, B) token ids), a ResNet-style conv net with BatchNorm,
 a small U-Net, a ViT in timm's layout (cls token and position table as raw parameters), ConvNeXt
-(layer scale at 1e-6),
+(layer scale at 1e-6), a DDPM noise predictor (the objective draws t and the noise),
 pytorch/examples' VAE (samples noise in forward) and its MNIST net
 (log_softmax + NLL). Sizes are tiny; the structure and the initialisation are the designs' own.
 
@@ -414,6 +414,81 @@ def make_timm_vit():
             "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.05)}
 
 
+# --- DDPM (Ho et al. 2020): a small noise-prediction U-Net and its training objective ---
+def timestep_embedding(t, dim):
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000) * torch.arange(half) / half)
+    args = t[:, None].float() * freqs[None]
+    return torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+
+
+class TimeBlock(nn.Module):
+    def __init__(self, cin, cout, tdim):
+        super().__init__()
+        self.norm1, self.conv1 = nn.GroupNorm(4, cin), nn.Conv2d(cin, cout, 3, padding=1)
+        self.temb = nn.Linear(tdim, cout)
+        self.norm2, self.conv2 = nn.GroupNorm(4, cout), nn.Conv2d(cout, cout, 3, padding=1)
+        self.skip = nn.Conv2d(cin, cout, 1) if cin != cout else nn.Identity()
+
+    def forward(self, x, temb):
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = h + self.temb(F.silu(temb))[:, :, None, None]
+        h = self.conv2(F.silu(self.norm2(h)))
+        return h + self.skip(x)
+
+
+class DiffusionUNet(nn.Module):
+    """A DDPM-style noise predictor: GroupNorm + SiLU residual blocks with a timestep embedding, zero-init output."""
+
+    def __init__(self, ch=16, tdim=32):
+        super().__init__()
+        self.tdim = tdim
+        self.tmlp = nn.Sequential(nn.Linear(tdim, tdim), nn.SiLU(), nn.Linear(tdim, tdim))
+        self.inc = nn.Conv2d(3, ch, 3, padding=1)
+        self.down = TimeBlock(ch, 2 * ch, tdim)
+        self.pool = nn.AvgPool2d(2)
+        self.mid = TimeBlock(2 * ch, 2 * ch, tdim)
+        self.up = TimeBlock(4 * ch, ch, tdim)
+        self.out = nn.Sequential(nn.GroupNorm(4, ch), nn.SiLU(), nn.Conv2d(ch, 3, 3, padding=1))
+        nn.init.zeros_(self.out[-1].weight)
+        nn.init.zeros_(self.out[-1].bias)
+
+    def forward(self, x, t):
+        temb = self.tmlp(timestep_embedding(t, self.tdim))
+        h0 = self.inc(x)
+        h1 = self.down(h0, temb)
+        h2 = self.mid(self.pool(h1), temb)
+        h = self.up(torch.cat([F.interpolate(h2, scale_factor=2), h1], 1), temb)
+        return self.out(h)
+
+
+class Diffusion(nn.Module):
+    """DDPM's training objective as a module (as diffusers' training scripts write the step): noise x0 at a random t,
+    return the prediction and the noise it must match."""
+
+    def __init__(self, steps=1000):
+        super().__init__()
+        self.net = DiffusionUNet()
+        betas = torch.linspace(1e-4, 0.02, steps)
+        self.register_buffer("alphas_cumprod", torch.cumprod(1 - betas, 0))
+
+    def forward(self, x0):
+        t = torch.randint(0, len(self.alphas_cumprod), (x0.shape[0],), device=x0.device)
+        noise = torch.randn_like(x0)
+        a = self.alphas_cumprod[t][:, None, None, None]
+        xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
+        return self.net(xt, t), noise
+
+
+def make_ddpm():
+    """A noise-prediction objective: t and the noise are drawn in forward, so the loss is random by design."""
+    with seeded(29):
+        x0 = torch.rand(8, 3, 16, 16) * 2 - 1
+        model = Diffusion()
+    return {"model": model, "batch": (x0, None), "loss_fn": lambda output, _: F.mse_loss(output[0], output[1]),
+            "task": {"kind": "regression"}, "optimizer": lambda params: torch.optim.AdamW(params, lr=2e-4)}
+
+
 # --- ConvNeXt (facebookresearch/ConvNeXt): depthwise 7x7, channels-last LayerNorm, layer scale at 1e-6 ---
 class ChannelsFirstLayerNorm(nn.Module):
     """LayerNorm over the channel dim of a (B, C, H, W) tensor, as ConvNeXt's stem and downsampling layers use."""
@@ -471,4 +546,4 @@ def make_convnext():
             "optimizer": lambda params: torch.optim.AdamW(params, lr=4e-3, weight_decay=0.05)}
 
 
-HEALTHY = ["make_convnext", "make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
+HEALTHY = ["make_ddpm", "make_convnext", "make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
