@@ -10,9 +10,11 @@ What it checks
       None grad   backward never reached it: a `.detach()` (or `.item()`, `.numpy()`, a tensor
                   rebuilt with torch.tensor) cut the graph, or the layer is never used in forward.
       zero grad   the gradient exists but is exactly 0 everywhere: a dead path. When this happens
-                  the check takes one optimizer step (the case's factory) and looks again:
-                  gradients that appear after one step were zero only because of a zero-init
-                  (zero-init residual branch, zero-init head, ReZero) and are reported as info.
+                  the check takes an optimizer step (the case's factory) and looks again, up to 4
+                  steps while each one wakes more gradients: gradients that appear so were zero
+                  only because of a zero-init (zero-init residual branch or head, ReZero, DiT's
+                  adaLN-Zero, whose zero final layer and zero gates need two steps to reach the
+                  conditioning) and are reported as info.
       frozen      requires_grad False: reported as info, assumed to be on purpose.
 
     Dead ReLUs: units of an nn.ReLU module that output 0 for every sample of the batch (the
@@ -284,6 +286,7 @@ def cli_main(check, demo_case, description, argv=None):
 DEAD_FAIL = 0.9  # a ReLU layer with >= 90% of its units dead has lost most of its width — our assumption, tuned on the test zoo
 DEAD_WARN = 0.5  # >= 50% dead is worth a look — our assumption (the healthy zoo's ReLU layers measure 0-3% dead)
 MIN_SAMPLES = 16  # a live unit at init is active with p ~ 1/2, so it looks dead on 16 samples with p ~ 2**-16 (derived)
+ZERO_INIT_STEPS = 4  # steps to wake gradients a zero-init chain blocks: DiT's adaLN-Zero needs 2 (measured); 4 leaves room — our assumption
 DEPTH_FAIL = 1e4  # first/last relative grad norm beyond 1e-4 or 1e4: vanishing/exploding — our assumption, tuned on the test zoo
 DEPTH_WARN = 1e2  # beyond 1e-2 or 1e2 — our assumption: healthy zoo cases measure 0.08-0.4, 12 stacked sigmoids 3e-11
 
@@ -359,12 +362,16 @@ def check_gradient_flow(case):
         rel_grad = {name: float(p.grad.norm() / p.detach().norm()) for name, p in weights  # before any step; zero weights or
                     if bool(p.detach().any()) and name not in zero_grad}  # zero grads have no meaningful ratio (reported above)
         zero_at_init = []
-        if zero_grad:  # zero only because of a zero-init? one optimizer step, then look again
+        if zero_grad:  # zero only because of a zero-init? optimizer steps, looking again after each
             optimizer = case["optimizer"]([p for _, p in trainable])
-            optimizer.step()
-            _backward(case, model)
-            zero_at_init = [name for name in zero_grad if not _all_zero(dict(trainable)[name])]
-            zero_grad = [name for name in zero_grad if name not in zero_at_init]
+            for _ in range(ZERO_INIT_STEPS):  # each step unblocks one more zero-initialised layer of a chain
+                optimizer.step()
+                _backward(case, model)
+                woke = [name for name in zero_grad if not _all_zero(dict(trainable)[name])]
+                zero_at_init += woke
+                zero_grad = [name for name in zero_grad if name not in woke]
+                if not woke or not zero_grad:
+                    break
         dead = {}
         for key, (alive, samples) in relu_alive.items():
             if samples >= MIN_SAMPLES:

@@ -34,10 +34,13 @@ What it checks
     rise. Measured on our cases: healthy models 0.59 .. 1.0; that LSTM 0.76 at lr 20, 0.39 at
     lr 60, -0.3 at lr 200 (it diverges); the demo's planted lr 0.09.
 
-    A zero-initialised output layer (DDPM's last conv, DiT's adaLN-zero) passes no gradient to
-    anything before it at step 0, so when no weight matrix has a ratio after the first step
-    and some weight starts at zero, the second step is judged (details["judged_step"]), with
-    the zero-initialised weights listed under "other": one step from zero, they have no scale yet.
+    A zero-initialised output layer (DDPM's last conv, DiT's adaLN-Zero) passes no gradient to
+    anything before it at step 0, so while some weight starts at zero and a non-zero weight
+    matrix still gets an all-zero gradient, the check steps on (up to 4 steps) and judges the
+    first step that reaches them (details["judged_step"]), with the zero-initialised weights
+    listed under "other": a few steps from zero, they have no scale of their own yet. The
+    weights they blocked (details["gated"]) are judged on the high side only: a zero gate one
+    step old still scales their gradient down, so a small step says nothing about the lr.
 
     A DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: local
     gradients, one local step, no collective.
@@ -70,6 +73,7 @@ Output
         "adaptive_first_step": false,
         "lr_factor": 1.0,
         "judged_step": 1,
+        "gated": [],
         "step_payoff": 0.0928,
         "next": "lower the lr by about the factor the ratio is above 1e-3; add warmup"
       }
@@ -324,6 +328,7 @@ HIGH_FAIL = 1e-1  # a tenth of the weight replaced per step: our assumption (cs2
 LOW_FAIL = 1e-6  # a thousand times below 1e-3: our assumption
 HIGH_WARN = 3e-2  # our assumption, tuned on the test zoo: Adam 3e-4 on the healthy zoo measures 1.5e-3 .. 8.3e-3
 SCHEDULE_HORIZON = 10_000  # steps over which a schedule's peak factor is taken — our assumption (warmups end well before)
+ZERO_INIT_STEPS = 4  # steps to let gradients through a chain of zero-initialised layers: DiT's adaLN-Zero needs 2 (measured) — our assumption
 STEP_PAYOFF = 0.5  # on a quadratic, the step that minimises the loss along its direction buys exactly half of the first-order promise (derived); less means it went past that point
 ADAPTIVE_STATE = ("exp_avg_sq", "square_avg", "acc_delta", "sum")  # Adam/AdamW, RMSprop, Adadelta, Adagrad state keys
 LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
@@ -371,6 +376,12 @@ def _ratios(trainable, before):
     return ratios, other
 
 
+def _blocked(trainable, before):
+    """The weight matrices that are not zero but got an all-zero gradient (a zero-initialised layer blocks them)."""
+    return [name for name, p in trainable
+            if p.dim() >= 2 and p.grad is not None and bool(before[name].any()) and not bool(p.grad.any())]
+
+
 def check_update_ratio(case):
     """One optimizer step from the case's factory; |update| / |weight| per weight matrix against ~1e-3."""
     case = validate_case(case)
@@ -389,16 +400,16 @@ def check_update_ratio(case):
         if step is None:
             return CheckResult("update_ratio", "skip", "the loss does not depend on any trainable parameter (see gradient_flow)")
         before, payoff = step
-        ratios, other = _ratios(trainable, before)
         zero_init = [name for name, p in trainable if p.dim() >= 2 and not bool(before[name].any())]
         judged_step = 1
-        if not ratios and zero_init:  # a zero-initialised output layer blocks every other gradient at step 0
-            before, payoff = _measured_step(case, model, trainable, optimizer)  # so judge the second step
-            ratios, other = _ratios(trainable, before)
-            for name in zero_init:  # one step from zero, it has no scale of its own yet: listed, not judged
-                if name in ratios:
-                    other[name] = ratios.pop(name)
-            judged_step = 2
+        gated = _blocked(trainable, before) if zero_init else []  # behind a zero-init: a tiny gate scales their gradient
+        while zero_init and judged_step <= ZERO_INIT_STEPS and _blocked(trainable, before):
+            before, payoff = _measured_step(case, model, trainable, optimizer)  # a zero-init still blocks gradients:
+            judged_step += 1  # judge a later step
+        ratios, other = _ratios(trainable, before)
+        for name in zero_init:  # a few steps from zero, it has no scale of its own yet: listed, not judged
+            if name in ratios:
+                other[name] = ratios.pop(name)
         adaptive = any(key in state for state in optimizer.state.values() for key in ADAPTIVE_STATE)
         if not ratios:
             return CheckResult("update_ratio", "skip", "no weight matrix got a non-zero gradient (see gradient_flow)",
@@ -409,15 +420,16 @@ def check_update_ratio(case):
         high = {name: r for name, r in ratios.items() if r > HIGH_FAIL}
         large = high if high and payoff is not None and payoff >= STEP_PAYOFF else {}  # big steps that still pay off
         high = {name: r for name, r in high.items() if name not in large}
-        low = {name: r for name, r in ratios.items() if 0 < r < LOW_FAIL}
+        low = {name: r for name, r in ratios.items() if 0 < r < LOW_FAIL and name not in gated}
         high_warn = HIGH_FAIL if adaptive else HIGH_WARN  # Adam's first step is lr / rms(w) whatever the gradient
         off = {name: r for name, r in ratios.items() if not LOW_WARN <= r <= high_warn and name not in high and name not in low
-               and name not in unmoved and name not in large}
+               and name not in unmoved and name not in large and not (name in gated and r < LOW_WARN)}
         details = {"ratios": ratios, "other": other, "target": TARGET, "not_updated": unmoved, "nonfinite": nonfinite,
-                   "adaptive_first_step": adaptive, "lr_factor": peak, "judged_step": judged_step,
+                   "adaptive_first_step": adaptive, "lr_factor": peak, "judged_step": judged_step, "gated": gated,
                    "step_payoff": float(f"{payoff:.3g}") if payoff is not None and payoff > -float("inf") else None}
-        spread = (f"ratios {min(ratios.values()):.2g} .. {max(ratios.values()):.2g} over {len(ratios)} weight matrices"
-                  if ratios else "")
+        judged = {name: r for name, r in ratios.items() if not (name in gated and r < LOW_WARN)}
+        spread = (f"ratios {min(judged.values()):.2g} .. {max(judged.values()):.2g} over {len(judged)} weight matrices"
+                  if judged else "")
         problems = []
         if nonfinite:
             problems.append(f"{len(nonfinite)} weight(s) got NaN/inf updates (non-finite gradients: run nan_watch): "
@@ -459,9 +471,13 @@ def check_update_ratio(case):
                                if off[worst] > TARGET else "that layer barely moves: a higher lr for it, or check its lr multiplier")
             return CheckResult("update_ratio", "warn", f"{len(off)} weight(s) outside {LOW_WARN:g} .. {high_warn:g} "
                                f"(~{TARGET:g} is the rule of thumb), worst {worst} at {off[worst]:.3g}; {spread}", details)
+        adaptive_note = ("" if not adaptive else " (an adaptive optimizer's first step: lr / rms(weight))" if judged_step == 1
+                         else f" (an adaptive optimizer's step {judged_step}: about lr / rms(weight))")
+        gated_low = [name for name, r in ratios.items() if name in gated and r < LOW_WARN]
+        gated_note = (f"; {len(gated_low)} weight(s) behind a zero-init gate move less, not judged low: the gate, a few "
+                      f"steps from zero, still scales their gradient" if gated_low else "")
         return CheckResult("update_ratio", "pass", f"{spread}, all within {LOW_WARN:g} .. {high_warn:g} (~{TARGET:g})"
-                           + (f" (an adaptive optimizer's {'first' if judged_step == 1 else 'second'} step: lr / rms(weight))"
-                              if adaptive else ""), details)
+                           + adaptive_note + gated_note, details)
 
 
 def make_demo_case(broken):

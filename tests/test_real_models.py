@@ -227,9 +227,32 @@ def test_a_diffusion_objective_passes_but_a_target_noise_drawn_twice_fails():
     case = healthy_own.make_ddpm()
     result = overfit_one_batch.check_overfit_one_batch(case)
     assert result.status == "pass" and result.details["samples_noise"], result.summary
-    assert input_dependence.check_input_dependence(case).details["after_one_step"]
+    assert input_dependence.check_input_dependence(case).details["steps_taken"] == 1
     assert update_ratio.check_update_ratio(case).details["judged_step"] == 2
     with healthy_own.seeded(29):
         case["model"] = RedrawnNoise()
     result = overfit_one_batch.check_overfit_one_batch(case)
     assert result.status == "fail" and result.details["failure"] in ("plateau", "flat"), result.summary
+
+
+class UnconditionedDiT(healthy_own.DiT):
+    def forward(self, x, t, y):
+        return super().forward(x, t, torch.full_like(y, 4))  # BUG: the null class for every row: the label is dropped
+
+
+def test_dit_zero_gates_are_stepped_through_but_a_dropped_class_label_still_shows():
+    """adaLN-Zero hides the conditioning for two steps (zero final layer, then zero gates); gradient_flow, update_ratio
+    and input_dependence step through it. A DiT that passes the null class for every row ignores its labels for good."""
+    import gradient_flow
+    import input_dependence
+    import update_ratio
+    case = healthy_own.make_dit()
+    assert gradient_flow.check_gradient_flow(case).status == "pass"
+    assert update_ratio.check_update_ratio(case).details["judged_step"] == 3
+    result = input_dependence.check_input_dependence(case)
+    assert result.status == "pass" and result.details["steps_taken"] == 2, result.summary
+    with healthy_own.seeded(30):
+        case["model"].net = UnconditionedDiT()
+    result = input_dependence.check_input_dependence(case)
+    assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
+    assert result.details["steps_taken"] == 2  # every zero-init has moved: the label is ignored for good

@@ -3,9 +3,9 @@
 nanoGPT's GPT (scaled residual init, learned position table, tied head), pytorch/examples'
 word_language_model LSTM (time-major: (T, B) token ids), a ResNet-style conv net with BatchNorm,
 a small U-Net, a ViT in timm's layout (cls token and position table as raw parameters), ConvNeXt
-(layer scale at 1e-6), a DDPM noise predictor (the objective draws t and the noise),
-pytorch/examples' VAE (samples noise in forward) and its MNIST net
-(log_softmax + NLL). Sizes are tiny; the structure and the initialisation are the designs' own.
+(layer scale at 1e-6), a DDPM noise predictor (the objective draws t and the noise), DiT
+(adaLN-Zero: zero gates and a zero final layer), pytorch/examples' VAE (samples noise in
+forward) and its MNIST net (log_softmax + NLL). Sizes are tiny; the structure and the initialisation are the designs' own.
 
 Run one: `python diagnostics/doctor.py --case tests/corpus/healthy_own.py:make_nanogpt`.
 """
@@ -489,6 +489,96 @@ def make_ddpm():
             "task": {"kind": "regression"}, "optimizer": lambda params: torch.optim.AdamW(params, lr=2e-4)}
 
 
+# --- DiT (Peebles & Xie 2023): patches, adaLN-Zero blocks conditioned on t and the class ---
+def modulate(x, shift, scale):
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+
+
+class DiTBlock(nn.Module):
+    def __init__(self, d, heads):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.adaLN = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+
+    def forward(self, x, c):
+        s1, g1, a1, s2, g2, a2 = self.adaLN(c).chunk(6, dim=1)
+        h = modulate(self.norm1(x), s1, g1)
+        x = x + a1.unsqueeze(1) * self.attn(h, h, h, need_weights=False)[0]
+        return x + a2.unsqueeze(1) * self.mlp(modulate(self.norm2(x), s2, g2))
+
+
+class DiT(nn.Module):
+    """DiT with adaLN-Zero: every block's modulation and the final layer start at zero (the paper's init)."""
+
+    def __init__(self, size=8, patch=2, ch=3, d=64, depth=2, heads=4, classes=4):
+        super().__init__()
+        self.patch, self.ch = patch, ch
+        self.x_embed = nn.Conv2d(ch, d, patch, patch)
+        self.pos = nn.Parameter(torch.zeros(1, (size // patch) ** 2, d), requires_grad=False)
+        self.t_mlp = nn.Sequential(nn.Linear(32, d), nn.SiLU(), nn.Linear(d, d))
+        self.y_embed = nn.Embedding(classes + 1, d)
+        self.blocks = nn.ModuleList([DiTBlock(d, heads) for _ in range(depth)])
+        self.norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.final_adaLN = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
+        self.final = nn.Linear(d, patch * patch * ch)
+        for m in self.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.xavier_uniform_(m.weight)
+                nn.init.zeros_(m.bias)
+        nn.init.normal_(self.y_embed.weight, std=0.02)
+        nn.init.normal_(self.t_mlp[0].weight, std=0.02)
+        nn.init.normal_(self.t_mlp[2].weight, std=0.02)
+        for b in self.blocks:
+            nn.init.zeros_(b.adaLN[-1].weight)
+            nn.init.zeros_(b.adaLN[-1].bias)
+        for m in (self.final_adaLN[-1], self.final):
+            nn.init.zeros_(m.weight)
+            nn.init.zeros_(m.bias)
+        grid = torch.arange(size // patch).float()
+        yy, xx = torch.meshgrid(grid, grid, indexing="ij")
+        freqs = torch.exp(-math.log(10000) * torch.arange(d // 4) / (d // 4))
+        pe = torch.cat([torch.sin(yy.flatten()[:, None] * freqs), torch.cos(yy.flatten()[:, None] * freqs),
+                        torch.sin(xx.flatten()[:, None] * freqs), torch.cos(xx.flatten()[:, None] * freqs)], 1)
+        self.pos.data.copy_(pe.unsqueeze(0))
+
+    def forward(self, x, t, y):
+        B, C, H, W = x.shape
+        h = self.x_embed(x).flatten(2).transpose(1, 2) + self.pos
+        c = self.t_mlp(timestep_embedding(t, 32)) + self.y_embed(y)
+        for block in self.blocks:
+            h = block(h, c)
+        shift, scale = self.final_adaLN(c).chunk(2, dim=1)
+        h = self.final(modulate(self.norm(h), shift, scale))  # (B, N, p*p*C)
+        p, n = self.patch, H // self.patch
+        return h.reshape(B, n, n, p, p, C).permute(0, 5, 1, 3, 2, 4).reshape(B, C, H, W)
+
+
+class DiTDiffusion(nn.Module):
+    """The class-conditional noise-prediction objective DiT trains with: t and the noise drawn in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = DiT()
+        self.register_buffer("abar", torch.cumprod(1 - torch.linspace(1e-4, 0.02, 1000), 0))
+
+    def forward(self, x0, y):
+        t = torch.randint(0, 1000, (x0.shape[0],))
+        noise = torch.randn_like(x0)
+        a = self.abar[t][:, None, None, None]
+        return self.net(a.sqrt() * x0 + (1 - a).sqrt() * noise, t, y), noise
+
+
+def make_dit():
+    with seeded(30):
+        x0, y = torch.rand(8, 3, 8, 8) * 2 - 1, torch.randint(0, 4, (8,))
+        model = DiTDiffusion()
+    return {"model": model, "batch": ((x0, y), None), "loss_fn": lambda output, _: F.mse_loss(output[0], output[1]),
+            "task": {"kind": "regression"}, "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-4, weight_decay=0)}
+
+
 # --- ConvNeXt (facebookresearch/ConvNeXt): depthwise 7x7, channels-last LayerNorm, layer scale at 1e-6 ---
 class ChannelsFirstLayerNorm(nn.Module):
     """LayerNorm over the channel dim of a (B, C, H, W) tensor, as ConvNeXt's stem and downsampling layers use."""
@@ -546,4 +636,4 @@ def make_convnext():
             "optimizer": lambda params: torch.optim.AdamW(params, lr=4e-3, weight_decay=0.05)}
 
 
-HEALTHY = ["make_ddpm", "make_convnext", "make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
+HEALTHY = ["make_dit", "make_ddpm", "make_convnext", "make_timm_vit", "make_nanogpt", "make_lstm_lm", "make_transformer_lm", "make_resnet", "make_unet", "make_vae", "make_mnist"]
