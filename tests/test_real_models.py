@@ -25,6 +25,12 @@ EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
                      "update_ratio": "SGD at the example's lr 20 moves the +-0.1 decoder by a third of its norm per "
                                      "step at this tiny width (0.002 at the example's real width); the step still pays "
                                      "off, and the example trains so, but it is a regime to watch"},
+    "make_whisper": {"input_dependence": "at init the decoder barely reads the audio (0.4% change): the 0.02-std "
+                                          "cross-attention passes little of the encoder's stream, where the sinusoidal "
+                                          "positions are large; it grows as the model trains (20x over 30 AdamW steps "
+                                          "at 8 mel bins, measured)",
+                     "gradient_flow": "the same weak path seen from the other side: the encoder's conv front end gets "
+                                      "1% of the decoder's relative gradient at init"},
     "make_convnext": {"update_ratio": "AdamW at the recipe's peak lr 4e-3 on 0.02-std weights: the first step moves each "
                                       "weight by about the lr, a fifth of its rms (the step still pays off); the recipe "
                                       "warms up for 20 epochs for this reason"},

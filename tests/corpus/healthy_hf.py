@@ -98,4 +98,46 @@ def make_vit():
     return case_from_hf(model, {"pixel_values": pixel_values, "labels": labels})
 
 
-HEALTHY = ["make_gpt2", "make_gpt2_unpadded", "make_bert_classifier", "make_t5", "make_vit"]
+def make_llama():
+    """Llama (RoPE, RMSNorm, SwiGLU, grouped-query attention) with left padding, as batched fine-tunes often pad."""
+    import transformers
+    with seeded(15):
+        config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                          bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        model = transformers.LlamaForCausalLM(config)
+        input_ids = progression_tokens(8, 16, 64)
+        attention_mask = torch.ones_like(input_ids)
+        attention_mask[:2, :3] = 0
+        input_ids = input_ids.masked_fill(attention_mask == 0, 0)
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+    return case_from_hf(model, {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels})
+
+
+def make_qwen2():
+    """Qwen2 (QKV biases, grouped-query attention) on packed full-length rows, labels = input_ids."""
+    import transformers
+    with seeded(16):
+        config = transformers.Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32)
+        model = transformers.Qwen2ForCausalLM(config)
+        input_ids = progression_tokens(8, 16, 64)
+    return case_from_hf(model, {"input_ids": input_ids, "labels": input_ids})
+
+
+def make_whisper():
+    """Whisper: log-mel frames through a conv front end into an encoder; the decoder reads it by cross-attention."""
+    import transformers
+    with seeded(17):
+        config = transformers.WhisperConfig(vocab_size=64, num_mel_bins=80, encoder_layers=1, decoder_layers=1, d_model=32,
+                                            encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=64,
+                                            decoder_ffn_dim=64, max_source_positions=16, max_target_positions=16,
+                                            pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+        model = transformers.WhisperForConditionalGeneration(config)
+        input_features = torch.randn(8, 80, 32)  # (B, Whisper's 80 mel bins, frames): the conv front end halves the frames to 16
+        labels = progression_tokens(8, 10, 64)
+    return case_from_hf(model, {"input_features": input_features, "labels": labels})
+
+
+HEALTHY = ["make_gpt2", "make_gpt2_unpadded", "make_bert_classifier", "make_t5", "make_vit", "make_llama", "make_qwen2",
+           "make_whisper"]
