@@ -1028,6 +1028,8 @@ class Series:
         """
         episode = self.episode
         if episode is None:  # the jump stayed under the threshold: the window follows it on its own
+            if self.on_reset is not None:
+                self.on_reset("repeat_data")  # but the low of the repeated stretch is no level to climb from
             return False
         episode.baseline += gap
         episode.threshold += gap
@@ -1060,11 +1062,14 @@ class Creep:
     """Divergence without a spike: healthy block medians climbing well above their lowest level."""
 
     def __init__(self, events):
-        self.events = events
+        self.events, self.event = events, None
         self.reset()
 
     def reset(self, why=None):
-        """Start afresh after a resume or a re-based baseline; after a divergence, stay quiet until a resume."""
+        """Start afresh after a resume or a re-based baseline; after a divergence, stay quiet until a resume.
+        After repeat_data a rise already reported is withdrawn: it was the loss leaving the repeated data."""
+        if why == "repeat_data" and self.event is not None:
+            self.events.remove(self.event)
         self.low, self.low_step, self.above, self.event = None, None, 0, None
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 

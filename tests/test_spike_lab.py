@@ -51,6 +51,7 @@ def test_repeat_resume_shows_the_repeat_data_signature(logs):
     assert kinds["resume"]["step"] == AT - spike_lab.RESUME_BACK
     assert kinds["resume_drop"]["step"] == AT - spike_lab.RESUME_BACK
     assert "repeat_data" in kinds
+    assert "non_spike_divergence" not in kinds  # the climb off the repeated data is not a creep (it once read as one)
 
 
 def test_the_healthy_stretch_before_the_failure_is_quiet(logs):
