@@ -12,8 +12,10 @@ It reads the log once, as a stream, and recognises its format by content (--form
 CSV or TSV (W&B exports and Lightning's CSVLogger metrics.csv included), JSONL, a TensorBoard event file
 or directory, the HF Trainer's `trainer_state.json`, and the plain-text logs of modded-nanogpt
 (`step:100/1000 train_loss:3.28 ...`), llm.c (`s:100 trl:3.21 lr:... norm:...` and its stdout),
-nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`) and
-the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`). Columns are matched by name: `step` (else
+nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`),
+the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`), torchtune's DiskLogger (`Step 100 |
+loss:3.21 lr:2e-05 ...`) and fairseq's train_inner lines (`epoch 001:  100 / 8000 loss=3.21, ...,
+num_updates=100, lr=..., gnorm=...`, stepped by num_updates). Columns are matched by name: `step` (else
 the row order), the loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`,
 `lr`/`learning_rate`, and every other column with "loss" in its name (validation losses and the fp16
 loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
@@ -535,6 +537,9 @@ LLMC_OUT = re.compile(r"step\s+(\d+)/\d+ \| loss (" + NUM + r")[^|]*\|(?: norm (
 NANOGPT = re.compile(r"iter (\d+): loss (" + NUM + "),")  # iter 100: loss 3.2100, time 12.34ms, mfu 0.50%
 MEGATRON = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|(.*)")  # iteration 100/ 1000 | ... | lm loss: ... |
 MEGATRON_FIELD = re.compile(r"\s*([a-z][a-z0-9 _-]*?)\s*:\s*(" + NUM + r")\s*$", re.IGNORECASE)
+TORCHTUNE = re.compile(r"Step (\d+) \| ((?:\w+:\S+\s*)+)$")  # torchtune's DiskLogger: Step 100 | loss:1.23 lr:2e-05 ...
+FAIRSEQ = re.compile(r"epoch \d+:\s+\d+ / \d+ (.*\bnum_updates=\d+.*)$")  # fairseq train_inner: ... loss=4.1, ..., num_updates=100, ...
+FAIRSEQ_PAIR = re.compile(r"(\w+)=(" + NUM + ")")
 HF_DICT = re.compile(r"\{'(?:loss|eval_\w+|train_runtime)'[^{}]*\}")  # {'loss': 3.21, 'grad_norm': ..., ...}
 HF_PAIR = re.compile(r"'(\w+)': (?:np\.float\d*\(|tensor\()?(" + NUM + ")")
 
@@ -586,6 +591,23 @@ def _megatron(line):
     return record
 
 
+def _torchtune(line):
+    m = TORCHTUNE.match(line)
+    if m is None:
+        return None
+    record = {"step": m.group(1)}
+    record.update((key, value) for key, value in KEY_VALUE.findall(m.group(2)) if key in ("loss", "lr", "grad_norm"))
+    return record
+
+
+def _fairseq(line):
+    m = FAIRSEQ.search(line)  # after the logging prefix: 2024-01-01 00:00:00 | INFO | train_inner |
+    if m is None:
+        return None
+    names = {"num_updates": "step", "loss": "loss", "gnorm": "grad_norm", "lr": "lr"}  # the step: updates, not the epoch's count
+    return {names[key]: value for key, value in FAIRSEQ_PAIR.findall(m.group(1)) if key in names}
+
+
 def _hf_trainer(line):
     m = HF_DICT.search(line)  # the Trainer's progress bar may share the line
     if m is None:
@@ -601,6 +623,8 @@ TEXT_FORMATS = {  # name -> line parser; the format whose parser knows most of t
     "nanogpt": _nanogpt,
     "megatron": _megatron,
     "hf-trainer": _hf_trainer,
+    "torchtune": _torchtune,
+    "fairseq": _fairseq,
 }
 
 
@@ -1885,7 +1909,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(
         description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
                     "HF trainer_state.json, W&B and Lightning CSV, plain-text logs of nanoGPT, llm.c, "
-                    "modded-nanogpt, Megatron-LM and the HF Trainer); optionally plot them and draft a post-mortem.")
+                    "modded-nanogpt, Megatron-LM, the HF Trainer, torchtune and fairseq); optionally plot them and draft a "
+                    "post-mortem.")
     parser.add_argument("log", help="the training log, any of the formats above (recognised by content), "
                                     "or a TensorBoard event directory")
     parser.add_argument("--json", action="store_true", help="print one JSON object (spikes, events, nan_step)")

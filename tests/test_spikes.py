@@ -533,6 +533,8 @@ CORPUS = {  # file: (format recognised, loss column, grad-norm column, planted o
     "hf_trainer_stdout.txt": ("hf-trainer", "loss", "grad_norm", 130),  # no step printed: the 131st record
     "wandb_export.csv": ("csv", "bright-sun-12 - train/loss", "bright-sun-12 - train/grad_norm", 260),
     "lightning_metrics.csv": ("csv", "train_loss_step", None, 6549),  # logged every 50 steps
+    "torchtune_disklogger.txt": ("torchtune", "loss", "grad_norm", 131),
+    "fairseq_train.log": ("fairseq", "loss", "grad_norm", 13100),  # num_updates, logged every 100
 }
 
 
