@@ -15,10 +15,10 @@ or directory, the HF Trainer's `trainer_state.json`, and the plain-text logs of 
 nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`),
 the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`), torchtune's DiskLogger (`Step 100 |
 loss:3.21 lr:2e-05 ...`) and fairseq's train_inner lines (`epoch 001:  100 / 8000 loss=3.21, ...,
-num_updates=100, lr=..., gnorm=...`, stepped by num_updates). Columns are matched by name: `step` (else
-the row order), the loss (`loss`, `train_loss`, `train/loss`, or `--loss COLUMN`), `grad_norm`,
-`lr`/`learning_rate`, and every other column with "loss" in its name (validation losses and the fp16
-loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
+num_updates=100, lr=..., gnorm=...`, stepped by num_updates). Columns are matched by name: `step` (in
+a CSV without one, `epoch`; else the row order), the loss (`loss`, `train_loss`, `train/loss`, or
+`--loss COLUMN`), `grad_norm`, `lr`/`learning_rate`, and every other column with "loss" in its name
+(validation losses and the fp16 loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
 Lightning's `_step` suffix are read through; summary columns (`__MIN`, `__MAX`, `_epoch`) are left out.
 
 Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
@@ -197,6 +197,7 @@ BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption
 CONFIRM = 5  # the first value back in the band and the median of it and the next 4 must be in the band
 FAST_STEPS = 20  # DESIGN.md: back in the band within 20 steps of the peak is a fast recovery
 DIVERGE_RATIO = 1.5  # DESIGN.md: settling at 1.5x the pre-spike level or more is a divergence
+EARLY_TREND = 0.5  # before the window is full, a falling line whose residuals spread less than half the values do is the baseline (ours)
 BLOCK = 32  # values per block median: settling, creeping and resume checks compare block medians
 MIN_SETTLE_BLOCKS = 4  # follow a spike for at least 4 blocks before calling its level settled (ours)
 SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median of 32 moves ~0.2 sigma)
@@ -246,7 +247,7 @@ def _base(name):
 class Columns:
     """Which column plays which role: names as written in the log, None when absent."""
 
-    def __init__(self, names, loss_name=None):
+    def __init__(self, names, loss_name=None, epoch_rows=False):
         kept = [n for n in names if not SUMMARY.search(n.strip())]  # min/max envelopes, epoch means
         exact, base = {}, {}
         for name in kept:
@@ -257,6 +258,8 @@ class Columns:
         else:
             self.loss = next((base[n] for n in LOSS_NAMES if n in base), None)
         self.step = next((exact[n] for n in STEP_NAMES if n in exact), None)
+        if self.step is None and epoch_rows:  # a table of one row per epoch (Keras CSVLogger, timm, ultralytics)
+            self.step = exact.get("epoch")
         if self.loss is None:
             hints = [n for n in kept if "loss" in n.lower()] or [n for n in kept if n != self.step]
             seen = ", ".join(hints[:8]) + (f" and {len(hints) - 8} more" if len(hints) > 8 else "") or "none"
@@ -378,7 +381,7 @@ def _csv_chunks(path, delimiter, loss_name, unparsed):
         header = [h.strip() for h in next(csv.reader([header], delimiter=delimiter))]
     except csv.Error as exc:
         raise CliError(f"not a readable CSV file ({exc})") from None
-    cols = Columns(header, loss_name)
+    cols = Columns(header, loss_name, epoch_rows=True)  # JSON records carry fractional epochs: only a table counts them
     names = cols.order()
     position = {name: i for i, name in reversed(list(enumerate(header)))}
     idx = [None if name is None else position[name] for name in names]
@@ -940,6 +943,10 @@ class Series:
             med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
+            if n < WINDOW:  # a short log (one row per epoch) may be all descent: a line, if it explains the spread
+                line = _trend(list(window))
+                if line[2] < 0 and line[1] < EARLY_TREND * sigma:
+                    med, sigma, slope = line
         self.med, self.sigma, self.slope = med, sigma, slope
         size = med if med >= 0 else -med
         if size > self.scale:
