@@ -23,7 +23,9 @@ Lightning's `_step` suffix are read through; summary columns (`__MIN`, `__MAX`, 
 
 Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
 its last 64 healthy values; while the loss falls fast, a line through them instead, so the baseline
-follows the fall. A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
+follows the fall. Before 64 values (all of a short table of one row per epoch), a falling line through
+the window or its newer half is the baseline when it explains the spread (never under the median of
+the latest 8 values). A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
 a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
@@ -197,7 +199,8 @@ BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption
 CONFIRM = 5  # the first value back in the band and the median of it and the next 4 must be in the band
 FAST_STEPS = 20  # DESIGN.md: back in the band within 20 steps of the peak is a fast recovery
 DIVERGE_RATIO = 1.5  # DESIGN.md: settling at 1.5x the pre-spike level or more is a divergence
-EARLY_TREND = 0.5  # before the window is full, a falling line whose residuals spread less than half the values do is the baseline (ours)
+EARLY_TREND = 0.5  # before the window is full, a falling line (through it or its newer half) whose residuals spread less than half the values do is the baseline (ours)
+EARLY_RECENT = 8  # ...and never under the median of its latest 8 values (ours)
 BLOCK = 32  # values per block median: settling, creeping and resume checks compare block medians
 MIN_SETTLE_BLOCKS = 4  # follow a spike for at least 4 blocks before calling its level settled (ours)
 SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median of 32 moves ~0.2 sigma)
@@ -943,10 +946,13 @@ class Series:
             med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
-            if n < WINDOW:  # a short log (one row per epoch) may be all descent: a line, if it explains the spread
-                line = _trend(list(window))
-                if line[2] < 0 and line[1] < EARLY_TREND * sigma:
-                    med, sigma, slope = line
+            if n < WINDOW:  # a short log (one row per epoch) may be all descent: a line, if it explains the spread,
+                values = list(window)  # through the whole window or, on a curve that bends, its newer half
+                fits = [fit for fit in (_trend(values), _trend(values[n >> 1:])) if fit[2] < 0 and fit[1] < EARLY_TREND * sigma]
+                if fits:
+                    med, sigma, slope = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
+                    recent = sorted(values[-EARLY_RECENT:])  # never under the latest values: a bending curve leaves a
+                    med = max(med, recent[len(recent) >> 1])  # line below it
         self.med, self.sigma, self.slope = med, sigma, slope
         size = med if med >= 0 else -med
         if size > self.scale:

@@ -550,13 +550,11 @@ def test_every_corpus_log_is_read_with_no_flag(name):
 
 @pytest.mark.parametrize("name, step", [
     ("timm_summary.csv", 40),
-    pytest.param("keras_csvlogger.csv", 50, marks=pytest.mark.xfail(strict=True, reason=(
-        "known miss: in the first 64 values the baseline is a median or a line, and an exponential descent this "
-        "steep (e every 12 epochs) fits neither well enough to see a 3x spike at epoch 50"))),
+    ("keras_csvlogger.csv", 50),  # a steep descent (e every 12 epochs): only the newer half of the window is near a line
 ])
 def test_an_epoch_table_finds_a_spike_in_its_descent(name, step):
     """A table of one row per epoch is short and mostly descent: the epoch column is its step, and before the window
-    fills a falling line that explains the spread is the baseline."""
+    fills a falling line that explains the spread (through the whole window or its newer half) is the baseline."""
     report = spikes.analyze(LOGS / name)
     assert report.columns.step == "epoch"
     assert [(s.step, s.type) for s in report.spikes] == [(step, "fast_recovery")]
