@@ -37,8 +37,8 @@ What it checks
     mistaken for leakage. The batch is dim 0 unless task["batch_dim"] says otherwise (1 for a
     time-major (T, B) model such as an nn.LSTM without batch_first).
     The outputs compared are output["logits"] when the model returns a dict or a Hugging Face
-    ModelOutput that has them (given labels, such a model returns the loss first), else the
-    first tensor of the output.
+    ModelOutput that has them (given labels, such a model returns the loss first), else its first
+    output that is not the loss (CLIP's logits_per_image), else the first tensor of the output.
 
 Command
     python diagnostics/batch_independence.py                     # embedded demo (planted bug)
@@ -335,9 +335,12 @@ def _first_tensor(obj):
 
 
 def _prediction(output):
-    """output["logits"] when there is one (a Hugging Face model given labels puts the loss first), else the first tensor."""
-    if isinstance(output, dict) and torch.is_tensor(output.get("logits")):
-        return output["logits"]
+    """output["logits"] when there is one (a Hugging Face model given labels puts the loss first), else the first tensor
+    that is not output["loss"] (CLIP's logits_per_image), else the first tensor."""
+    if isinstance(output, dict):
+        if torch.is_tensor(output.get("logits")):
+            return output["logits"]
+        return _first_tensor([value for key, value in output.items() if key != "loss"])
     return _first_tensor(output)
 
 

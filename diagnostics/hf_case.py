@@ -10,7 +10,8 @@ Use it in a case file:
         return case_from_hf(model, batch)
 
 then `python diagnostics/doctor.py --case my_case.py`. The batch is the dict your loop passes as
-`model(**batch)`; it must hold `labels`, and the loss is the model's own `output.loss`, as in
+`model(**batch)`; it must hold `labels` (or `return_loss=True`, for CLIP's contrastive loss over the
+batch), and the loss is the model's own `output.loss`, as in
 `loss = model(**batch).loss`. The task hints come from the model: an encoder-decoder is `seq2seq`,
 a `...ForCausalLM`/`...LMHeadModel` is `causal_lm` (its labels are the input ids; the model shifts
 them), a `...Classification` head is `classification` with `config.num_labels` classes; padding in
@@ -57,12 +58,13 @@ def task_hints(model):
 
 def case_from_hf(model, batch, optimizer=None, **task):
     """Return the case dict (DESIGN.md, "A case") for `loss = model(**batch).loss`."""
-    if not isinstance(batch, dict) or "labels" not in batch:
-        raise ValueError("case_from_hf needs the batch as a dict that holds 'labels' (the dict your loop passes as model(**batch))")
+    if not isinstance(batch, dict) or not ("labels" in batch or batch.get("return_loss") is True):
+        raise ValueError("case_from_hf needs the batch as a dict that holds 'labels', or return_loss=True for a model "
+                         "that scores the batch against itself (CLIP): the dict your loop passes as model(**batch)")
     if not hasattr(model, "config"):
         raise ValueError(f"case_from_hf needs a transformers model (with .config); got {type(model).__name__}")
-    batch = {key: value for key, value in dict(batch).items() if isinstance(value, torch.Tensor)}
-    case = {"model": model, "batch": (batch, batch["labels"]), "loss_fn": model_loss,
+    batch = {key: value for key, value in dict(batch).items() if isinstance(value, torch.Tensor) or key == "return_loss"}
+    case = {"model": model, "batch": (batch, batch.get("labels")), "loss_fn": model_loss,
             "task": {**task_hints(model), **task}}
     if optimizer is not None:
         case["optimizer"] = optimizer

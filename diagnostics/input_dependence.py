@@ -292,11 +292,14 @@ WEAK = 1e-2  # our assumption, tuned on the test zoo: healthy cases measure 0.06
 
 
 def main_tensor(output):
-    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
+    """The prediction tensor inside a model output: the tensor itself, output["logits"] (else a dict's first tensor
+    that is not its loss: CLIP's logits_per_image), or output[0]."""
     if isinstance(output, torch.Tensor):
         return output
-    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
-        return output["logits"]
+    if isinstance(output, dict):
+        if isinstance(output.get("logits"), torch.Tensor):
+            return output["logits"]
+        return next((value for key, value in output.items() if key != "loss" and isinstance(value, torch.Tensor)), None)
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
     return None

@@ -139,5 +139,47 @@ def make_whisper():
     return case_from_hf(model, {"input_features": input_features, "labels": labels})
 
 
+def make_mistral():
+    """Mistral: sliding-window attention (a window of 8 over 16 positions), grouped-query attention."""
+    import transformers
+    with seeded(18):
+        config = transformers.MistralConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
+                                            sliding_window=8)
+        model = transformers.MistralForCausalLM(config)
+        input_ids = progression_tokens(8, 16, 64)
+    return case_from_hf(model, {"input_ids": input_ids, "labels": input_ids})
+
+
+def make_clip():
+    """CLIP: image and text towers scored against each other over the batch; the loss is contrastive (return_loss)."""
+    import transformers
+    with seeded(19):
+        config = transformers.CLIPConfig(
+            text_config={"vocab_size": 64, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                         "num_attention_heads": 2, "max_position_embeddings": 16, "bos_token_id": 0, "eos_token_id": 1},
+            vision_config={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
+                           "image_size": 16, "patch_size": 4},
+            projection_dim=32)
+        model = transformers.CLIPModel(config)
+        input_ids = torch.randint(3, 64, (8, 10))
+        input_ids[:, -1] = 1  # the end token, where CLIP's text tower pools (without it, at position 0: one token)
+        pixel_values = torch.randn(8, 3, 16, 16)
+    return case_from_hf(model, {"input_ids": input_ids, "pixel_values": pixel_values, "return_loss": True})
+
+
+def make_wav2vec2():
+    """Wav2Vec2 for CTC: a conv feature encoder over raw audio, a transformer, CTC over 12 characters."""
+    import transformers
+    with seeded(20):
+        config = transformers.Wav2Vec2Config(vocab_size=12, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                             intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                             conv_kernel=(10, 3), num_feat_extract_layers=2, num_conv_pos_embeddings=8,
+                                             num_conv_pos_embedding_groups=2, pad_token_id=0, ctc_loss_reduction="mean")
+        model = transformers.Wav2Vec2ForCTC(config)
+        input_values = torch.randn(8, 1600)  # 0.1 s at 16 kHz
+        labels = torch.randint(1, 12, (8, 6))
+    return case_from_hf(model, {"input_values": input_values, "labels": labels})
+
 HEALTHY = ["make_gpt2", "make_gpt2_unpadded", "make_bert_classifier", "make_t5", "make_vit", "make_llama", "make_qwen2",
-           "make_whisper"]
+           "make_whisper", "make_mistral", "make_clip", "make_wav2vec2"]
