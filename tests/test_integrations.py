@@ -51,8 +51,8 @@ def test_hf_trainer_skips_and_names_a_batch_with_every_label_masked(tmp_path):
     records, events = read_log(tmp_path / "out" / "ml_debug_log.jsonl")
     assert [r["step"] for r in records] == [s for s in range(1, STEPS + 1) if s != BAD]
     assert all(math.isfinite(r["loss"]) and math.isfinite(r["grad_norm"]) for r in records)
-    assert [(e["step"], e["event"]) for e in events] == [(BAD, "nan"), (BAD, "skip")]
-    assert events[1]["reason"] == "nonfinite_loss"
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip"), (BAD, "nan")]
+    assert events[0]["reason"] == "nonfinite_loss"
     report = spikes.analyze(tmp_path / "out" / "ml_debug_log.jsonl")
     assert report.columns.grad == "grad_norm" and len(report.spikes) == 0 and report.nan_step is None
     own = {entry["step"]: entry for entry in trainer.state.log_history if "loss" in entry}
@@ -110,7 +110,7 @@ def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
     path = tmp_path / "run" / "version_0" / "ml_debug_log.jsonl"
     records, events = read_log(path)
     assert [r["step"] for r in records] == [s for s in range(STEPS) if s != BAD]
-    assert [(e["step"], e["event"]) for e in events] == [(BAD, "nan"), (BAD, "skip")]
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip"), (BAD, "nan")]
     report = spikes.analyze(path)
     assert report.columns.grad == "grad_norm" and report.nan_step is None
     with open(tmp_path / "run" / "version_0" / "metrics.csv") as f:

@@ -29,19 +29,15 @@ class Session:
             self.tokens = tokens if self.tokens is None else self.tokens + tokens
 
     def before_step(self, step, grad_norm=None):
-        """Before optimizer.step(), gradients not yet clipped: name a NaN, and skip the step if the guard says so.
+        """Before optimizer.step(), gradients not yet clipped: skip the step if the guard says so, and name a NaN.
 
         Skipping sets every gradient to None, so the optimizer leaves every parameter and its state
-        alone; the guard takes the same decision on every rank.
+        alone; the guard takes the same decision on every rank. On a skipped step the ranks' NanWatch
+        reports are gathered (one collective, on skipped steps only), so the log names the module
+        whichever rank made the NaN.
         """
         self.skipped = False
-        if self.watch is not None:
-            report = self.watch.check(step)
-            if report is not None:
-                self.reports.append(report)
-                log.warning("ml_debug NanWatch: %s", report["summary"])
-                if self.monitor is not None:
-                    self.monitor.event(step, "nan", module=report["module"], phase=report["phase"], source=report["source"])
+        report = self.watch.check(step) if self.watch is not None else None
         if self.guard is not None and self.loss is not None:
             if self.guard.should_skip(step, self.loss, grad_norm=grad_norm):
                 self.skipped = True
@@ -49,6 +45,19 @@ class Session:
                 log.warning("ml_debug SpikeGuard: step %s skipped (%s, value %s)", step, event["reason"], event["value"])
                 for p in self.model.parameters():
                     p.grad = None
+        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+        rank = torch.distributed.get_rank() if distributed else 0
+        found = [(rank, report)] if report is not None else []
+        if self.skipped and distributed:  # every rank skips together: gather where the NaN was made, for rank 0's log
+            gathered = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(gathered, report)
+            found = [(r, each) for r, each in enumerate(gathered) if each is not None]
+        for where, each in found:
+            if where == rank:
+                self.reports.append(each)
+                log.warning("ml_debug NanWatch: %s", each["summary"])
+            if self.monitor is not None:  # rank 0 writes the line, whichever rank made the NaN
+                self.monitor.event(step, "nan", module=each["module"], phase=each["phase"], source=each["source"], rank=where)
         return self.skipped
 
     def after_step(self, step, grad_norm=None):

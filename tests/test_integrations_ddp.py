@@ -1,0 +1,72 @@
+"""The Lightning callback under real DDP: two gloo ranks on CPU that Lightning spawns itself, a batch that makes NaN on
+rank 1 only. The step must be skipped on every rank (their weights stay equal and finite), the log, written once by
+rank 0, must name the module and the rank that made the NaN, and spikes.py must read it back."""
+import json
+
+import pytest
+import torch
+
+import spikes
+
+lightning = pytest.importorskip("lightning")
+from ml_debug.integrations.lightning import MLDebugCallback  # noqa: E402  (after the importorskip)
+
+STEPS, BAD, WORLD, ROWS = 12, 8, 2, 8
+
+
+class ScaleNorm(torch.nn.Module):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
+
+
+class Classifier(lightning.LightningModule):  # module level: ddp_spawn pickles it into each rank
+    def __init__(self, out_dir):
+        super().__init__()
+        self.out_dir = out_dir
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), ScaleNorm(), torch.nn.Linear(16, 16),
+                                           torch.nn.GELU())
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-2)
+
+    def train_dataloader(self):  # each rank its own rows; rank 1's batch at step BAD holds one all-zero row
+        g = torch.Generator().manual_seed(self.global_rank)
+        x, y = torch.randn(STEPS * ROWS, 8, generator=g), torch.randint(0, 3, (STEPS * ROWS,), generator=g)
+        if self.global_rank == 1:
+            x[BAD * ROWS] = 0.0
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=ROWS)
+
+    def on_train_end(self):  # each rank's weights, for the test to compare
+        torch.save(self.state_dict(), f"{self.out_dir}/rank{self.global_rank}.pt")
+
+
+def test_lightning_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
+    torch.manual_seed(0)
+    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=WORLD, strategy="ddp_spawn",
+                                logger=lightning.pytorch.loggers.CSVLogger(tmp_path, name="run"), log_every_n_steps=1,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                default_root_dir=tmp_path, callbacks=[MLDebugCallback()],
+                                use_distributed_sampler=False)
+    trainer.fit(Classifier(str(tmp_path)))
+
+    weights = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # one decision, taken on both ranks
+    assert all(torch.isfinite(v).all() for v in weights[0].values())  # the NaN step never reached the weights
+    path = tmp_path / "run" / "version_0" / "ml_debug_log.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    records, events = [r for r in lines if "event" not in r], [r for r in lines if "event" in r]
+    assert [r["step"] for r in records] == [s for s in range(STEPS) if s != BAD]  # one line per step: rank 0 alone
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip"), (BAD, "nan")]
+    assert (events[1]["module"], events[1]["phase"], events[1]["rank"]) == ("encoder.1", "forward", 1)
+    report = spikes.analyze(path)
+    assert report.columns.grad == "grad_norm" and report.nan_step is None and report.values == STEPS - 1
