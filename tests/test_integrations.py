@@ -64,30 +64,8 @@ def test_hf_trainer_skips_and_names_a_batch_with_every_label_masked(tmp_path):
 
 def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
     lightning = pytest.importorskip("lightning")
+    from lightning_cases import Classifier
     from ml_debug.integrations.lightning import MLDebugCallback
-
-    class ScaleNorm(torch.nn.Module):
-        def forward(self, x):
-            return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
-
-    class Classifier(lightning.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), ScaleNorm(), torch.nn.Linear(16, 16),
-                                               torch.nn.GELU())
-            self.head = torch.nn.Linear(16, 3)
-
-        def forward(self, x):
-            return self.head(self.encoder(x))
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            loss = torch.nn.functional.cross_entropy(self(x), y)
-            self.log("train_loss", loss)
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-2)
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(STEPS * 8, 8, generator=g)

@@ -9,35 +9,16 @@ import torch
 import spikes
 
 lightning = pytest.importorskip("lightning")
-from ml_debug.integrations.lightning import MLDebugCallback  # noqa: E402  (after the importorskip)
+from lightning_cases import Classifier  # noqa: E402  (after the importorskip)
+from ml_debug.integrations.lightning import MLDebugCallback  # noqa: E402
 
 STEPS, BAD, WORLD, ROWS = 12, 8, 2, 8
 
 
-class ScaleNorm(torch.nn.Module):
-    def forward(self, x):
-        return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
-
-
-class Classifier(lightning.LightningModule):  # module level: ddp_spawn pickles it into each rank
+class RankedClassifier(Classifier):  # module level: ddp_spawn pickles it into each rank
     def __init__(self, out_dir):
         super().__init__()
         self.out_dir = out_dir
-        self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), ScaleNorm(), torch.nn.Linear(16, 16),
-                                           torch.nn.GELU())
-        self.head = torch.nn.Linear(16, 3)
-
-    def forward(self, x):
-        return self.head(self.encoder(x))
-
-    def training_step(self, batch, batch_idx):
-        x, y = batch
-        loss = torch.nn.functional.cross_entropy(self(x), y)
-        self.log("train_loss", loss)
-        return loss
-
-    def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=1e-2)
 
     def train_dataloader(self):  # each rank its own rows; rank 1's batch at step BAD holds one all-zero row
         g = torch.Generator().manual_seed(self.global_rank)
@@ -57,7 +38,7 @@ def test_lightning_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, callbacks=[MLDebugCallback()],
                                 use_distributed_sampler=False)
-    trainer.fit(Classifier(str(tmp_path)))
+    trainer.fit(RankedClassifier(str(tmp_path)))
 
     weights = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(WORLD)]
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])  # one decision, taken on both ranks
