@@ -1,0 +1,86 @@
+"""The HF Trainer callback under real DDP: two gloo ranks on CPU, each running transformers' Trainer as torchrun would
+start it (RANK, WORLD_SIZE, MASTER_ADDR in the environment), a batch that makes NaN on rank 1 only. Both ranks must skip
+the step (their weights stay equal and finite) and the log rank 0 writes must name the module and rank 1.
+
+(A masked-label batch, the single-process test's NaN, makes none here: the Trainer divides by the tokens of every rank.)
+"""
+import json
+import math
+import os
+
+import pytest
+import torch
+
+import gloo
+
+STEPS, BAD, ROWS = 12, 8, 8
+
+
+class ScaleNorm(torch.nn.Module):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
+
+
+class Classifier(torch.nn.Module):
+    """A plain module the Trainer accepts: forward(**batch) returns a dict with the loss."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(8, 16, bias=False), ScaleNorm(), torch.nn.Linear(16, 16),
+                                           torch.nn.GELU())
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x, labels):
+        logits = self.head(self.encoder(x))
+        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+
+
+class Rows(torch.utils.data.Dataset):
+    def __len__(self):
+        return STEPS * ROWS * 2
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return {"x": torch.randn(8, generator=g), "labels": torch.randint(0, 3, (), generator=g)}
+
+
+def rank_main(rank, world, port, out_dir):
+    """One rank, started as torchrun starts it: the Trainer (accelerate) sets the process group up from the env."""
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    import transformers
+    from ml_debug.integrations.hf import MLDebugCallback
+    batches = []
+
+    def collate(rows):  # the BAD-th batch of rank 1 holds one all-zero row
+        batches.append(len(rows))
+        batch = {key: torch.stack([row[key] for row in rows]) for key in rows[0]}
+        if rank == 1 and len(batches) == BAD:
+            batch["x"][0] = 0.0
+        return batch
+
+    torch.manual_seed(0)
+    model = Classifier()
+    args = transformers.TrainingArguments(output_dir=out_dir, max_steps=STEPS, per_device_train_batch_size=ROWS,
+                                          learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
+                                          use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
+                                          ddp_backend="gloo")
+    callback = MLDebugCallback()
+    transformers.Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
+                         callbacks=[callback]).train()
+    gloo.report(rank, out_dir, {"weights": [p.detach().flatten().tolist() for p in model.parameters()],
+                                "reports": [(r["step"], r["module"], r["phase"]) for r in callback.reports]})
+
+
+def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
+    pytest.importorskip("transformers")
+    ranks = gloo.run_on_ranks(rank_main, tmp_path, "a rank of the HF Trainer run hung")
+    assert ranks[0]["weights"] == ranks[1]["weights"]  # one decision, taken on both ranks
+    assert all(math.isfinite(v) for p in ranks[0]["weights"] for v in p)  # the NaN step never reached them
+    assert ranks[0]["reports"] == [] and ranks[1]["reports"] == [[BAD, "encoder.1", "forward"]]
+    lines = [json.loads(line) for line in (tmp_path / "ml_debug_log.jsonl").read_text().splitlines()]
+    records, events = [r for r in lines if "event" not in r], [r for r in lines if "event" in r]
+    assert [r["step"] for r in records] == [s for s in range(1, STEPS + 1) if s != BAD]  # rank 0 alone writes
+    assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip"), (BAD, "nan")]
+    assert (events[1]["module"], events[1]["rank"]) == ("encoder.1", 1)
