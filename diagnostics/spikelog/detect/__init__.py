@@ -1,0 +1,217 @@
+"""Detection: a log's chunks, fed row by row (healthy stretches a block at a time), into spikes and events."""
+import itertools
+import math
+import operator
+import statistics
+from pathlib import Path
+
+from .. import CliError, json_clean, json_int
+from ..read import open_log
+from ..read.columns import Unparsed, number
+from .events import Creep, ResumeWatch, grad_only_events, link_grad_leads, resume_spike_events, series_spike_events
+from .series import Series
+from .thresholds import BLOCK, MIN_POINTS
+
+
+class Curve:
+    """A bounded copy of one series for the plot: buckets keep their lowest and highest value."""
+
+    LIMIT = 4000  # buckets; two points each is plenty for a 10-inch wide figure
+
+    def __init__(self):
+        self.buckets = []  # [segment, step_lo, lo, step_hi, hi, count]
+        self.size = 1
+
+    def add(self, segment, step, x):
+        b = self.buckets[-1] if self.buckets else None
+        if b is None or b[0] != segment or b[5] >= self.size:
+            self.buckets.append([segment, step, x, step, x, 1])
+            if len(self.buckets) > self.LIMIT:
+                self._halve()
+            return
+        if x < b[2]:
+            b[1], b[2] = step, x
+        if x > b[4]:
+            b[3], b[4] = step, x
+        b[5] += 1
+
+    def _halve(self):
+        merged = []
+        for b in self.buckets:
+            last = merged[-1] if merged else None
+            if last is not None and last[0] == b[0] and last[5] < 2 * self.size:
+                if b[2] < last[2]:
+                    last[1], last[2] = b[1], b[2]
+                if b[4] > last[4]:
+                    last[3], last[4] = b[3], b[4]
+                last[5] += b[5]
+            else:
+                merged.append(list(b))
+        self.buckets = merged
+        self.size *= 2
+
+    def segments(self):
+        """{segment: (steps, values)} in step order."""
+        out = {}
+        for seg, s_lo, lo, s_hi, hi, _ in self.buckets:
+            steps, values = out.setdefault(seg, ([], []))
+            for s, v in sorted({(s_lo, lo), (s_hi, hi)}):
+                steps.append(s)
+                values.append(v)
+        return out
+
+
+class Report:
+    """Everything found in one log; `to_json()` is the DESIGN.md contract (plus a `log` summary)."""
+
+    def __init__(self, path, fmt, cols):
+        self.path, self.format, self.columns = Path(path), fmt, cols
+        self.spikes, self.events, self.nan_step = [], [], None
+        self.values = 0
+        self.first_step = self.last_step = None
+        self.curves = {}
+        self.resumes = []  # (row, step, step before the resume)
+        self.dataset_spikes = {}  # series name -> its own spikes, when there are per-dataset losses
+
+    def to_json(self):
+        events = sorted(self.events, key=lambda e: e["_row"])
+        return {
+            "spikes": [s.to_json() for s in self.spikes],
+            "events": [{k: json_clean(v) for k, v in e.items() if k != "_row"} for e in events],
+            "nan_step": json_int(self.nan_step),
+            "log": {"path": str(self.path), "format": self.format, "loss_column": self.columns.loss,
+                    "grad_norm_column": self.columns.grad, "lr_column": self.columns.lr,
+                    "dataset_columns": self.columns.extras, "values": self.values,
+                    "first_step": json_int(self.first_step), "last_step": json_int(self.last_step)},
+        }
+
+
+def analyze(path, loss_name=None, keep_curves=False, fmt=None):
+    """Read one log and return its Report. Memory: one window per series plus what is found."""
+    fmt, cols, rows, unparsed = open_log(path, loss_name, fmt)
+    report = Report(path, fmt, cols)
+    events = report.events
+    creep = Creep(events)
+    main = Series(cols.loss, on_block=creep.add_block, on_reset=creep.reset)
+    grad = Series(cols.grad)
+    extras = [Series(name) for name in cols.extras]
+    curves = report.curves
+    if keep_curves:
+        curves.update((name, Curve()) for name in [cols.loss, cols.grad, *cols.extras] if name)
+    watch = None  # the ResumeWatch of the latest resume, while it still has something to say
+    has_step, has_grad, has_lr = cols.step is not None, cols.grad is not None, cols.lr is not None
+    first_step = None
+    last_step = -math.inf
+    values = segment = 0
+    row = 0  # the row of the file (data rows only) at the start of the chunk
+    feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
+    for steps, losses, grads, lrs, extra, complete in rows:
+        n = len(losses)
+        if not has_step:
+            steps = range(row, row + n)
+        fast = complete and not curves and steps[0] > last_step and _increasing(steps)
+        i = 0
+        while i < n:
+            if fast and watch is None and main.episode is None:  # healthy stretches, a block at a time
+                done = main.feed_run(steps, losses, row, i, n, strict=True)
+                if done > i:
+                    if grads is not None:
+                        grad.feed_run(steps, grads, row, i, done)
+                    for series, x in zip(extras, extra):
+                        series.feed_run(steps, x, row, i, done)
+                    first_step = steps[i] if first_step is None else first_step
+                    last_step = steps[done - 1]
+                    values += done - i
+                    i = done
+                    if i == n:
+                        break
+            k = i
+            while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                r = row + i
+                step, loss = steps[i], losses[i]
+                gnorm = grads[i] if grads is not None else None
+                if step is None:
+                    step = last_step + 1 if values else r
+                if loss is not None:
+                    if step <= last_step:  # a resume or a rollback
+                        events.append({"kind": "resume", "step": step, "from_step": last_step,
+                                       "rollback_steps": last_step - step, "_row": r})
+                        report.resumes.append((r, step, last_step))
+                        main.rollback(step, r)
+                        creep.reset()
+                        segment += 1
+                        recent = list(main.window)[-BLOCK:]  # the level just before the resume
+                        watch = None
+                        if recent and main.med is not None:
+                            watch = ResumeWatch(step, r, statistics.median(recent), main, events)
+                    elif first_step is None:
+                        first_step = step
+                    last_step = step
+                    values += 1
+                    feed_loss(step, r, loss)
+                    if watch is not None and watch.add(step, r, loss):
+                        watch = None
+                    episode = main.episode
+                    if episode is not None:
+                        if episode.count == 1 and has_lr:
+                            episode.lr = number(lrs[i], cols.lr, None, Unparsed())
+                        if has_grad and gnorm is not None and gnorm - gnorm == 0:
+                            episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
+                    if curves and loss - loss == 0:
+                        curves[cols.loss].add(segment, step, loss)
+                if not fast:  # (in a complete chunk the other series take the stretch as a whole, below)
+                    if gnorm is not None:
+                        feed_grad(step, r, gnorm)
+                        if curves and gnorm - gnorm == 0:
+                            curves[cols.grad].add(segment, step, gnorm)
+                    for series, column in zip(extras, extra):
+                        x = column[i]
+                        if x is not None:
+                            series.feed(step, r, x)
+                            if curves and x - x == 0:
+                                curves[series.name].add(segment, step, x)
+                i += 1
+                if fast and main.episode is None and watch is None:
+                    break  # back to the blocks
+            if fast:  # the other series do not wait on the loss: their own spikes are found value by value
+                if grads is not None:
+                    grad.feed_run(steps, grads, row, k, i)
+                for series, x in zip(extras, extra):
+                    series.feed_run(steps, x, row, k, i)
+        row += n
+    row -= 1  # the last row
+    if values == 0:
+        bad = unparsed.columns.get(cols.loss)
+        why = (" (header only)" if row < 0 else
+               f" ({bad[0]} cells are not numbers, the first on line {bad[1]})" if bad else "")
+        raise CliError(f"no numeric values in loss column '{cols.loss}'{why}")
+    report.values, report.first_step, report.last_step = values, first_step, last_step
+    if values <= MIN_POINTS:  # say so: "spikes: 0" alone would read as a clean run
+        events.append({"kind": "too_short", "step": None, "values": values, "needed": MIN_POINTS + 1, "_row": -1})
+    for series in (main, grad, *extras):
+        series.finish(row)
+    report.spikes = main.spikes
+    report.dataset_spikes = {series.name: series.spikes for series in extras}
+    report.nan_step = main.nonfinite[0][0] if main.nonfinite else None
+    link_grad_leads(main.spikes, grad.spikes, report.resumes)
+    grad_only_events(main.spikes, grad.spikes, events)
+    resume_spike_events(main.spikes, report.resumes, events)
+    series_spike_events(main, extras, events)
+    for series in (main, grad, *extras):
+        for first, last, count, first_row in series.nonfinite:
+            events.append({"kind": "nonfinite", "step": first, "last_step": last, "count": count,
+                           "series": series.name, "_row": first_row})
+    for name, (count, line) in unparsed.columns.items():
+        events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
+                       "_row": -1})
+    return report
+
+
+def _increasing(steps):
+    """Steps strictly increasing: no resume inside. Evenly spaced ones (most logs) are checked at C speed."""
+    if isinstance(steps, range):  # the row numbers of a log without a step column
+        return True
+    stride = steps[1] - steps[0] if len(steps) > 1 else 1
+    if stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
+        return steps == list(range(steps[0], steps[-1] + 1, stride))
+    return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))

@@ -1,0 +1,386 @@
+"""One logged series: its rolling baseline, and each spike followed from its start to its verdict."""
+import itertools
+import math
+import statistics
+from collections import deque
+
+from .. import json_float, json_int
+from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND,
+                         FALLING_Z, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
+                         MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL,
+                         SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY, WINDOW)
+
+
+class Spike:
+    """A finished spike. Steps come from the log; rows count data rows of the file."""
+
+    __slots__ = ("step", "start", "end", "type", "baseline", "peak", "recovery_steps", "grad_norm_lead",
+                 "level_after", "ended_by", "grad_norm_peak", "lr", "start_row", "peak_row", "end_row")
+
+    def __init__(self, episode, kind, end, level_after, ended_by, end_row):
+        self.step = episode.peak_step
+        self.start = episode.start
+        self.end = end
+        self.type = kind
+        self.baseline = episode.baseline
+        self.peak = episode.peak
+        self.recovery_steps = None if kind in ("no_recovery", "divergence") or end is None else end - episode.peak_step
+        self.grad_norm_lead = None
+        self.level_after = level_after
+        self.ended_by = ended_by
+        self.grad_norm_peak = episode.grad_peak
+        self.lr = episode.lr
+        self.start_row, self.peak_row, self.end_row = episode.start_row, episode.peak_row, end_row
+
+    def to_json(self):
+        return {
+            "step": json_int(self.step), "start": json_int(self.start), "end": json_int(self.end), "type": self.type,
+            "baseline": json_float(self.baseline), "peak": json_float(self.peak),
+            "recovery_steps": json_int(self.recovery_steps), "grad_norm_lead": json_int(self.grad_norm_lead),
+            "level_after": json_float(self.level_after), "ended_by": self.ended_by,
+            "grad_norm_peak": json_float(self.grad_norm_peak), "lr": json_float(self.lr),
+        }
+
+
+class Episode:
+    """A spike from the value that crossed the threshold until it is classified."""
+
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0)):
+        self.start, self.start_row = step, row
+        self.baseline, self.threshold = baseline, threshold
+        self.slope, self.lag = trend  # the trend the run was on: per row (<= 0), rows the baseline lags behind
+        self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
+        self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
+        self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
+        self.peak, self.peak_step, self.peak_row = x, step, row
+        self.tail = []  # (step, row, value) after the peak, CONFIRM at most: the recovery test
+        self.recent = deque(maxlen=BLOCK)  # (row, step, value): the latest values, for a verdict by level
+        self.recent.append((row, step, x))
+        self.block, self.block_step = [x], step
+        self.blocks = []  # (first step, median) of each full block since the start
+        self.last_block = None  # the values of the latest full block: the new baseline after settling
+        self.count = 1
+        self.grad_peak = None
+        self.lr = None
+        self.pending = None  # a recovery verdict while the level after it is checked against the trend
+        self.after = []  # (step, row, value) after the first value back in the band: fed again afterwards
+        self.dropped = []  # ...those the check slid past (only the last WINDOW of them are fed again)
+        self.back_step = None  # where the loss came back into the band
+
+    def add(self, step, row, x):
+        """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
+        self.count += 1
+        self.recent.append((row, step, x))
+        if self.pending is not None:
+            self.after.append((step, row, x))
+            if x > self.threshold + max(self.pending[2] - self.baseline, 0.0):  # a new spike (over the level
+                return self.pending  # the loss came back to) before the level could be checked: the recovery stands
+            if len(self.after) < VERIFY:
+                return None
+            verdict = self._offset()
+            if verdict is None:  # still coming down: slide on by a block (any spike in it ended the check)
+                if self.count >= MAX_FOLLOW:
+                    return self.pending
+                self.dropped.extend(self.after[:BLOCK])
+                del self.after[:BLOCK]
+            return verdict
+        tail = self.tail
+        if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
+            level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
+            tail.append((step, row, x))
+            return self._recovered(tail[0][0], tail[0][1], level)
+        if x > self.peak:
+            self.peak, self.peak_step, self.peak_row = x, step, row
+            self.tail.clear()
+        else:
+            tail.append((step, row, x))
+            if len(tail) == CONFIRM:
+                values = [v for _, _, v in tail]
+                if values[0] <= self.band and statistics.median(values) <= self.band:
+                    self.pending = self._recovered(tail[0][0], tail[0][1], statistics.median(values))
+                    self.after, self.back_step = tail[1:], tail[0][0]
+                    return None
+                del tail[0]
+        if not self.block:
+            self.block_step = step
+        self.block.append(x)
+        if len(self.block) == BLOCK:
+            self.blocks.append((self.block_step, statistics.median(self.block)))
+            self.last_block, self.block = self.block, []
+            verdict = self._settled(step)
+            if verdict:
+                return verdict
+        if self.count >= MAX_FOLLOW:
+            return self.by_level("horizon")
+        return None
+
+    def _recovered(self, step, row, level):
+        """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
+        kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS or row - self.peak_row <= 1 else "slow_recovery"
+        return kind, step, level, "recovered"
+
+    def _offset(self):
+        """Back in the band, but is it back on the trend? The medians of the two halves of the last VERIFY values
+        against the pre-spike trend: higher by OFFSET_Z noise sigma and OFFSET_REL, and no longer coming down
+        faster than that trend, is a lasting offset however noisy the run (no_recovery); within that, the
+        recovery stands; still coming down: None, look again a block later."""
+        values = [v for _, _, v in self.after]
+        half = len(values) // 2
+        early, late = statistics.median(values[:half]), statistics.median(values[half:])
+        rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
+        fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
+        expected = self.baseline + fall
+        falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
+        margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline))
+        # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set back.
+        if late - expected <= margin or late <= self.baseline:
+            return self.pending
+        if falling > FALL_Z * self.noise:
+            return None
+        self.last_block = values[half:]
+        return "no_recovery", self.back_step, late, "settled"
+
+    def _settled(self, step):
+        """At the end of a block: has the level stopped coming down above the band?"""
+        if len(self.blocks) < MIN_SETTLE_BLOCKS:
+            return None
+        first_step, level = self.blocks[-1]
+        earlier_step, earlier = self.blocks[(len(self.blocks) - 1) // 2]
+        if level <= self.band:
+            return None  # on its way back: the tail test will call the recovery
+        tol = SETTLE_TOL * self.noise
+        descent = earlier - level
+        if descent > tol:
+            rate = descent / max(first_step - earlier_step, 1)
+            if (level - self.band) / rate <= SETTLE_FACTOR * max(step - self.peak_step, 1):
+                return None  # still coming down at a pace that brings it back: keep following
+        if descent < -tol or self._diverged(level):
+            return "divergence", None, level, "settled"
+        return "no_recovery", first_step, level, "settled"
+
+    def _diverged(self, level):
+        return self.baseline > 0 and level >= DIVERGE_RATIO * self.baseline
+
+    def by_level(self, ended_by):
+        """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
+        if self.pending is not None:
+            verdict = (self._offset() if len(self.after) >= BLOCK else None) or self.pending
+            return verdict[:3] + (ended_by,) if verdict[3] == "recovered" else verdict
+        after = [(step, row, x) for row, step, x in self.recent if row > self.peak_row]
+        if not after:
+            return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
+        level = statistics.median(x for _, _, x in after)
+        if level <= self.band:
+            back = next((s, r) for s, r, x in after if x <= self.band)
+            return self._recovered(*back, level)[:3] + (ended_by,)
+        if self._diverged(level):
+            return "divergence", None, level, ended_by
+        return "no_recovery", after[-1][0], level, ended_by
+
+
+def _trend(values):
+    """(level at the newest value, robust sigma of the residuals, slope per row) of a window that falls: a line
+    through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging."""
+    n, half = len(values), len(values) // 2
+    slope = (sorted(values[half:])[half >> 1] - sorted(values[:half])[half >> 1]) / half
+    r = sorted(v - slope * i for i, v in enumerate(values))
+    return r[n >> 1] + slope * (n - 1), (r[(3 * n) >> 2] - r[n >> 2]) / IQR_PER_SIGMA, min(slope, 0.0)
+
+
+class Series:
+    """One logged series: a rolling window that spike values never enter, and its spike episodes.
+
+    Like llm.c's outlier detector (which takes a flagged value back out of its window) and ZClip
+    (which does not let a spike update its running statistics), values inside a spike never reach
+    the baseline, so a spike cannot lift the threshold for the next one. Unlike them we use the
+    median and the interquartile range, which a few outliers cannot move, instead of mean and variance.
+    """
+
+    def __init__(self, name, on_block=None, on_reset=None):
+        self.name = name
+        self.on_block, self.on_reset = on_block, on_reset  # hooks: a block median; the baseline was rebuilt (why)
+        self.window = deque(maxlen=WINDOW)
+        self.med = self.sigma = None
+        self.slope = 0.0  # per row: the trend of the window when it falls clearly, else 0
+        self.scale = 0.0  # the highest baseline so far: the run's own unit for the absolute floors
+        self.blocks = deque(maxlen=TREND_BLOCKS)  # (row, median) of the latest healthy blocks: the trend
+        self.falling = False  # the latest block median is far below the one two blocks earlier
+        self.threshold = math.inf
+        self.until_refresh = 1
+        self.refreshes = 0
+        self.episode = None
+        self.spikes = []
+        self.snapshot = None  # (start step, window) before the last spike that re-based the window
+        self.last_step = -math.inf
+        self.nonfinite = []  # [first step, last step, count, first row] per run of NaN/inf values
+
+    def _refresh(self, step, row):
+        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values); every
+        BLOCK values also a block median, for the trend, the creep watch, and to tell a fast fall."""
+        window = self.window
+        w = sorted(window)
+        n = len(w)
+        if n < MIN_POINTS:
+            self.med = self.sigma = None
+            self.threshold, self.until_refresh = math.inf, 1
+            return
+        self.until_refresh = REFRESH
+        self.refreshes += 1
+        block = not self.refreshes % (BLOCK // REFRESH)
+        if block:
+            b = sorted(itertools.islice(window, n - BLOCK, n))
+            level = (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2
+            blocks = self.blocks
+            blocks.append((row, level))
+            local = (b[(3 * BLOCK) >> 2] - b[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a little of the trend
+            self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
+        if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
+            med, sigma, slope = _trend(list(window))
+            last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block
+            med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
+        else:
+            med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
+            if n < WINDOW:  # a short log (one row per epoch) may be all descent: a line, if it explains the spread,
+                values = list(window)  # through the whole window or, on a curve that bends, its newer half
+                fits = [fit for fit in (_trend(values), _trend(values[n >> 1:])) if fit[2] < 0 and fit[1] < EARLY_TREND * sigma]
+                if fits:
+                    med, sigma, slope = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
+                    recent = sorted(values[-EARLY_RECENT:])  # never under the latest values: a bending curve leaves a
+                    med = max(med, recent[len(recent) >> 1])  # line below it
+        self.med, self.sigma, self.slope = med, sigma, slope
+        size = med if med >= 0 else -med
+        if size > self.scale:
+            self.scale = size
+        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * size, SPIKE_ABS * self.scale)
+        if block and self.on_block is not None:
+            self.on_block(step, row, level, self.scale)
+
+    def trend(self):
+        """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last
+        TREND_BLOCKS block medians (the median of 64 values over 200 rows: far steadier than the window's own
+        halves), 0 when it rises or there is too little; the lag is the plain median's, unless it followed a fall."""
+        b = self.blocks
+        if len(b) < TREND_BLOCKS:
+            return 0.0, 0
+        slope = ((b[-1][1] + b[-2][1]) - (b[0][1] + b[1][1])) / (b[-1][0] + b[-2][0] - b[0][0] - b[1][0])
+        return min(slope, 0.0), 0 if self.slope else WINDOW // 2
+
+    def feed(self, step, row, x):
+        """Take one value of the series at `step` (`row`: the row of the file, a clock shared by all series)."""
+        previous = self.last_step
+        if step <= previous:
+            self.rollback(step, row)
+            previous = -math.inf
+        self.last_step = step
+        if x - x != 0:  # NaN or inf
+            self._nonfinite(step, row, previous)
+        elif self.episode is not None:
+            self._follow(step, row, x)
+        elif x > self.threshold:
+            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window), self.trend())
+        else:  # healthy: the common case, kept short
+            self.window.append(x)
+            self.until_refresh -= 1
+            if not self.until_refresh:
+                self._refresh(step, row)
+
+    def feed_run(self, steps, values, row, start, stop, strict=False):
+        """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
+        refresh that is all finite and under the threshold, with no spike open, goes into the window at once: the
+        same result as one value at a time, several times faster. Anything else is fed value by value, or, when
+        `strict`, left to the caller: returns the index it got to."""
+        i = start
+        window = self.window
+        while i < stop:
+            if self.episode is None:
+                k = min(self.until_refresh, stop - i)
+                stretch = values[i:i + k]
+                total = sum(stretch)
+                if total - total == 0 and max(stretch) <= self.threshold:
+                    window.extend(stretch)
+                    i += k
+                    self.last_step = steps[i - 1]
+                    self.until_refresh -= k
+                    if not self.until_refresh:
+                        self._refresh(self.last_step, row + i - 1)
+                    continue
+            if strict:
+                return i
+            self.feed(steps[i], row + i, values[i])
+            i += 1
+        return i
+
+    def _follow(self, step, row, x):
+        """Feed the open spike; close it once it has a verdict."""
+        episode = self.episode
+        verdict = episode.add(step, row, x)
+        if verdict:
+            self._close(verdict, row)
+            if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
+                self.last_step = -math.inf  # may hold the next spike: take them again as new values
+                for later in ((episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]):
+                    self.feed(*later)
+
+    def _nonfinite(self, step, row, previous):
+        if self.nonfinite and self.nonfinite[-1][1] == previous:  # the run goes on
+            run = self.nonfinite[-1]
+            run[1] = step
+            run[2] += 1
+        else:
+            self.nonfinite.append([step, step, 1, row])
+        if self.episode is not None:
+            self._close(self.episode.pending or ("divergence", None, None, "nonfinite"), row)
+
+    def _close(self, verdict, row):
+        kind, end, level, ended_by = verdict
+        episode = self.episode
+        self.spikes.append(Spike(episode, kind, end, level, ended_by, row))
+        self.episode = None
+        if kind in ("no_recovery", "divergence") and ended_by in ("settled", "horizon"):
+            self.snapshot = (episode.start, episode.snapshot)  # the level moved: rebuild the baseline there
+            self._reset(episode.last_block, row, kind)
+
+    def _reset(self, values, row, why):
+        self.window = deque(values, maxlen=WINDOW)
+        self.blocks.clear()
+        self.falling = False
+        self.refreshes = 0
+        self._refresh(self.last_step, row)
+        if self.on_reset is not None:
+            self.on_reset(why)
+
+    def repeat_ended(self, gap, row):
+        """The data stopped repeating: the values before the jump read `gap` too low.
+
+        An open spike is measured from the level the loss really had, its baseline plus the gap. If its
+        peak stays under the threshold of that level, it was only the jump back up and is no spike.
+        The window, held at the repeated level since the spike opened, moves up by the gap as well.
+        Returns whether a spike stays open.
+        """
+        episode = self.episode
+        if episode is None:  # the jump stayed under the threshold: the window follows it on its own
+            if self.on_reset is not None:
+                self.on_reset("repeat_data")  # but the low of the repeated stretch is no level to climb from
+            return False
+        episode.baseline += gap
+        episode.threshold += gap
+        episode.band += gap
+        if episode.peak <= episode.threshold:
+            self.episode = None
+        self._reset([x + gap for x in self.window], row, "repeat_data")  # the pre-spike window, corrected
+        return self.episode is not None
+
+    def rollback(self, step, row):
+        """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
+        self.last_step = -math.inf
+        self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
+        self.falling = False
+        if self.episode is not None:
+            self._close(self.episode.by_level("resume"), row)
+        if self.snapshot is not None and step <= self.snapshot[0]:
+            self._reset(self.snapshot[1], row, "rollback")
+            self.snapshot = None
+
+    def finish(self, row):
+        if self.episode is not None:
+            self._close(self.episode.by_level("log_end"), row)

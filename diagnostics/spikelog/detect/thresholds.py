@@ -1,0 +1,45 @@
+"""Every number the detector decides by, each with its reason (measured, DESIGN.md, or our assumption)."""
+
+
+WINDOW = 64  # values in the rolling baseline; llm.c's loss and grad-norm outlier detector uses 64 too
+MIN_POINTS = 32  # values before detection starts: order statistics need some mass (our assumption)
+REFRESH = 32  # healthy values between two recomputations of the threshold: it lags a little, the
+# median lags half a window anyway (and follows a fast fall, see FALLING_Z), and each recomputation costs
+# ~5 us: every 16 rows it was a third of the time per row (measured); every 32 the synthetic scores are the same
+IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
+SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
+# the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
+SPIKE_REL = 0.05  # ...and at least 5% above the baseline: smaller bumps are noise for this purpose (ours)
+BAND_Z = 3.0  # the pre-spike noise band: baseline + 3 robust sigma (our assumption)
+BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption)
+CONFIRM = 5  # the first value back in the band and the median of it and the next 4 must be in the band
+FAST_STEPS = 20  # DESIGN.md: back in the band within 20 steps of the peak is a fast recovery
+DIVERGE_RATIO = 1.5  # DESIGN.md: settling at 1.5x the pre-spike level or more is a divergence
+EARLY_TREND = 0.5  # before the window is full, a falling line (through it or its newer half) whose residuals spread less than half the values do is the baseline (ours)
+EARLY_RECENT = 8  # ...and never under the median of its latest 8 values (ours)
+BLOCK = 32  # values per block median: settling, creeping and resume checks compare block medians
+MIN_SETTLE_BLOCKS = 4  # follow a spike for at least 4 blocks before calling its level settled (ours)
+SETTLE_TOL = 1.0  # block medians closer than 1 noise sigma are level (a median of 32 moves ~0.2 sigma)
+SETTLE_FACTOR = 4.0  # still coming down, but the band is more than 4x the time since the peak away at
+# the current rate of descent: call it settled (our assumption, tuned on the synthetic curves)
+MAX_FOLLOW = 4096  # values after which an unresolved spike is judged by its level
+FALLING_Z = 3.0  # the latest block median this many sigma (the block's own spread) under the one two blocks
+# earlier: the loss falls fast, and the baseline is a line through the window, not its median (ours)
+TREND_BLOCKS = 8  # block medians that give the pre-spike trend
+VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
+OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
+OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
+FALL_Z = 0.5  # still coming down: the later median lower by 0.5 sigma (2 standard errors of the difference)
+SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baseline so far (the first loss,
+CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
+CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
+CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
+DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
+DROP_REL = 0.01  # ...and at least 1% lower is a suspicious drop (our assumption)
+JUMP_CONFIRM = 16  # values whose median must stay above the midpoint to call the jump back up
+RESUME_NEAR = 64  # rows: a spike starting this soon after a resume is a resume spike (one window)
+LEAD_STEPS = 10  # a grad-norm spike at most this many steps (or one logged row) before a loss spike led it;
+# further back, on real logs, unrelated blips were picked up (ours)
+GRAD_ALONE_RATIO = 2.0  # a grad-norm spike with no loss spike is an event from twice its baseline up: the grad
+# norm is heavy-tailed, and smaller blips alone mean nothing (ours; the llm.c log's lone spike was 6.7x)
+SHARED_GAP = 3  # rows: spikes in two dataset series this close together are one event

@@ -1,0 +1,97 @@
+"""Reading a log: which format it is (by content), and its chunks.
+
+Each format is one module here. A plain-text format is a line parser, `parse(line)`, that returns a
+record (a dict of named numbers) or None for a line it does not know (the trainer's other output, skipped).
+To add one: write its module and add one line to TEXT_FORMATS.
+"""
+import json
+import stat
+from pathlib import Path
+
+from .. import CliError
+from . import (fairseq, hf_trainer, jsonl, llmc, megatron, modded_nanogpt, nanogpt, table, tensorboard, torchtune,
+               trainer_state)
+from .columns import Unparsed, from_records
+from .text import line_records
+
+SNIFF_BYTES = 65536  # the format is recognised from the first 64 KB...
+SNIFF_LINES = 200  # ...and at most 200 lines
+TEXT_FORMATS = {  # name -> line parser; the format whose parser knows most of the first lines wins
+    "modded-nanogpt": modded_nanogpt.parse,
+    "llm.c": llmc.parse_file,
+    "llm.c-stdout": llmc.parse_stdout,
+    "nanogpt": nanogpt.parse,
+    "megatron": megatron.parse,
+    "hf-trainer": hf_trainer.parse,
+    "torchtune": torchtune.parse,
+    "fairseq": fairseq.parse,
+}
+FORMATS = ("csv", "tsv", "jsonl", "json", "tensorboard", *TEXT_FORMATS)
+
+
+def sniff(path):
+    """The format of a log file, recognised from its first lines (the suffix only breaks ties)."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+    if b"brain.Event" in head[:128] or "tfevents" in path.name:
+        return "tensorboard"
+    if not head.strip():
+        raise CliError("the file is empty")
+    if b"\0" in head:
+        raise CliError("holds NUL bytes: a binary file, not a text log")
+    text = head.decode("utf-8", "replace").lstrip("\ufeff")
+    lines = [ln.strip() for ln in text.split("\n")[:SNIFF_LINES] if ln.strip()]
+    if len(head) == SNIFF_BYTES and len(lines) > 1:
+        lines.pop()  # the last line may be cut
+    first = lines[0]
+    if first.startswith("["):
+        return "json"
+    if first.startswith("{") and not first.startswith("{'"):
+        try:
+            record = json.loads(first)
+        except (ValueError, RecursionError):
+            return "json"  # a document over several lines, such as trainer_state.json
+        return "json" if isinstance(record, dict) and "log_history" in record else "jsonl"
+    known = {name: sum(parse(line) is not None for line in lines) for name, parse in TEXT_FORMATS.items()}
+    best = max(known, key=known.get)
+    if known[best]:
+        return best
+    suffix = path.suffix.lower()
+    if suffix in (".csv", ".tsv"):
+        return suffix[1:]
+    if "\t" in first:
+        return "tsv"
+    if "," in first:
+        return "csv"
+    raise CliError(f"not a training log this tool knows (first line: {first[:60]!r}); formats: "
+                   f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+
+
+def open_log(path, loss_name=None, fmt=None):
+    """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
+    a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
+    absent role; complete when no value is missing."""
+    path = Path(path)
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise CliError("no such file or directory") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO or a device would block or never end
+        raise CliError("not a regular file (a FIFO, socket or device): refused")
+    unparsed = Unparsed()
+    if stat.S_ISDIR(mode):
+        if fmt not in (None, "tensorboard"):
+            raise CliError(f"a directory, not a {fmt} file")
+        fmt = "tensorboard"
+    fmt = fmt or sniff(path)
+    if fmt == "tensorboard":
+        cols, rows = from_records(tensorboard.records(path), loss_name, unparsed)
+    elif fmt in ("csv", "tsv"):
+        cols, rows = table.read(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
+    elif fmt == "jsonl":
+        cols, rows = from_records(jsonl.records(path, unparsed), loss_name, unparsed)
+    elif fmt == "json":
+        cols, rows = from_records(trainer_state.records(path), loss_name, unparsed)
+    else:
+        cols, rows = from_records(line_records(path, TEXT_FORMATS[fmt]), loss_name, unparsed)
+    return fmt, cols, rows, unparsed
