@@ -8,7 +8,8 @@ At build time (mkdocs.yml `hooks:`) it:
   work on the site unchanged;
 - generates diagnostics/<name>.md for every diagnostics/<name>.py: its docstring rendered as
   markdown, then the whole file included by pymdownx.snippets, so the page always shows the
-  tested file; the .py itself is published beside it, for download;
+  tested file; the .py itself is published beside it, for download; a tool that imports a package
+  beside it (diagnostics/spikelog/ for spikes.py) shows and publishes that folder's modules too;
 - generates the overview pages refs/index.md (unless refs/ has its own), diagnostics/index.md and
   evidence/index.md, and the nav;
 - points links to diagnostics/<name>.py at the generated page and links to a folder at its index
@@ -79,18 +80,45 @@ def opening(path):
 
 
 def diagnostic_page(name, path, text):
-    """Markdown of diagnostics/<name>.md: the docstring `text`, then the real file included whole."""
+    """Markdown of diagnostics/<name>.md: the docstring `text`, then the real file included whole.
+
+    A tool that grew into a folder (CONTRIBUTING.md, "Tools that grew into a folder") imports a
+    package that sits beside it in diagnostics/; its page then says so and includes every module.
+    """
     source = path.read_text(encoding="utf-8")
-    return (
+    folders = sibling_packages(source)
+    needs = ("only torch and the standard library" if not folders else
+             "torch, the standard library and " + ", ".join(f"the folder `diagnostics/{folder}/`" for folder in folders)
+             + " beside it (copy both)")
+    page = (
         f"# {name}.py\n\n"
         f"{docstring_markdown(text) if text else '*This diagnostic has no docstring yet.*'}\n\n"
         "## Source {#source}\n\n"
         f"The file the tests run, included when the site is built ([download {name}.py]({name}.py)). "
-        f"It needs only torch and the standard library: `python diagnostics/{name}.py --help`.\n\n"
+        f"It needs {needs}: `python diagnostics/{name}.py --help`.\n\n"
         f"{fence(source)}{{.python .diagnostic-source}}\n"
         f'--8<-- "diagnostics/{name}.py"\n'
         f"{fence(source)}\n"
     )
+    for folder in folders:
+        page += f"\n## The folder `diagnostics/{folder}/`\n"
+        for module in package_modules(folder):
+            uri = module.relative_to(ROOT).as_posix()
+            code = module.read_text(encoding="utf-8")
+            page += f"\n### {module.relative_to(ROOT / 'diagnostics').as_posix()}\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
+    return page
+
+
+def sibling_packages(source):
+    """The packages in diagnostics/ that a diagnostic's source imports, in the order of first import."""
+    names = re.findall(r"^(?:from|import) (\w+)", source, re.M)
+    return [name for name in dict.fromkeys(names) if (ROOT / "diagnostics" / name / "__init__.py").is_file()]
+
+
+def package_modules(folder):
+    """Every module of the package diagnostics/<folder>/, the package's own __init__ first."""
+    return sorted((ROOT / "diagnostics" / folder).rglob("*.py"),
+                  key=lambda module: (module.parent.relative_to(ROOT).parts, module.name != "__init__.py", module.name))
 
 
 def fence(text):
@@ -192,6 +220,9 @@ def on_files(files, config):
         files.append(File.generated(config, uri, abs_src_path=str(path)))
     for name, path in diagnostics.items():
         files.append(File.generated(config, f"diagnostics/{name}.py", abs_src_path=str(path)))
+        for folder in sibling_packages(path.read_text(encoding="utf-8")):
+            for module in package_modules(folder):
+                files.append(File.generated(config, module.relative_to(ROOT).as_posix(), abs_src_path=str(module)))
     docstrings = {name: docstring(path) for name, path in diagnostics.items()}
     generated.clear()
     generated.update({f"diagnostics/{name}.md": diagnostic_page(name, diagnostics[name], text) for name, text in docstrings.items()})
