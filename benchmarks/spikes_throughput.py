@@ -6,7 +6,9 @@ stay flat? (Not run in CI.)
 For each scenario it writes a synthetic CSV log of `--rows` steps (step, loss, grad_norm, lr) with
 diagnostics/synthetic_curves.py, then runs, each in a child process of its own and one after the other:
 
-- `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes;
+- `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes; with
+  pandas installed (it is in requirements.txt) a CSV of 32 MB or more is read by pandas and screened with numpy;
+- `pure`: the same command with that accelerator off, as where pandas is not installed;
 - the baseline a reader would write in 15 lines of pandas: `read_csv`, then for loss and grad norm a
   rolling median and interquartile range over the previous 64 values and a count of the values above
   median + max(6 sigma, 5%). It finds outliers only: no types, no recovery, no events.
@@ -48,8 +50,12 @@ def load():
 
 # Each child reports its own CPU time and peak resident memory (Linux: ru_maxrss in kilobytes) on stderr.
 SPIKES = """
-import resource, runpy, sys
+import os, resource, runpy, sys
 sys.argv = [sys.argv[1], sys.argv[2], "--json"]
+if PURE_PYTHON:  # the path taken where pandas is not installed
+    sys.path.insert(0, os.path.dirname(sys.argv[0]))
+    from spikelog.read import table
+    table.ACCELERATE_BYTES = float("inf")
 code = 0
 try:
     runpy.run_path(sys.argv[0], run_name="__main__")
@@ -105,7 +111,8 @@ def main():
             log = directory / f"{scenario}-{rows}.csv"
             if not log.exists():  # a log kept from an earlier run is measured again as it is
                 synthetic_curves.make_curve(scenario, seed=0, rows=rows).write_csv(log)
-            for name, child in (("spikes.py", SPIKES), ("pandas", PANDAS)):
+            for name, child in (("spikes.py", SPIKES.replace("PURE_PYTHON", "False")),
+                                ("pure", SPIKES.replace("PURE_PYTHON", "True")), ("pandas", PANDAS)):
                 before = load()
                 wall, cpu, rss = run(child, log)
                 print(f"{scenario:>6} {rows:>11,} rows ({log.stat().st_size / 1e6:,.0f} MB CSV) {name:>9}: "

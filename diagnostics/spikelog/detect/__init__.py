@@ -86,9 +86,11 @@ class Report:
         }
 
 
-def analyze(path, loss_name=None, keep_curves=False, fmt=None):
-    """Read one log and return its Report. Memory: one window per series plus what is found."""
-    fmt, cols, rows, unparsed = open_log(path, loss_name, fmt)
+def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
+    """Read one log and return its Report. Memory: one window per series plus what is found. `accelerate`: read
+    a CSV with pandas and screen it with numpy (None: for a big file when pandas is installed); same report."""
+    fmt, cols, rows, unparsed = open_log(path, loss_name, fmt, accelerate)
+
     report = Report(path, fmt, cols)
     events = report.events
     creep = Creep(events)
@@ -105,28 +107,55 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
     values = segment = 0
     row = 0  # the row of the file (data rows only) at the start of the chunk
     feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
-    for steps, losses, grads, lrs, extra, complete in rows:
+    for steps, losses, grads, lrs, extra, complete in _increasing_pieces(rows) if has_step else rows:
         n = len(losses)
         if not has_step:
             steps = range(row, row + n)
-        fast = complete and not curves and steps[0] > last_step and _increasing(steps)
+        arrays = None  # numpy columns from the accelerated CSV reader: screened in numpy, lists made when needed
+        if not isinstance(losses, list):
+            from . import screen  # numpy: imported only when the reader already has
+            arrays = (steps, losses, grads, lrs, extra)
+            fast = not curves and steps[0] > last_step and screen.increasing(steps)
+        else:
+            fast = complete and not curves and steps[0] > last_step and _increasing(steps)
+        listed = arrays is None  # the columns are lists (made from the arrays on the first need)
         i = 0
         while i < n:
             if fast and watch is None and main.episode is None:  # healthy stretches, a block at a time
-                done = main.feed_run(steps, losses, row, i, n, strict=True)
+                done = i
+                if arrays is not None:  # as many refreshes at once as are plainly healthy
+                    done = screen.advance(main, arrays[0], arrays[1], row, i, n)
+                    for series, column in _sides(grad, extras, arrays[2], arrays[4]):
+                        screen.feed(series, arrays[0], column, row, i, done)
+                if done < n:
+                    if not listed:
+                        steps, losses, grads, lrs, extra = _lists(arrays)
+                        listed = True
+                    scalar_to = n if arrays is None else min(n, done + screen.SCALAR_SPAN)  # then numpy again
+                    reached, done = done, main.feed_run(steps, losses, row, done, scalar_to, strict=True)
+                    for series, column in _sides(grad, extras, grads, extra):
+                        series.feed_run(steps, column, row, reached, done)
                 if done > i:
-                    if grads is not None:
-                        grad.feed_run(steps, grads, row, i, done)
-                    for series, x in zip(extras, extra):
-                        series.feed_run(steps, x, row, i, done)
-                    first_step = steps[i] if first_step is None else first_step
-                    last_step = steps[done - 1]
+                    first_step = int(steps[i]) if first_step is None else first_step
+                    last_step = int(steps[done - 1])
                     values += done - i
                     i = done
                     if i == n:
                         break
+            if not listed:
+                steps, losses, grads, lrs, extra = _lists(arrays)
+                listed = True
             k = i
             while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                if fast and watch is None and main.episode is not None and main.episode.count > 1:
+                    done = main.follow_run(steps, losses, row, i, n)  # what the open spike only queues: at once
+                    if done > i:
+                        if has_grad:
+                            _grad_peak(main.episode, grads[i:done])
+                        values += done - i
+                        last_step = steps[done - 1]
+                        i = done
+                        continue
                 r = row + i
                 step, loss = steps[i], losses[i]
                 gnorm = grads[i] if grads is not None else None
@@ -205,6 +234,51 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None):
         events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
                        "_row": -1})
     return report
+
+
+def _increasing_pieces(chunks):
+    """The chunks cut where the steps go back (a resume, a rollback), that row alone: the stretches between are
+    read a block at a time, and only the row that goes back is read on its own (a chunk holds up to ~120k rows)."""
+    previous = None  # the last step of the previous complete chunk
+    for chunk in chunks:
+        steps, complete = chunk[0], chunk[5]
+        if not complete or len(steps) < 2:
+            previous = steps[-1] if complete and len(steps) else None
+            yield chunk
+            continue
+        if isinstance(steps, list):
+            back = [] if _increasing(steps) else [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
+        else:
+            import numpy
+            back = (numpy.flatnonzero(numpy.diff(steps) <= 0) + 1).tolist()
+        if previous is not None and steps[0] <= previous:
+            back.insert(0, 0)
+        previous = steps[-1]
+        if not back:
+            yield chunk
+            continue
+        cuts = sorted({0, *back, *(j + 1 for j in back), len(steps)})
+        for a, b in zip(cuts, cuts[1:]):
+            yield tuple(None if column is None else column[a:b] for column in chunk[:4]) + ([x[a:b] for x in chunk[4]], True)
+
+
+def _grad_peak(episode, grads):
+    """The highest finite grad norm logged while the spike is open, as the row loop keeps it."""
+    finite = [g for g in grads if g - g == 0]
+    if finite:
+        episode.grad_peak = max(finite) if episode.grad_peak is None else max(episode.grad_peak, *finite)
+
+
+def _sides(grad, extras, grads, extra):
+    """(series, column) of the series fed alongside the loss: the grad norm (if logged) and the dataset losses."""
+    return ([(grad, grads)] if grads is not None else []) + list(zip(extras, extra))
+
+
+def _lists(arrays):
+    """A chunk's numpy columns as lists (the row range of a log without steps stays a range)."""
+    steps, losses, grads, lrs, extra = arrays
+    return (steps if isinstance(steps, range) else steps.tolist(), losses.tolist(),
+            None if grads is None else grads.tolist(), None if lrs is None else lrs.tolist(), [x.tolist() for x in extra])
 
 
 def _increasing(steps):

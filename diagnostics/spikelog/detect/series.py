@@ -114,6 +114,42 @@ class Episode:
             return self.by_level("horizon")
         return None
 
+    def pending_run(self, steps, values, row, start, stop):
+        """While a recovery waits for its check: the values before the check at once, when each is finite and under
+        the new-spike limit (add() would take them one by one and say nothing); returns the index it got to."""
+        end = min(stop, start + VERIFY - 1 - len(self.after))
+        if end <= start:
+            return start
+        stretch = values[start:end]
+        total = sum(stretch)
+        if total - total != 0 or max(stretch) > self.threshold + max(self.pending[2] - self.baseline, 0.0):
+            return start
+        taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
+        self.after.extend(taken)
+        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
+        self.count += end - start
+        return end
+
+    def descent_run(self, steps, values, row, start, stop):
+        """No recovery in sight yet: values above the band and not over the peak, before the block ends, that add()
+        would only queue (recent, tail, block), at once when each is finite; returns the index it got to."""
+        end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
+        if end <= start or any(v <= self.band for _, _, v in self.tail):  # (a tail in the band may confirm a recovery)
+            return start
+        stretch = values[start:end]
+        total = sum(stretch)
+        if total - total != 0 or min(stretch) <= self.band or max(stretch) > self.peak:
+            return start
+        taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
+        self.count += end - start
+        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
+        self.tail.extend(taken)
+        del self.tail[:-(CONFIRM - 1)]  # add() drops the oldest whenever CONFIRM are queued and do not confirm
+        if not self.block:
+            self.block_step = taken[0][0]
+        self.block.extend(stretch)
+        return end
+
     def _recovered(self, step, row, level):
         """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
         kind = "fast_recovery" if step - self.peak_step <= FAST_STEPS or row - self.peak_row <= 1 else "slow_recovery"
@@ -287,8 +323,9 @@ class Series:
     def feed_run(self, steps, values, row, start, stop, strict=False):
         """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
         refresh that is all finite and under the threshold, with no spike open, goes into the window at once: the
-        same result as one value at a time, several times faster. Anything else is fed value by value, or, when
-        `strict`, left to the caller: returns the index it got to."""
+        same result as one value at a time, several times faster; so do the values an open spike only queues
+        (follow_run). Anything else is fed value by value, or, when `strict`, left to the caller: returns the
+        index it got to."""
         i = start
         window = self.window
         while i < stop:
@@ -306,9 +343,25 @@ class Series:
                     continue
             if strict:
                 return i
+            if self.episode is not None and self.episode.count > 1:  # what the open spike only queues: at once
+                done = self.follow_run(steps, values, row, i, stop)
+                if done > i:
+                    i = done
+                    continue
             self.feed(steps[i], row + i, values[i])
             i += 1
         return i
+
+    def follow_run(self, steps, values, row, start, stop):
+        """Feed values[start:stop] (steps increasing) to an open spike, as many at once as Episode.pending_run (a
+        recovery waits for its check) or Episode.descent_run take; returns the index it got to (value by value
+        from there)."""
+        episode = self.episode
+        run = episode.descent_run if episode.pending is None else episode.pending_run
+        done = run(steps, values, row, start, stop)
+        if done > start:
+            self.last_step = steps[done - 1]
+        return done
 
     def _follow(self, step, row, x):
         """Feed the open spike; close it once it has a verdict."""

@@ -67,10 +67,11 @@ def sniff(path):
                    f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
 
 
-def open_log(path, loss_name=None, fmt=None):
+def open_log(path, loss_name=None, fmt=None, accelerate=None):
     """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
     a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
-    absent role; complete when no value is missing."""
+    absent role; complete when no value is missing. The columns are lists, or numpy arrays from the accelerated
+    CSV reader (`accelerate`: None uses it for a big CSV when pandas is installed; True, False force it)."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -87,7 +88,7 @@ def open_log(path, loss_name=None, fmt=None):
     if fmt == "tensorboard":
         cols, rows = from_records(tensorboard.records(path), loss_name, unparsed)
     elif fmt in ("csv", "tsv"):
-        cols, rows = table.read(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed)
+        cols, rows = table.read(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed, accelerate)
     elif fmt == "jsonl":
         cols, rows = from_records(jsonl.records(path, unparsed), loss_name, unparsed)
     elif fmt == "json":

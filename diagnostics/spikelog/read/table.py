@@ -1,14 +1,39 @@
-"""CSV and TSV: W&B exports, Lightning's CSVLogger metrics.csv, Keras CSVLogger, timm summary.csv, our monitor."""
+"""CSV and TSV: W&B exports, Lightning's CSVLogger metrics.csv, Keras CSVLogger, timm summary.csv, our monitor.
+
+A big file is read faster when pandas is installed: its C parser turns a block of plain numbers into numpy
+columns (4 MB at a time, so memory stays flat), and detect/screen.py takes their healthy stretches in numpy.
+Anything pandas would read differently from Python (an empty cell, a word, a float step, a quote, a
+ragged row) sends that block to the pure-Python reader, so both give the same report.
+"""
 import csv
+import importlib.util
+import io
 import itertools
 
 from .. import CliError
 from .columns import Columns, row_tuple, to_chunk
-from .text import text_blocks
+from .text import BLOCK_BYTES, text_blocks
+
+ACCELERATE_BYTES = 24 << 20  # from ~750k rows: importing numpy and pandas (~0.65 s CPU) costs less than it saves
+# (measured: 1M rows, 32 MB, take ~1.3 s in pure Python and ~0.4 s plus the imports accelerated)
+NAN_SPELLINGS = ["nan", "NaN", "NAN", "Nan", "-nan", "+nan", "-NaN", "+NaN"]  # what float() reads as NaN, as
+# trainers write it; pandas reads only these as NaN here (an empty cell, "NA" or "null" stay text: Python decides)
+ACCELERATED_BLOCK_BYTES = 4 << 20  # per pandas call: its fixed cost (~0.5 ms) is spread over ~120k rows
 
 
-def read(path, delimiter, loss_name, unparsed):
-    blocks = text_blocks(path)
+def accelerator(path, wanted=None):
+    """pandas, when it is installed and worth importing for this file (`wanted`: None decides by size), else None."""
+    if wanted is False or (wanted is None and path.stat().st_size < ACCELERATE_BYTES):
+        return None
+    if importlib.util.find_spec("pandas") is None:
+        return None
+    import pandas
+    return pandas
+
+
+def read(path, delimiter, loss_name, unparsed, accelerate=None):
+    pandas = accelerator(path, accelerate)
+    blocks = text_blocks(path, ACCELERATED_BLOCK_BYTES if pandas else BLOCK_BYTES)
     header = None
     for line, text in blocks:
         lines = text.split("\n")
@@ -43,17 +68,42 @@ def read(path, delimiter, loss_name, unparsed):
             rows.append(row_tuple(number, [None if i is None else cells[i] for i in idx], names, unparsed))
         return to_chunk(rows, cols)
 
+    used = sorted({i for i in idx if i is not None})
+    # Numbers as float() reads them: pandas 3 parses them exactly; before, only its round-trip parser did.
+    exact = {} if pandas is None or int(pandas.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
+
+    def columns(text):
+        """The block as a chunk of numpy columns, or None when pandas would read it otherwise than Python."""
+        try:
+            frame = pandas.read_csv(io.StringIO(text), sep=delimiter, header=None, usecols=used, engine="c",
+                                    keep_default_na=False, na_values=NAN_SPELLINGS, low_memory=False, **exact)
+        except (ValueError, pandas.errors.ParserError):  # a ragged row, a missing column
+            return None
+        arrays = {}
+        for i in used:
+            column = frame[i].to_numpy()
+            if column.dtype.kind != "i" and (i == si or column.dtype.kind != "f"):  # a word, an empty cell, a
+                return None  # float step: Python's reading decides
+            arrays[i] = column if i == si else column.astype(float)
+        return (None if si is None else arrays[si], arrays[li], None if gi is None else arrays[gi],
+                None if ri is None else arrays[ri], [arrays[i] for i in ex], True)
+
     def chunks():
         for first, text in itertools.chain([rest], blocks):
             if not text:
                 continue
+            if pandas is not None and '"' not in text:
+                chunk = columns(text)
+                if chunk is not None:
+                    yield chunk
+                    continue
             if '"' not in text:  # plain numbers: one split per block and a column is a slice (3x faster)
                 flat = text.replace("\n", delimiter).split(delimiter)
                 if len(flat) == width * (text.count("\n") + 1):
                     try:  # int() and float() ignore a trailing \r
                         yield (None if si is None else [*map(int, flat[si::width])], [*map(float, flat[li::width])],
                                None if gi is None else [*map(float, flat[gi::width])],
-                               None if ri is None else flat[ri::width],  # read only where a spike starts
+                               None if ri is None else [*map(float, flat[ri::width])],
                                [[*map(float, flat[i::width])] for i in ex], True)
                         continue
                     except ValueError:  # a word, an empty cell, a float step: line by line

@@ -9,14 +9,14 @@ BLOCK_BYTES = 1 << 16  # text is read 64 KB at a time
 MAX_LINE = 1 << 22  # a line longer than 4 MB is no log line (a sparse or binary file): refused
 
 
-def text_blocks(path):
-    """A UTF-8 text file in whole lines (joined by \\n, the last line end and a BOM left out), BLOCK_BYTES at a
+def text_blocks(path, size=BLOCK_BYTES):
+    """A UTF-8 text file in whole lines (joined by \\n, the last line end and a BOM left out), `size` bytes at a
     time: a file of any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file)
     is refused. Yields (number of the first line, text)."""
     with open(path, "rb") as handle:
         carry, line = b"", 1
         while True:
-            block = handle.read(BLOCK_BYTES)
+            block = handle.read(size)
             if not block:
                 break
             if line == 1 and not carry and block.startswith(b"\xef\xbb\xbf"):

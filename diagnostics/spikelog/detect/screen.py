@@ -1,0 +1,124 @@
+"""The healthy-stretch screen with numpy, for the columns of a big CSV that the accelerated reader gives.
+
+Series.feed_run takes a healthy stretch a refresh at a time in Python. Here many refreshes are computed at
+once, with exactly the same arithmetic: for each stretch of REFRESH values the threshold it is held to
+(the previous refresh's), the window after it (its sorted order statistics: median, interquartile range),
+the block median and spread for the falling test, the running scale and the next threshold. The leading
+stretches that are finite, under their threshold and whose refresh does not find the loss falling fast are
+taken in one go; the series is left exactly as feed_run would leave it (window, thresholds, block medians,
+scale, on_block calls), and the first stretch that is not plain healthy goes to the scalar path. Only
+order statistics, one halving, one division and the threshold's sums and products are computed, each a
+single IEEE operation on the same doubles as in Python, so the verdicts and the numbers reported are the same
+(tests/test_spikes.py compares both paths on every test log).
+
+numpy is imported only when the accelerated reader is used (spikelog/read/table.py).
+"""
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .thresholds import BLOCK, FALLING_Z, IQR_PER_SIGMA, REFRESH, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW
+
+FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
+# soon (the next spike) costs little, and a long healthy one is screened in a few large numpy calls (ours)
+SCALAR_SPAN = 64  # values fed in Python before the numpy screen is tried again (a spike's follow-up is short)
+W_LOW, W_MID, W_HIGH = WINDOW >> 2, WINDOW >> 1, (3 * WINDOW) >> 2  # the window's quartiles, as Series._refresh
+B_LOW, B_MID, B_HIGH = BLOCK >> 2, BLOCK >> 1, (3 * BLOCK) >> 2  # ...and the block's (its median: mean of two)
+assert BLOCK == REFRESH and WINDOW % REFRESH == 0  # every refresh is a block refresh, as Series assumes
+
+
+def increasing(steps):
+    """Steps strictly increasing (a numpy column, or the row range of a log without steps)."""
+    return isinstance(steps, range) or len(steps) < 2 or bool((np.diff(steps) > 0).all())
+
+
+def as_list(column, start, stop):
+    """column[start:stop] as Python numbers (a range stays a range)."""
+    part = column[start:stop]
+    return part if isinstance(part, range) else part.tolist()
+
+
+def feed(series, steps, values, row, start, stop):
+    """Feed all of values[start:stop] to a series that nothing waits on (the grad norm, a dataset's loss): in
+    numpy while it is plainly healthy, in Python around its own spikes, then in numpy again."""
+    i = start
+    while i < stop:
+        i = advance(series, steps, values, row, i, stop)
+        if i < stop:
+            k = min(stop, i + SCALAR_SPAN)
+            series.feed_run(as_list(steps, i, k), values[i:k].tolist(), row + i, 0, k - i)
+            i = k
+
+
+def advance(series, steps, values, row, start, stop):
+    """Feed values[start:stop] (numpy, finite or not) to `series` while it is plainly healthy; returns the index
+    it got to. The caller goes on from there value by value (a spike, a NaN, a fast fall, a short window)."""
+    i = start
+    span = FIRST_SPAN
+    while i < stop:
+        if series.episode is not None or series.med is None or len(series.window) < WINDOW:
+            return i  # a spike is open, or the window is not full: the scalar path's own rules
+        if series.until_refresh != REFRESH:  # in the middle of a refresh stretch: finish it in Python
+            k = min(series.until_refresh, stop - i)
+            done = series.feed_run(as_list(steps, i, i + k), values[i:i + k].tolist(), row + i, 0, k, strict=True)
+            i += done
+            if done < k:
+                return i
+            continue
+        end = min(stop, i + span)
+        whole = i + (end - i) // REFRESH * REFRESH
+        if whole == i:  # the end of the chunk: less than a stretch, fed as it is
+            return i + series.feed_run(as_list(steps, i, end), values[i:end].tolist(), row + i, 0, end - i, strict=True)
+        with np.errstate(all="ignore"):  # inf and NaN are data here, as in Python: no warnings
+            got = _screen(series, steps, values, row, i, whole)
+        if got < whole:
+            return got
+        i = got
+        span *= 4
+    return i
+
+
+def _screen(series, steps, values, row, start, stop):
+    """Take the leading healthy refresh stretches of values[start:stop] (a whole number of them) at once."""
+    count = (stop - start) // REFRESH
+    new = values[start:stop]
+    stretches = new.reshape(count, REFRESH)
+    high, low = stretches.max(axis=1), stretches.min(axis=1)  # NaN propagates to both
+    # The window after each stretch: the last WINDOW values of the old window and the new ones.
+    joined = np.concatenate((np.fromiter(series.window, float, WINDOW), new))
+    windows = np.sort(sliding_window_view(joined, WINDOW)[REFRESH::REFRESH], axis=1)  # (9x faster than a partition)
+    med = windows[:, W_MID]
+    sigma = (windows[:, W_HIGH] - windows[:, W_LOW]) / IQR_PER_SIGMA
+    blocks = np.sort(stretches, axis=1)
+    level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
+    local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
+    # Falling: the block median two blocks back is far above this one (the scalar path then fits a line).
+    before = [lv for _, lv in series.blocks][-2:]
+    levels = np.concatenate((before, level))
+    two_back = np.full(count, -np.inf)
+    have = max(0, 2 - len(before))  # stretches with a block median two blocks back
+    two_back[have:] = levels[len(before) + have - 2:len(levels) - 2]
+    falling = two_back - level > FALLING_Z * local
+    size = np.abs(med)
+    scale = np.maximum.accumulate(np.concatenate(([series.scale], size)))[1:]
+    threshold_after = med + np.maximum(np.maximum(SPIKE_Z * sigma, SPIKE_REL * size), SPIKE_ABS * scale)
+    held_to = np.concatenate(([series.threshold], threshold_after[:-1]))
+    healthy = np.isfinite(high) & np.isfinite(low) & (high <= held_to) & ~falling
+    taken = count if healthy.all() else int(np.argmin(healthy))
+    if taken == 0:
+        return start
+    last = taken - 1
+    series.window.extend(joined[taken * REFRESH:taken * REFRESH + WINDOW].tolist())
+    series.med, series.sigma, series.slope = float(med[last]), float(sigma[last]), 0.0
+    series.threshold, series.scale = float(threshold_after[last]), float(scale[last])
+    series.falling = False
+    series.refreshes += taken
+    series.until_refresh = REFRESH
+    ends = range(start + REFRESH - 1, start + taken * REFRESH, REFRESH)  # the index of each stretch's last value
+    for k in range(max(0, taken - TREND_BLOCKS), taken):
+        series.blocks.append((row + ends[k], float(level[k])))
+    series.last_step = int(steps[ends[-1]])
+    if series.on_block is not None:
+        for k, step, lv, sc in zip(ends, steps[ends[0]:ends[-1] + 1:REFRESH].tolist() if not isinstance(steps, range)
+                                   else steps[ends[0]:ends[-1] + 1:REFRESH], level[:taken].tolist(), scale[:taken].tolist()):
+            series.on_block(step, row + k, lv, sc)
+    return start + taken * REFRESH
