@@ -612,6 +612,18 @@ def test_nan_and_huge_steps_are_read_as_missing_or_as_they_are(tmp_path):
 
 
 @pytest.mark.hostile
+def test_evenly_spaced_fractional_steps_and_a_resume_among_them(tmp_path):
+    records = [{"step": 0.5 * k, "loss": 3.0 + 0.01 * (k % 5)} for k in range(1, 300)]  # steps 0.5, 1.0, ...
+    records += [{"step": 10.25 + 0.5 * k, "loss": 3.0 + 0.01 * (k % 5)} for k in range(100)]  # back to 10.25
+    path = write(tmp_path, "fractional.jsonl", "\n".join(json.dumps(r) for r in records))
+    proc = run_cli("spikes.py", path, "--json")
+    assert proc.returncode == 0, proc.stderr  # the even spacing once made a traceback (range() of floats)
+    out = json.loads(proc.stdout)
+    assert out["events"] == [{"kind": "resume", "step": 10.25, "from_step": 149.5, "rollback_steps": 139.25}]
+    assert out["spikes"] == [] and out["log"]["values"] == 399
+
+
+@pytest.mark.hostile
 @pytest.mark.parametrize("name", ["deep.json", "deep.jsonl"])
 def test_json_nested_100000_deep_is_no_traceback(tmp_path, name):
     deep = "[" * 100_000 + "]" * 100_000

@@ -135,9 +135,10 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                     reached, done = done, main.feed_run(steps, losses, row, done, scalar_to, strict=True)
                     for series, column in _sides(grad, extras, grads, extra):
                         series.feed_run(steps, column, row, reached, done)
-                if done > i:
-                    first_step = int(steps[i]) if first_step is None else first_step
-                    last_step = int(steps[done - 1])
+                if done > i:  # (numpy steps become Python ints; list steps stay as the log wrote them)
+                    if first_step is None:
+                        first_step = steps[i] if listed else int(steps[i])
+                    last_step = steps[done - 1] if listed else int(steps[done - 1])
                     values += done - i
                     i = done
                     if i == n:
@@ -286,6 +287,6 @@ def _increasing(steps):
     if isinstance(steps, range):  # the row numbers of a log without a step column
         return True
     stride = steps[1] - steps[0] if len(steps) > 1 else 1
-    if stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
+    if type(stride) is int and stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
         return steps == list(range(steps[0], steps[-1] + 1, stride))
     return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))
