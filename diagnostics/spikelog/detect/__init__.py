@@ -10,7 +10,7 @@ from ..read import open_log
 from ..read.columns import Unparsed, number
 from .events import Creep, ResumeWatch, grad_only_events, link_grad_leads, resume_spike_events, series_spike_events
 from .series import Series
-from .thresholds import BLOCK, MIN_POINTS
+from .thresholds import BLOCK, MIN_POINTS, REFRESH
 
 
 class Curve:
@@ -119,20 +119,23 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
         else:
             fast = complete and not curves and steps[0] > last_step and _increasing(steps)
         listed = arrays is None  # the columns are lists (made from the arrays on the first need)
+        sides = _sides(grad, extras, grads, extra)  # (series, column) fed alongside the loss
         i = 0
         while i < n:
+            stuck = False  # the stretch from i to the next refresh holds a spike: row by row to there
             if fast and watch is None and main.episode is None:  # healthy stretches, a block at a time
                 done = i
                 if arrays is not None:  # as many refreshes at once as are plainly healthy
-                    done = screen.advance(main, arrays[0], arrays[1], row, i, n)
-                    for series, column in _sides(grad, extras, arrays[2], arrays[4]):
-                        screen.feed(series, arrays[0], column, row, i, done)
+                    done = screen.advance(main, arrays[0], arrays[1], row, i, n, (steps, losses) if listed else None)
+                    for (series, column), (_, listed_column) in zip(sides, _sides(grad, extras, grads, extra)):
+                        screen.feed(series, arrays[0], column, row, i, done, (steps, listed_column) if listed else None)
                 if done < n:
                     if not listed:
                         steps, losses, grads, lrs, extra = _lists(arrays)
                         listed = True
                     scalar_to = n if arrays is None else min(n, done + screen.SCALAR_SPAN)  # then numpy again
                     reached, done = done, main.feed_run(steps, losses, row, done, scalar_to, strict=True)
+                    stuck = done < scalar_to
                     for series, column in _sides(grad, extras, grads, extra):
                         series.feed_run(steps, column, row, reached, done)
                 if done > i:  # (numpy steps become Python ints; list steps stay as the log wrote them)
@@ -201,7 +204,9 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                             if curves and x - x == 0:
                                 curves[series.name].add(segment, step, x)
                 i += 1
-                if fast and main.episode is None and watch is None:
+                if main.episode is not None:
+                    stuck = False  # once it closes, back to the blocks at once
+                elif fast and watch is None and (not stuck or main.until_refresh == REFRESH):
                     break  # back to the blocks
             if fast:  # the other series do not wait on the loss: their own spikes are found value by value
                 if grads is not None:

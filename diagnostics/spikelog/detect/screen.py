@@ -37,19 +37,18 @@ def as_list(column, start, stop):
     return part if isinstance(part, range) else part.tolist()
 
 
-def feed(series, steps, values, row, start, stop):
+def feed(series, steps, values, row, start, stop, lists=None):
     """Feed all of values[start:stop] to a series that nothing waits on (the grad norm, a dataset's loss): in
-    numpy while it is plainly healthy, in Python around its own spikes, then in numpy again."""
+    numpy while it is plainly healthy, in Python around its own spikes, then in numpy again. `lists`: the same
+    (steps, values) as lists, once the chunk has them."""
     i = start
     while i < stop:
-        i = advance(series, steps, values, row, i, stop)
+        i = advance(series, steps, values, row, i, stop, lists)
         if i < stop:
-            k = min(stop, i + SCALAR_SPAN)
-            series.feed_run(as_list(steps, i, k), values[i:k].tolist(), row + i, 0, k - i)
-            i = k
+            i = _in_python(series, steps, values, lists, row, i, min(stop, i + SCALAR_SPAN), strict=False)
 
 
-def advance(series, steps, values, row, start, stop):
+def advance(series, steps, values, row, start, stop, lists=None):
     """Feed values[start:stop] (numpy, finite or not) to `series` while it is plainly healthy; returns the index
     it got to. The caller goes on from there value by value (a spike, a NaN, a fast fall, a short window)."""
     i = start
@@ -58,16 +57,16 @@ def advance(series, steps, values, row, start, stop):
         if series.episode is not None or series.med is None or len(series.window) < WINDOW:
             return i  # a spike is open, or the window is not full: the scalar path's own rules
         if series.until_refresh != REFRESH:  # in the middle of a refresh stretch: finish it in Python
-            k = min(series.until_refresh, stop - i)
-            done = series.feed_run(as_list(steps, i, i + k), values[i:i + k].tolist(), row + i, 0, k, strict=True)
-            i += done
+            k = min(i + series.until_refresh, stop)
+            done = _in_python(series, steps, values, lists, row, i, k, strict=True)
             if done < k:
-                return i
+                return done
+            i = done
             continue
         end = min(stop, i + span)
         whole = i + (end - i) // REFRESH * REFRESH
         if whole == i:  # the end of the chunk: less than a stretch, fed as it is
-            return i + series.feed_run(as_list(steps, i, end), values[i:end].tolist(), row + i, 0, end - i, strict=True)
+            return _in_python(series, steps, values, lists, row, i, end, strict=True)
         with np.errstate(all="ignore"):  # inf and NaN are data here, as in Python: no warnings
             got = _screen(series, steps, values, row, i, whole)
         if got < whole:
@@ -75,6 +74,14 @@ def advance(series, steps, values, row, start, stop):
         i = got
         span *= 4
     return i
+
+
+def _in_python(series, steps, values, lists, row, start, stop, strict):
+    """Series.feed_run over [start, stop), on the chunk's lists if it has them, else on a slice made a list."""
+    if lists is not None:
+        return series.feed_run(lists[0], lists[1], row, start, stop, strict)
+    return start + series.feed_run(as_list(steps, start, stop), values[start:stop].tolist(), row + start, 0,
+                                   stop - start, strict)
 
 
 def _screen(series, steps, values, row, start, stop):

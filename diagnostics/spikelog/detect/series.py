@@ -118,11 +118,12 @@ class Episode:
         """While a recovery waits for its check: the values before the check at once, when each is finite and under
         the new-spike limit (add() would take them one by one and say nothing); returns the index it got to."""
         end = min(stop, start + VERIFY - 1 - len(self.after))
-        if end <= start:
+        limit = self.threshold + max(self.pending[2] - self.baseline, 0.0)
+        if end <= start or not values[start] <= limit:  # (the first value alone settles most refusals)
             return start
         stretch = values[start:end]
         total = sum(stretch)
-        if total - total != 0 or max(stretch) > self.threshold + max(self.pending[2] - self.baseline, 0.0):
+        if total - total != 0 or max(stretch) > limit:
             return start
         taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
         self.after.extend(taken)
@@ -134,7 +135,9 @@ class Episode:
         """No recovery in sight yet: values above the band and not over the peak, before the block ends, that add()
         would only queue (recent, tail, block), at once when each is finite; returns the index it got to."""
         end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
-        if end <= start or any(v <= self.band for _, _, v in self.tail):  # (a tail in the band may confirm a recovery)
+        if end <= start or not self.band < values[start] <= self.peak:  # (the first value alone settles most refusals)
+            return start
+        if any(v <= self.band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
         stretch = values[start:end]
         total = sum(stretch)
@@ -371,8 +374,12 @@ class Series:
             self._close(verdict, row)
             if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
                 self.last_step = -math.inf  # may hold the next spike: take them again as new values
-                for later in ((episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]):
-                    self.feed(*later)
+                later = (episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]
+                if later and later[-1][1] - later[0][1] == len(later) - 1:  # rows in a row: as a run
+                    self.feed_run([s for s, _, _ in later], [x for _, _, x in later], later[0][1], 0, len(later))
+                else:
+                    for value in later:
+                        self.feed(*value)
 
     def _nonfinite(self, step, row, previous):
         if self.nonfinite and self.nonfinite[-1][1] == previous:  # the run goes on
