@@ -127,17 +127,13 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 done = i
                 if arrays is not None:  # as many refreshes at once as are plainly healthy
                     done = screen.advance(main, arrays[0], arrays[1], row, i, n, (steps, losses) if listed else None)
-                    for (series, column), (_, listed_column) in zip(sides, _sides(grad, extras, grads, extra)):
-                        screen.feed(series, arrays[0], column, row, i, done, (steps, listed_column) if listed else None)
                 if done < n:
                     if not listed:
                         steps, losses, grads, lrs, extra = _lists(arrays)
                         listed = True
                     scalar_to = n if arrays is None else min(n, done + screen.SCALAR_SPAN)  # then numpy again
-                    reached, done = done, main.feed_run(steps, losses, row, done, scalar_to, strict=True)
+                    done = main.feed_run(steps, losses, row, done, scalar_to, strict=True)
                     stuck = done < scalar_to
-                    for series, column in _sides(grad, extras, grads, extra):
-                        series.feed_run(steps, column, row, reached, done)
                 if done > i:  # (numpy steps become Python ints; list steps stay as the log wrote them)
                     if first_step is None:
                         first_step = steps[i] if listed else int(steps[i])
@@ -149,7 +145,6 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
             if not listed:
                 steps, losses, grads, lrs, extra = _lists(arrays)
                 listed = True
-            k = i
             while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
                 if fast and watch is None and main.episode is not None and main.episode.count > 1:
                     done = main.follow_run(steps, losses, row, i, n)  # what the open spike only queues: at once
@@ -192,7 +187,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                             episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
                     if curves and loss - loss == 0:
                         curves[cols.loss].add(segment, step, loss)
-                if not fast:  # (in a complete chunk the other series take the stretch as a whole, below)
+                if not fast:  # (in a complete chunk the other series take it whole, below)
                     if gnorm is not None:
                         feed_grad(step, r, gnorm)
                         if curves and gnorm - gnorm == 0:
@@ -208,11 +203,12 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                     stuck = False  # once it closes, back to the blocks at once
                 elif fast and watch is None and (not stuck or main.until_refresh == REFRESH):
                     break  # back to the blocks
-            if fast:  # the other series do not wait on the loss: their own spikes are found value by value
-                if grads is not None:
-                    grad.feed_run(steps, grads, row, k, i)
-                for series, x in zip(extras, extra):
-                    series.feed_run(steps, x, row, k, i)
+        if fast:  # the other series do not wait on the loss: the whole chunk at once, their own spikes value by value
+            for (series, column), (_, listed_column) in zip(sides, _sides(grad, extras, grads, extra)):
+                if arrays is None:
+                    series.feed_run(steps, listed_column, row, 0, n)
+                else:
+                    screen.feed(series, arrays[0], column, row, 0, n, (steps, listed_column) if listed else None)
         row += n
     row -= 1  # the last row
     if values == 0:
