@@ -145,16 +145,18 @@ min/max buckets per series.
 
 Speed and memory, measured with benchmarks/spikes_throughput.py next to a 15-line pandas rolling-median
 detector (which only counts outliers), each in its own process, on a 2-core AMD EPYC VM shared with
-other jobs (Linux, Python 3.11.7, load average 3.3-3.8 at the start): a 10-million-row CSV (step, loss,
-grad_norm, lr; 336 MB) in 23.8 s CPU (0.42 M rows per CPU second) at a peak RSS of 18.0 MB, the same as
-for 1 million rows, where pandas took 24.5 s CPU and 1000 MB. Healthy stretches are read a 64 KB block
-and 32 values at a time; spikes are followed value by value, so a log dense with them is slower: one
-with a spike every ~700 rows (half the rows inside a spike or its follow-up) ran at 0.20 M rows per CPU
-second, against 0.35 for pandas (1 million rows: 5.0 s and 22.5 MB against 2.9 s and 161 MB).
+other jobs (Linux, Python 3.11.7, load average 0.7-1.0, 2026-11-25): a 10-million-row CSV (step, loss,
+grad_norm, lr; 336 MB) in 4.4 s CPU (2.27 M rows per CPU second) at a peak RSS of 167 MB (140 MB for 1
+million rows), where pandas took 22.6 s CPU and 1000 MB. That is with pandas installed (requirements.txt;
+`pip install ml-debug[fast]`): a CSV of 24 MB or more is then parsed by pandas 4 MB at a time and its
+healthy stretches screened with numpy, to the same report. Without it everything is Python: 19.8 s CPU
+(0.51 M rows per second) at 17.6 MB, the same as for 1 million rows. Spikes are followed value by value,
+so a log dense with them is slower: with a spike every ~700 rows (half the rows inside a spike or its
+follow-up) 10 million rows took 25.8 s CPU (0.39 M rows per second), pure Python 26.3 s, pandas 22.4 s.
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
-data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events), report.py,
-plot.py.
+data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
+screen), report.py, plot.py.
 """
 import argparse
 import json
