@@ -23,19 +23,7 @@ sys.path.insert(0, str(ROOT / "diagnostics"))
 import spikes  # noqa: E402  (needs the path above)
 import synthetic_curves  # noqa: E402
 
-TOLERANCE = 5  # steps between a planted start and a found one, as tests/test_spikes.py pairs them
 TYPES = synthetic_curves.SPIKE_TYPES
-
-
-def pairs(found, planted):
-    """(planted, found) whose starts are within TOLERANCE steps, greedily in planted order."""
-    out, used = [], set()
-    for truth in planted:
-        near = [s for s in found if id(s) not in used and abs(s.start - truth["start"]) <= TOLERANCE]
-        if near:
-            used.add(id(near[0]))
-            out.append((truth, near[0]))
-    return out
 
 
 def score(scenario, seeds, directory):
@@ -48,7 +36,7 @@ def score(scenario, seeds, directory):
         report = spikes.analyze(path)
         path.unlink()
         truth = curve.truth["spikes"]
-        matched = pairs(report.spikes, truth)
+        matched = synthetic_curves.match(report.spikes, truth)
         planted += len(truth)
         found += len(report.spikes)
         matrix.update((t["type"], s.type) for t, s in matched)

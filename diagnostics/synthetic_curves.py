@@ -23,6 +23,7 @@ Use it from Python:
     curve = make_curve("mixed", seed=3)
     curve.truth        # {"spikes": [{"step", "start", "type", "grad_norm_lead"}], "events": [...], "nan_step"}
     curve.write_csv("mixed.csv")
+    pairs = match(found_spikes, curve.truth["spikes"])   # (planted, found) whose starts are within 5 steps
 
 or from the command line (stdlib only):
 
@@ -319,6 +320,21 @@ def _cell(value):
 def make_curve(scenario, seed=0, rows=None):
     """Plan a synthetic log. `scenario` is one of SCENARIOS; `rows` overrides its default length."""
     return Curve(scenario, seed, rows)
+
+
+MATCH_STEPS = 5  # a found spike is the planted one when their starts are this close: "within a few steps"
+
+
+def match(found, planted, tolerance=MATCH_STEPS):
+    """Pairs (planted, found) of spikes (found: objects with .start) whose starts are within `tolerance` steps,
+    greedily in planted order: how the tests and benchmarks/spikes_scores.py score spikes.py."""
+    pairs, used = [], set()
+    for truth in planted:
+        near = [s for s in found if id(s) not in used and abs(s.start - truth["start"]) <= tolerance]
+        if near:
+            used.add(id(near[0]))
+            pairs.append((truth, near[0]))
+    return pairs
 
 
 def main(argv=None):

@@ -15,7 +15,7 @@ import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
 MIXED_SEEDS = range(12)  # 12 curves, about 180 planted spikes of all four types
-TOLERANCE = 5  # steps: "spike positions within a few steps"
+TOLERANCE = synthetic_curves.MATCH_STEPS  # steps: "spike positions within a few steps"
 
 
 def write(tmp_path, name, text):
@@ -31,17 +31,6 @@ def synthetic(tmp_path, scenario, seed, rows=None):
     return curve, path
 
 
-def match(found, planted):
-    """Pairs (planted, found) whose starts are within TOLERANCE steps, greedily in planted order."""
-    pairs, used = [], set()
-    for truth in planted:
-        near = [s for s in found if id(s) not in used and abs(s.start - truth["start"]) <= TOLERANCE]
-        if near:
-            used.add(id(near[0]))
-            pairs.append((truth, near[0]))
-    return pairs
-
-
 @pytest.fixture(scope="module")
 def mixed_scores(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("mixed")
@@ -52,7 +41,7 @@ def mixed_scores(tmp_path_factory):
         report = spikes.analyze(path)
         planted += len(curve.truth["spikes"])
         found += len(report.spikes)
-        pairs += match(report.spikes, curve.truth["spikes"])
+        pairs += synthetic_curves.match(report.spikes, curve.truth["spikes"])
         kinds |= {e["kind"] for e in report.to_json()["events"]}
     return planted, found, pairs, kinds
 
@@ -707,7 +696,7 @@ def test_lasting_offsets_inside_a_noisy_band_are_no_recovery(tmp_path):
     pairs = []
     for seed in range(3):
         curve, path = synthetic(tmp_path, "lasting_offset", seed)
-        pairs += match(spikes.analyze(path).spikes, curve.truth["spikes"])
+        pairs += synthetic_curves.match(spikes.analyze(path).spikes, curve.truth["spikes"])
     lasting = [s.type for t, s in pairs if t["type"] == "no_recovery"]
     assert len(lasting) >= 15 and lasting.count("no_recovery") / len(lasting) >= 0.9, lasting
     assert sum(t["type"] == s.type for t, s in pairs) / len(pairs) >= 0.9
