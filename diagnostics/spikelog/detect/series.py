@@ -326,9 +326,10 @@ class Series:
     def feed_run(self, steps, values, row, start, stop, strict=False):
         """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
         refresh that is all finite and under the threshold, with no spike open, goes into the window at once: the
-        same result as one value at a time, several times faster; so do the values an open spike only queues
-        (follow_run). Anything else is fed value by value, or, when `strict`, left to the caller: returns the
-        index it got to."""
+        same result as one value at a time, several times faster; in a stretch that is not, the values before
+        the first that opens a spike or is not finite go in at once too, and so do the values an open spike only
+        queues (follow_run). Anything else is fed value by value, or, when `strict`, left to the caller: returns
+        the index it got to."""
         i = start
         window = self.window
         while i < stop:
@@ -336,14 +337,20 @@ class Series:
                 k = min(self.until_refresh, stop - i)
                 stretch = values[i:i + k]
                 total = sum(stretch)
-                if total - total == 0 and max(stretch) <= self.threshold:
-                    window.extend(stretch)
-                    i += k
+                threshold = self.threshold
+                if total - total == 0 and max(stretch) <= threshold:
+                    take = k
+                else:  # (a sum can overflow to inf with every value finite: then none is found and all go in)
+                    take = next((j for j, x in enumerate(stretch) if not (x - x == 0 and x <= threshold)), k)
+                if take:
+                    window.extend(stretch if take == k else stretch[:take])
+                    i += take
                     self.last_step = steps[i - 1]
-                    self.until_refresh -= k
+                    self.until_refresh -= take
                     if not self.until_refresh:
                         self._refresh(self.last_step, row + i - 1)
-                    continue
+                    if take == k:
+                        continue
             if strict:
                 return i
             if self.episode is not None and self.episode.count > 1:  # what the open spike only queues: at once
