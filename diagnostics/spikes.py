@@ -152,7 +152,8 @@ million rows), where pandas took 22.6 s CPU and 1000 MB. That is with pandas ins
 healthy stretches screened with numpy, to the same report. Without it everything is Python: 19.8 s CPU
 (0.51 M rows per second) at 17.6 MB, the same as for 1 million rows. Spikes are followed value by value,
 so a log dense with them is slower: with a spike every ~700 rows (half the rows inside a spike or its
-follow-up) 10 million rows took 25.8 s CPU (0.39 M rows per second), pure Python 26.3 s, pandas 22.4 s.
+follow-up) 10 million rows took 19.5 s CPU (0.51 M rows per second), pure Python 21.8 s, pandas 20.5 s
+(load 1.7); at 1 million rows the three took 2.4 to 3.3 s, within the machine's run-to-run noise.
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
