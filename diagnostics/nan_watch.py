@@ -46,12 +46,17 @@ What it checks
     on a bad step are the values copied to the host, to name the origin as above: forward first
     (source "module": the first module whose inputs were finite and whose output is not;
     "inputs": the batch already held NaN/inf; "outside": an operation outside any module), else
-    backward (the first non-finite gradient: the module whose backward made it). Frames here are
-    [min, max], not [abs min, abs max]: the abs min needs a second reduction per tensor, which
-    would at least double the cost. A -inf in a module's input, or in an output that needs no
-    gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and
-    are not watched. Eval-mode forwards are not watched. Every bad step is reported, one per
-    check(). Cost, measured with benchmarks/nanwatch_overhead.py (a 0.44M-parameter GPT-2 from
+    backward (the first non-finite gradient: the module whose backward made it). Frames are
+    [abs min, abs max], as below, from that one min and max: the abs max is max(-min, max); the
+    abs min is exact for a tensor of one sign (min >= 0 or max <= 0: a softmax, a ReLU, a -inf
+    mask) and None for a tensor holding both signs, as most activations and gradients do. There
+    it would take a second pass over every tensor on every healthy step (abs(), then min: on a
+    16x64x128 tensor 1.7x the time of the aminmax itself; in the benchmark's step it turned 4 ms
+    of aminmax into 16 ms), for a value that only a bad step shows. For every abs min, run the
+    one-batch check of this file on the bad step's batch. A -inf in a module's input, or in an
+    output that needs no gradient, is a mask (the additive causal mask), not a fault; boolean
+    masks are not float and are not watched. Eval-mode forwards are not watched. Every bad step
+    is reported, one per check(). Cost, measured with benchmarks/nanwatch_overhead.py (a 0.44M-parameter GPT-2 from
     HF, batch 16 x 64, CPU, one thread, a shared 2-core machine, 2026-11-23): 10.7 ms of CPU per
     step inside NanWatch, 10.6% of a plain step; whole steps 1.15x plain (1.04x to 1.27x over 7
     rounds), against 1.75x for transformers' DebugUnderflowOverflow (forward hooks only) and
@@ -578,17 +583,11 @@ class NanWatch:
         def fault(i):  # as in _StepLog.close(): the watch level decides what counts
             return log.watch[i] == 2 and not finite(i) or log.watch[i] == 1 and not input_ok(i)
 
-        def span(indices):  # [min, max] over the tensors, NaN when any holds NaN
-            rows = [stats[i] for i in indices]
-            if not rows:
-                return None
-            nan = any(x != x for row in rows for x in row)
-            return [_number(float("nan") if nan else min(r[0] for r in rows)),
-                    _number(float("nan") if nan else max(r[1] for r in rows))]
+        lows, highs = [low for low, _ in stats], [high for _, high in stats]
 
         def frame(phase, module, ins, outs, **extra):
-            return {"phase": phase, "module": self.names[module], "class": type(module).__name__, "in": span(ins),
-                    "out": span(outs), **extra}
+            return {"phase": phase, "module": self.names[module], "class": type(module).__name__,
+                    "in": _abs_span(lows, highs, ins), "out": _abs_span(lows, highs, outs), **extra}
 
         forward = [frame("forward", m, ins, outs) for m, ins, outs in log.forward]
         bad = [any(map(fault, outs)) for _, _, outs in log.forward]
@@ -636,6 +635,23 @@ class NanWatch:
         where = f"{self.names[module]} ({type(module).__name__})"
         return {"step": step, "module": self.names[module], "class": type(module).__name__, "phase": phase,
                 "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
+
+
+def _abs_span(lows, highs, indices):
+    """[abs min, abs max] over the tensors with these (min, max), None when there are none; "nan" when any holds NaN.
+
+    The abs max is max(-min, max). The abs min follows from min and max only for a tensor of one sign
+    (min >= 0: min; max <= 0: -max); for a tensor holding both signs it is not measured, and the
+    frame's abs min is None, unless another of its tensors holds a 0.
+    """
+    if not indices:
+        return None
+    rows = [(lows[i], highs[i]) for i in indices]
+    if any(low != low or high != high for low, high in rows):
+        return ["nan", "nan"]
+    known = [low if low >= 0 else -high for low, high in rows if low >= 0 or high <= 0]
+    abs_min = min(known) if len(known) == len(rows) or 0.0 in known else None
+    return [None if abs_min is None else _number(abs_min), _number(max(max(-low, high) for low, high in rows))]
 
 
 def _dense_floats(obj):

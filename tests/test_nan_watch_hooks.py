@@ -117,13 +117,48 @@ def test_forward_origin_is_named_with_frames():
     data = batches(5)
     data[3][0][1, 2] = 0.0  # one zero row in the batch of step 3: blocks.0.norm sees it first
     watch = NanWatch(model)
+    embedded = []  # what embed outputs at each step
+    handle = model.embed.register_forward_hook(lambda module, args, out: embedded.append(out.detach()))
     _, reports = train(model, data, watch)
+    handle.remove()
     report = reports[3]
     assert (report["step"], report["module"], report["phase"], report["source"]) == (3, "blocks.0.norm", "forward", "module")
     assert report["class"] == "ScaleNorm"
-    last = report["frames"][-1]
-    assert last["module"] == "blocks.0.norm" and last["out"] == ["nan", "nan"] and all(map(math.isfinite, last["in"]))
-    assert all(frame["out"][1] != "nan" for frame in report["frames"][:-1])
+    embed, causal, norm = report["frames"]  # the modules that ran in step 3's forward, up to the origin
+    assert [f["module"] for f in report["frames"]] == ["embed", "causal", "blocks.0.norm"]
+    x, h = data[3][0], embedded[3]
+    assert embed["in"] == [None, round3(x.abs().max())] and embed["out"] == [None, round3(h.abs().max())]
+    assert causal["out"] == [0.0, "inf"]  # [abs min, abs max] of the -inf causal mask: signed, it is [-inf, 0]
+    assert norm["in"] == embed["out"] and norm["out"] == ["nan", "nan"]
+
+
+def round3(t):
+    return float(f"{float(t.detach()):.3g}")
+
+
+class Reciprocal(torch.nn.Module):
+    def forward(self, x):
+        return 1 / x  # BUG: no guard against 0
+
+
+def test_frames_are_abs_min_and_abs_max():
+    """Signed [min, max] becomes [abs min, abs max]; the abs min of a tensor holding both signs is None."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LogSigmoid(), torch.nn.ReLU(), Reciprocal())
+    x = torch.randn(3, 4)
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(0)
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (0, "3", "forward", "module")
+    linear, logsigmoid, relu, reciprocal = report["frames"]
+    with torch.no_grad():
+        h = model[0](x)
+        negative = model[1](h)  # all below 0
+    assert float(negative.max()) < 0
+    assert linear["in"] == [None, round3(x.abs().max())] and linear["out"] == [None, round3(h.abs().max())]
+    assert logsigmoid["out"] == [round3(-negative.max()), round3(-negative.min())]
+    assert relu["out"] == [0.0, 0.0] and reciprocal["in"] == [0.0, 0.0] and reciprocal["out"] == ["inf", "inf"]
+    watch.remove()
 
 
 def test_backward_origin_is_named():
@@ -133,6 +168,10 @@ def test_backward_origin_is_named():
     report = reports[0]
     assert (report["module"], report["phase"], report["source"]) == ("blocks.1.mlp.1", "backward", "module")
     assert report["class"] == "SafeSqrt" and report["frames"][-1]["module"] == "blocks.1.mlp.1"
+    assert report["frames"][-1]["out"] == ["nan", "nan"]  # the gradient SafeSqrt sends back to its input
+    for frame in report["frames"][:-1]:  # the finite gradients before it: abs values, abs min unknown or >= 0
+        span = frame["in"] or frame["out"]
+        assert span[0] is None or 0 <= span[0] <= span[1], frame
 
 
 def test_a_nan_batch_is_named_as_the_inputs():
