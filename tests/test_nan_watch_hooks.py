@@ -246,6 +246,82 @@ def test_keeps_no_activation_alive_and_remove_is_final():
     assert watch.check(1) is None and watch._pending == []
 
 
+def test_a_bad_step_does_not_leak_into_the_next_ones_with_many_tensors_and_two_dtypes(monkeypatch):
+    """Values of each dtype go to their own blocks, a step that outgrows a block takes more, and a block
+    that comes back for a later step starts clean."""
+    import nan_watch
+    monkeypatch.setattr(nan_watch._Values, "SIZE", 4)  # a few tensors per block: every step takes several
+    read = []  # the steps whose values check() brought to the host: the bad one only
+    real_report = NanWatch._report
+    monkeypatch.setattr(NanWatch, "_report", lambda self, step, log: read.append(step) or real_report(self, step, log))
+
+    class Bf16Head(torch.nn.Module):  # the head computes in bfloat16: its values sit in bfloat16 blocks
+        def __init__(self):
+            super().__init__()
+            self.norm = ScaleNorm(0.0)  # BUG: no eps: an all-zero row divides 0 by 0
+            self.proj = torch.nn.Linear(D, VOCAB).to(torch.bfloat16)
+
+        def forward(self, x):
+            return self.proj(self.norm(x.to(torch.bfloat16))).float()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.GELU(), torch.nn.Linear(D, D), Bf16Head())
+    watch = NanWatch(model)
+    reports = {}
+    for step, (x, y) in enumerate(batches(5)):
+        if step == 2:
+            torch.nn.init.zeros_(model[2].weight)
+            torch.nn.init.zeros_(model[2].bias)  # step 2 only: the head's input is all zeros
+        if step == 3:  # fewer tensors than the bad step measured: its leftovers would be read if not cleared
+            loss = model[0](x).square().mean()
+        else:
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        if (report := watch.check(step)) is not None:
+            reports[step] = report
+        model.zero_grad(set_to_none=True)  # no optimizer step: the weights stay finite after the bad step
+        if step == 2:
+            torch.nn.init.normal_(model[2].weight)
+            torch.nn.init.normal_(model[2].bias)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == {2: ("3.norm", "forward", "module")}
+    assert reports[2]["frames"][-1]["in"] == [0.0, 0.0] and reports[2]["frames"][-1]["out"] == ["nan", "nan"]
+    assert read == [2]  # the steps after it were not even read: their blocks started clean
+    assert {dtype for dtype, _ in watch._blocks} == {torch.float32, torch.bfloat16}
+    watch.remove()
+
+
+class ExpProbe(torch.nn.Module):
+    def forward(self, x):
+        return x.exp().sum()  # finite for an input of -inf
+
+
+class LogThenProbe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.probe = ExpProbe()
+
+    def forward(self, x):
+        h = x.log()  # BUG: log of 0 is -inf
+        return h, self.probe(h)  # h is the probe's input first (no verdict), then this module's own output
+
+
+def test_a_tensor_met_as_an_input_then_returned_as_an_output_is_judged_as_an_output():
+    torch.manual_seed(0)
+    model = LogThenProbe()
+    watch = NanWatch(model)
+    x = torch.rand(3, 4, requires_grad=True)
+    h, probed = model(x)
+    assert watch.check(0) is None  # no backward, and every value finite: silent
+    with torch.no_grad():
+        x[0, 0] = 0.0
+    h, probed = model(x)
+    assert math.isfinite(probed.item()) and h.min().item() == float("-inf")
+    report = watch.check(1)
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "LogThenProbe", "forward", "module")
+    assert report["frames"][-1]["out"] == [round3(min(-h.max(), probed)), "inf"]  # h is <= 0, the probe's sum > 0
+    watch.remove()
+
+
 @pytest.mark.hostile
 @pytest.mark.parametrize("every", [0, -1, 1.5, "2"])
 def test_bad_every_is_a_clear_error(every):
