@@ -658,11 +658,15 @@ class NanWatch:
                 "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
 
 
+_MEASURED = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # aminmax has no float8 kernel on CPU
+
+
 def _collect(obj, into):
     """Append to `into` the floating-point tensors NanWatch can measure in a tensor / tuple / list / dict
-    (ModelOutput included), in order: strided (not sparse), not empty, not inference tensors."""
+    (ModelOutput included), in order: float16/bfloat16/float32/float64, strided (not sparse), not
+    empty, not inference tensors."""
     if isinstance(obj, torch.Tensor):
-        if obj.is_floating_point() and obj.layout == torch.strided and obj.numel() and not obj.is_inference():
+        if obj.dtype in _MEASURED and obj.layout == torch.strided and obj.numel() and not obj.is_inference():
             into.append(obj)
     elif isinstance(obj, (tuple, list)):
         for value in obj:

@@ -322,6 +322,23 @@ def test_a_tensor_met_as_an_input_then_returned_as_an_output_is_judged_as_an_out
     watch.remove()
 
 
+class ToFloat8(torch.nn.Module):
+    def forward(self, x):
+        return x.to(torch.float8_e4m3fn)
+
+
+@pytest.mark.hostile
+def test_float8_and_empty_tensors_are_not_measured_and_never_raise():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), ToFloat8())
+    watch = NanWatch(model)
+    out = model(torch.randn(2, 4))  # aminmax has no float8 kernel on CPU: measuring the output would raise here
+    assert out.dtype == torch.float8_e4m3fn
+    model[0](torch.randn(0, 4)).sum().backward()  # an empty batch: nothing to measure
+    assert watch.check(0) is None
+    watch.remove()
+
+
 @pytest.mark.hostile
 @pytest.mark.parametrize("every", [0, -1, 1.5, "2"])
 def test_bad_every_is_a_clear_error(every):
