@@ -119,8 +119,8 @@ class TimedNanWatch(NanWatch):
     def _on_forward(self, *args):
         return self._timed(super()._on_forward)(*args)
 
-    def _on_grad(self, i):
-        return self._timed(super()._on_grad(i))
+    def _on_grad(self, log, i):
+        return self._timed(super()._on_grad(log, i))
 
     def _on_param_grad(self, module, name):
         return self._timed(super()._on_param_grad(module, name))

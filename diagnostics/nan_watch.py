@@ -40,22 +40,28 @@ What it checks
       watch.remove()                          # every hook gone: the model is as it was
 
     Each module's forward hook and a gradient hook on its inputs, outputs and parameters run one
-    torch.aminmax per tensor (a tensor seen twice, unchanged, is measured once): its min and max
-    are the NaN/inf test and the frame at once, and stay on the device. check() packs the step's
-    values and reads one flag: the step's only host sync, or one per N steps with every=N. Only
-    on a bad step are the values copied to the host, to name the origin as above: forward first
-    (source "module": the first module whose inputs were finite and whose output is not;
-    "inputs": the batch already held NaN/inf; "outside": an operation outside any module), else
-    backward (the first non-finite gradient: the module whose backward made it). Frames here are
-    [min, max], not [abs min, abs max]: the abs min needs a second reduction per tensor, which
-    would at least double the cost. A -inf in a module's input, or in an output that needs no
-    gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and
-    are not watched. Eval-mode forwards are not watched. Every bad step is reported, one per
-    check(). Cost, measured with benchmarks/nanwatch_overhead.py (a 0.44M-parameter GPT-2 from
-    HF, batch 16 x 64, CPU, one thread, a shared 2-core machine, 2026-11-23): 10.7 ms of CPU per
-    step inside NanWatch, 10.6% of a plain step; whole steps 1.15x plain (1.04x to 1.27x over 7
-    rounds), against 1.75x for transformers' DebugUnderflowOverflow (forward hooks only) and
-    1.99x for torch.autograd.detect_anomaly. The share is smaller on wider models (assumed).
+    torch.aminmax per tensor (a tensor met again, unchanged, is measured once): its min and max are
+    the NaN/inf test and the frame at once. They are written in place into a block of values on the
+    device that NanWatch keeps from step to step (no new tensor per value). check() reduces the
+    step's block to one flag and reads it: the step's only host sync, or one per N steps with
+    every=N. Only on a bad step are the values copied to the host, to name the origin as above:
+    forward first (source "module": the first module whose inputs were finite and whose output is
+    not; "inputs": the batch already held NaN/inf; "outside": an operation outside any module), else
+    backward (the first non-finite gradient: the module whose backward made it). Frames are [abs
+    min, abs max], as below, from that one min and max: the abs max is max(-min, max); the abs min
+    is exact for a tensor of one sign (min >= 0 or max <= 0: a softmax, a ReLU, a -inf mask) and
+    None for a tensor holding both signs, as most activations and gradients do. There it would take
+    a second pass over every tensor on every healthy step (abs(), then min: on a 16x64x128 tensor
+    1.7x the time of the aminmax itself; in the benchmark's step it turned 4 ms of aminmax into 16
+    ms), for a value that only a bad step shows. For every abs min, run the one-batch check of this
+    file on the bad step's batch. A -inf in a module's input, or in an output that needs no
+    gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and are
+    not watched. Eval-mode forwards are not watched. Every bad step is reported, one per check().
+    Cost, measured with benchmarks/nanwatch_overhead.py (a 0.44M-parameter GPT-2 from HF, batch 16 x
+    64, CPU, one thread, a shared 2-core machine, 2026-11-23): 10.7 ms of CPU per step inside
+    NanWatch, 10.6% of a plain step; whole steps 1.15x plain (1.04x to 1.27x over 7 rounds), against
+    1.75x for transformers' DebugUnderflowOverflow (forward hooks only) and 1.99x for
+    torch.autograd.detect_anomaly. The share is smaller on wider models (assumed).
     The peer tool DebugUnderflowOverflow aborts on the -inf mask and raises on a boolean one.
 
 Command
@@ -509,7 +515,8 @@ class NanWatch:
         self.model = model.module if isinstance(model, wrappers) else model
         self.every, self.frames = every, frames
         self.names = {m: n or type(self.model).__name__ for n, m in self.model.named_modules()}
-        self._step, self._pending, self._checks = _StepLog(), [], 0
+        self._blocks = {}  # (dtype, device) -> the blocks of values no step uses now, ready for the next steps
+        self._step, self._pending, self._checks = _StepLog(self._blocks), [], 0
         self._handles = [m.register_forward_hook(self._on_forward, with_kwargs=True) for m in self.names]
         watched = set()
         for module in self.names:
@@ -522,31 +529,38 @@ class NanWatch:
         """Take every hook away; the model is as it was before NanWatch(model)."""
         for handle in self._handles:
             handle.remove()
-        self._handles, self._step, self._pending = [], _StepLog(), []
+        self._handles, self._blocks, self._pending = [], {}, []
+        self._step = _StepLog(self._blocks)
 
     def _on_forward(self, module, args, kwargs, output):
         if not self._handles or not self.model.training or torch.is_inference_mode_enabled():  # eval is not watched
             return
         log = self._step
-        ins = [log.index(t) for t in _dense_floats((args, kwargs))]
-        outs = [log.index(t, watch=2 if t.requires_grad else 1) for t in _dense_floats(output)]
-        log.forward.append((module, ins, outs))
-        for i in outs + ins:
-            t = log.tensors[i]()
-            if t is not None and t.requires_grad and i not in log.grad_hooked:
-                log.grad_hooked.add(i)
-                t.register_hook(self._on_grad(i))
+        ins, outs = [], []
+        _collect(args, ins)
+        _collect(kwargs, ins)
+        _collect(output, outs)
+        index = log.index
+        out_ix = [index(t, 2 if t.requires_grad else 1) for t in outs]  # outputs first: an output that is an input is
+        in_ix = [index(t, 0) for t in ins]                                # measured once, at its own level
+        log.forward.append((module, in_ix, out_ix))
+        hooked = log.grad_hooked
+        for t, i in zip(outs + ins, out_ix + in_ix):
+            if t.requires_grad and i not in hooked:
+                hooked.add(i)
+                t.register_hook(self._on_grad(log, i))
 
-    def _on_grad(self, i):
+    def _on_grad(self, log, i):
         def hook(grad):
-            if self._handles:
-                self._step.backward.append((i, None, self._step.stat(grad, watch=2)))
+            if self._handles and log.seen is not None:  # the step's log, unless check() already closed it
+                log.backward.append((i, None, log.index(grad, 2)))
         return hook
 
     def _on_param_grad(self, module, name):
         def hook(grad):
             if self._handles and self.model.training:
-                self._step.backward.append((None, (module, name), self._step.stat(grad, watch=2)))
+                log = self._step
+                log.backward.append((None, (module, name), log.index(grad, 2)))
         return hook
 
     def check(self, step):
@@ -555,59 +569,65 @@ class NanWatch:
         Reads the device-side verdict once every `every` calls: the one host sync; the steps in
         between are read then, and the first bad one is reported.
         """
-        log, self._step = self._step, _StepLog()
-        if log.stats:
+        log, self._step = self._step, _StepLog(self._blocks)
+        if log.slots:
             log.close()
             self._pending.append((step, log))
         self._checks += 1
         if self._checks % self.every or not self._pending:
             return None
         pending, self._pending = self._pending, []
-        verdicts = torch.stack([log.bad.to(pending[0][1].bad.device) for _, log in pending]).tolist()  # the host sync
-        return next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
+        flags = [(k, flag) for k, (_, log) in enumerate(pending) for flag in log.bad]
+        verdicts = [False] * len(pending)
+        for device in {flag.device for _, flag in flags}:  # one device, one host sync (a model split over devices: one each)
+            group = [(k, flag) for k, flag in flags if flag.device == device]
+            for (k, _), bad in zip(group, torch.stack([flag for _, flag in group]).tolist()):
+                verdicts[k] = verdicts[k] or bad
+        report = next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
+        for _, log in pending:
+            log.release()
+        return report
 
     def _report(self, step, log):
-        stats = log.packed.tolist()
+        rows = {id(values): values.read() for values in log.values.values()}  # a bad step: the values come to the host
+        lows, highs = [], []
+        for (values, p), watch in zip(log.slots, log.watch):
+            low_fully_watched, low_other, high = rows[id(values)]
+            lows.append(low_fully_watched[p] if watch == 2 else low_other[p])
+            highs.append(high[p])
 
         def finite(i):
-            return all(abs(x) < float("inf") for x in stats[i])
+            return abs(lows[i]) < float("inf") and abs(highs[i]) < float("inf")
 
         def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
-            return stats[i][1] == stats[i][1] and stats[i][1] != float("inf")  # NaN reaches the max too
+            return highs[i] < float("inf")  # NaN reaches the max too, and fails the test
 
         def fault(i):  # as in _StepLog.close(): the watch level decides what counts
             return log.watch[i] == 2 and not finite(i) or log.watch[i] == 1 and not input_ok(i)
 
-        def span(indices):  # [min, max] over the tensors, NaN when any holds NaN
-            rows = [stats[i] for i in indices]
-            if not rows:
-                return None
-            nan = any(x != x for row in rows for x in row)
-            return [_number(float("nan") if nan else min(r[0] for r in rows)),
-                    _number(float("nan") if nan else max(r[1] for r in rows))]
-
         def frame(phase, module, ins, outs, **extra):
-            return {"phase": phase, "module": self.names[module], "class": type(module).__name__, "in": span(ins),
-                    "out": span(outs), **extra}
+            return {"phase": phase, "module": self.names[module], "class": type(module).__name__,
+                    "in": _abs_span(lows, highs, ins), "out": _abs_span(lows, highs, outs), **extra}
 
-        forward = [frame("forward", m, ins, outs) for m, ins, outs in log.forward]
-        bad = [any(map(fault, outs)) for _, _, outs in log.forward]
+        forward = log.forward
+        bad = [any(map(fault, outs)) for _, _, outs in forward]
         if any(bad):
             first = bad.index(True)
-            origin = next((k for k, (m, ins, _) in enumerate(log.forward) if bad[k] and all(map(input_ok, ins))), None)
-            roots = [k for k, (m, _, _) in enumerate(log.forward) if m is self.model]
+            origin = next((k for k, (m, ins, _) in enumerate(forward) if bad[k] and all(map(input_ok, ins))), None)
+            roots = [k for k, (m, _, _) in enumerate(forward) if m is self.model]
             if origin is not None:
                 source, where, last = "module", origin, origin
                 summary = "first NaN/inf in the forward pass: the output of {}, whose inputs were finite"
-            elif roots and not all(map(input_ok, log.forward[roots[-1]][1])):
+            elif roots and not all(map(input_ok, forward[roots[-1]][1])):
                 source, where, last = "inputs", roots[-1], first
                 summary = "the model's inputs (the batch) already held NaN/inf when they reached {}"
             else:
                 source, where, last = "outside", first, first
                 summary = "first NaN/inf seen at the output of {}, whose inputs held NaN/inf made outside any module"
-            return self._dict(step, log.forward[where][0], "forward", source, summary, forward[:last + 1][-self.frames:])
+            frames = [frame("forward", *entry) for entry in forward[max(0, last + 1 - self.frames):last + 1]]
+            return self._dict(step, forward[where][0], "forward", source, summary, frames)
         consumers, producers = {}, {}
-        for m, ins, outs in log.forward:  # in firing order: the innermost module first
+        for m, ins, outs in forward:  # in firing order: the innermost module first
             for i in ins:
                 consumers.setdefault(i, m)
             for i in outs:
@@ -638,47 +658,154 @@ class NanWatch:
                 "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
 
 
-def _dense_floats(obj):
-    """The floating-point tensors NanWatch can measure: strided ones (not sparse, not inference tensors)."""
-    return [t for t in _floats(obj) if t.layout == torch.strided and not t.is_inference()]
+_MEASURED = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # aminmax has no float8 kernel on CPU
+
+
+def _collect(obj, into):
+    """Append to `into` the floating-point tensors NanWatch can measure in a tensor / tuple / list / dict
+    (ModelOutput included), in order: float16/bfloat16/float32/float64, strided (not sparse), not
+    empty, not inference tensors."""
+    if isinstance(obj, torch.Tensor):
+        if obj.dtype in _MEASURED and obj.layout == torch.strided and obj.numel() and not obj.is_inference():
+            into.append(obj)
+    elif isinstance(obj, (tuple, list)):
+        for value in obj:
+            _collect(value, into)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _collect(value, into)
+
+
+def _abs_span(lows, highs, indices):
+    """[abs min, abs max] over the tensors with these (min, max), None when there are none; "nan" when any holds NaN.
+
+    The abs max is max(-min, max). The abs min follows from min and max only for a tensor of one sign
+    (min >= 0: min; max <= 0: -max); for a tensor holding both signs it is not measured, and the
+    frame's abs min is None, unless another of its tensors holds a 0.
+    """
+    if not indices:
+        return None
+    rows = [(lows[i], highs[i]) for i in indices]
+    if any(low != low or high != high for low, high in rows):
+        return ["nan", "nan"]
+    known = [low if low >= 0 else -high for low, high in rows if low >= 0 or high <= 0]
+    abs_min = min(known) if len(known) == len(rows) or 0.0 in known else None
+    return [None if abs_min is None else _number(abs_min), _number(max(max(-low, high) for low, high in rows))]
 
 
 class _StepLog:
-    """What the hooks saw during one step: device-side stats, read only by check()."""
+    """What the hooks saw during one step: each measured tensor's min and max, on the device until check() reads them."""
 
-    def __init__(self):
-        self.stats, self.watch, self.tensors, self.seen = [], [], [], {}  # seen: id(tensor) -> (version, stat index)
+    def __init__(self, blocks):
+        self.blocks = blocks  # NanWatch's free blocks, by (dtype, device)
+        self.watch, self.slots = [], []  # per measured tensor: its watch level; where its values are: (_Values, position)
+        self.values = {}  # (dtype, device) -> _Values
+        self.seen = {}  # id(tensor) -> (weak ref, version, index); None once closed
         self.forward, self.backward, self.grad_hooked = [], [], set()
 
-    def stat(self, t, watch):
-        """Index of t's (min, max): one aminmax reduction, the NaN/inf test and the frame at once."""
-        t = t.detach()
-        self.stats.append(torch.aminmax(t) if t.numel() else (t.new_zeros(()), t.new_zeros(())))  # NaN reaches both
-        self.watch.append(watch)  # 0: an input only; 1: NaN/+inf count (a -inf mask is not a fault); 2: any non-finite
-        self.tensors.append(None)
-        return len(self.stats) - 1
+    def index(self, t, watch):
+        """The index of t's (min, max), measured once per version of t; watch it at this level.
 
-    def index(self, t, watch=0):
-        """The stat of tensor t, computed once per version of t; watch it at the given level."""
+        Watch levels: 0 an input only; 1 NaN and +inf count (a -inf mask is not a fault); 2 any
+        non-finite value counts. A tensor met again (a module's output is the next one's input; the
+        same gradient is handed to several tensors) keeps its values while it is unchanged.
+        """
+        version = t._version
         known = self.seen.get(id(t))
-        if known is not None and self.tensors[known[1]]() is t and known[0] == t._version:
-            i = known[1]
-        else:
-            i = self.stat(t, 0)
-            self.tensors[i] = weakref.ref(t)
-            self.seen[id(t)] = (t._version, i)
-        self.watch[i] = max(self.watch[i], watch)
+        if known is not None and known[0]() is t and known[1] == version:
+            i = known[2]
+            if watch > self.watch[i]:
+                if watch == 2:
+                    values, p = self.slots[i]
+                    values.fully_watch(p)
+                self.watch[i] = watch
+            return i
+        group = (t.dtype, t.device)
+        values = self.values.get(group)
+        if values is None:
+            values = self.values[group] = _Values(*group, self.blocks.setdefault(group, []))
+        self.slots.append((values, values.put(t.detach() if t.requires_grad else t, watch == 2)))
+        self.watch.append(watch)
+        i = len(self.watch) - 1
+        self.seen[id(t)] = (weakref.ref(t), version, i)
         return i
 
     def close(self):
-        """End of the step: its verdict (did a watched tensor hold NaN/inf?) and its stats packed on the device.
+        """End of the step: its verdict (did a measured tensor hold NaN/inf?) on the device, no host sync.
 
-        Kernels only, no host sync; the per-tensor objects are let go.
+        The verdict is a superset of the faults that _report() names: an input holding NaN or +inf
+        counts too; the report then finds the fault, or none. The references to tensors are let go.
         """
-        values = [x for (low, high), w in zip(self.stats, self.watch) if w for x in ((low, high) if w == 2 else (high,))]
-        self.bad = ~torch.isfinite(torch.stack(values)).all() if values else torch.tensor(False)
-        self.packed = torch.stack([x for pair in self.stats for x in pair]).view(-1, 2)
-        self.stats = self.tensors = self.seen = self.grad_hooked = None
+        self.bad = [values.bad() for values in self.values.values()]
+        self.seen = self.grad_hooked = None
+
+    def release(self):
+        """The step is read: its blocks go back to NanWatch for the next steps."""
+        for values in self.values.values():
+            values.release()
+
+
+class _Values:
+    """The min and max of every tensor of one dtype on one device measured in a step, written in place.
+
+    One aminmax reduction per tensor is the NaN/inf test and the frame at once (NaN reaches both
+    the min and the max, an inf is one of them). It writes (out=) into a block that NanWatch keeps
+    from step to step, with the 0-d views it writes through, not into two new 0-d tensors per
+    tensor: those, kept until check(), are hundreds of small allocations a step among the
+    activations, and tripled the system time of the benchmark's step (page faults). Rows of a
+    block: 0 the min of a tensor whose every non-finite value counts (watch level 2); 1 the min
+    of any other (a -inf there is a mask, not a fault); 2 the max. Unused: 0.
+    """
+
+    SIZE = 512  # tensors per block; a step that measures more takes another block
+
+    def __init__(self, dtype, device, free):
+        self.dtype, self.device, self.free = dtype, device, free  # free: this dtype and device's unused blocks
+        self.blocks, self.n = [], 0
+
+    def put(self, t, fully_watched):
+        """Measure t (not requiring grad); its position."""
+        b, q = divmod(self.n, self.SIZE)
+        if b == len(self.blocks):
+            self.blocks.append(self.free.pop() if self.free else _Block(self.dtype, self.device, self.SIZE))
+        low_fully_watched, low_other, high = self.blocks[b].at(q)
+        torch.aminmax(t, out=(low_fully_watched if fully_watched else low_other, high))
+        self.n += 1
+        return self.n - 1
+
+    def fully_watch(self, p):
+        """The tensor at p, measured as an input or a mask, is also an output whose every non-finite value counts."""
+        low_fully_watched, low_other, _ = self.blocks[p // self.SIZE].at(p % self.SIZE)
+        low_fully_watched.copy_(low_other)
+
+    def bad(self):
+        """A 0-d bool on the device: a fully watched min below the finite range (or NaN), or a max above it."""
+        rows = torch.cat([block.data for block in self.blocks], 1) if len(self.blocks) > 1 else self.blocks[0].data
+        return ~((rows[0] > float("-inf")) & (rows[2] < float("inf"))).all()
+
+    def read(self):
+        """The three rows, as lists of floats (a host sync)."""
+        return torch.cat([block.data for block in self.blocks], 1).tolist()
+
+    def release(self):
+        for block in self.blocks:
+            block.data.zero_()
+        self.free.extend(self.blocks)
+        self.blocks = []
+
+
+class _Block:
+    """Rows of values for SIZE tensors, and the 0-d views that aminmax writes through, made once per position."""
+
+    def __init__(self, dtype, device, size):
+        self.data = torch.zeros(3, size, dtype=dtype, device=device)
+        self.rows, self.views = self.data.unbind(), []
+
+    def at(self, q):
+        """The (min if fully watched, min otherwise, max) views at position q; positions are taken in order."""
+        if q == len(self.views):
+            self.views.append(tuple(row[q] for row in self.rows))
+        return self.views[q]
 
 
 class _HandSoftmax(torch.nn.Module):

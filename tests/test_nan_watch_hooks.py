@@ -117,13 +117,48 @@ def test_forward_origin_is_named_with_frames():
     data = batches(5)
     data[3][0][1, 2] = 0.0  # one zero row in the batch of step 3: blocks.0.norm sees it first
     watch = NanWatch(model)
+    embedded = []  # what embed outputs at each step
+    handle = model.embed.register_forward_hook(lambda module, args, out: embedded.append(out.detach()))
     _, reports = train(model, data, watch)
+    handle.remove()
     report = reports[3]
     assert (report["step"], report["module"], report["phase"], report["source"]) == (3, "blocks.0.norm", "forward", "module")
     assert report["class"] == "ScaleNorm"
-    last = report["frames"][-1]
-    assert last["module"] == "blocks.0.norm" and last["out"] == ["nan", "nan"] and all(map(math.isfinite, last["in"]))
-    assert all(frame["out"][1] != "nan" for frame in report["frames"][:-1])
+    embed, causal, norm = report["frames"]  # the modules that ran in step 3's forward, up to the origin
+    assert [f["module"] for f in report["frames"]] == ["embed", "causal", "blocks.0.norm"]
+    x, h = data[3][0], embedded[3]
+    assert embed["in"] == [None, round3(x.abs().max())] and embed["out"] == [None, round3(h.abs().max())]
+    assert causal["out"] == [0.0, "inf"]  # [abs min, abs max] of the -inf causal mask: signed, it is [-inf, 0]
+    assert norm["in"] == embed["out"] and norm["out"] == ["nan", "nan"]
+
+
+def round3(t):
+    return float(f"{float(t.detach()):.3g}")
+
+
+class Reciprocal(torch.nn.Module):
+    def forward(self, x):
+        return 1 / x  # BUG: no guard against 0
+
+
+def test_frames_are_abs_min_and_abs_max():
+    """Signed [min, max] becomes [abs min, abs max]; the abs min of a tensor holding both signs is None."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LogSigmoid(), torch.nn.ReLU(), Reciprocal())
+    x = torch.randn(3, 4)
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(0)
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (0, "3", "forward", "module")
+    linear, logsigmoid, relu, reciprocal = report["frames"]
+    with torch.no_grad():
+        h = model[0](x)
+        negative = model[1](h)  # all below 0
+    assert float(negative.max()) < 0
+    assert linear["in"] == [None, round3(x.abs().max())] and linear["out"] == [None, round3(h.abs().max())]
+    assert logsigmoid["out"] == [round3(-negative.max()), round3(-negative.min())]
+    assert relu["out"] == [0.0, 0.0] and reciprocal["in"] == [0.0, 0.0] and reciprocal["out"] == ["inf", "inf"]
+    watch.remove()
 
 
 def test_backward_origin_is_named():
@@ -133,6 +168,10 @@ def test_backward_origin_is_named():
     report = reports[0]
     assert (report["module"], report["phase"], report["source"]) == ("blocks.1.mlp.1", "backward", "module")
     assert report["class"] == "SafeSqrt" and report["frames"][-1]["module"] == "blocks.1.mlp.1"
+    assert report["frames"][-1]["out"] == ["nan", "nan"]  # the gradient SafeSqrt sends back to its input
+    for frame in report["frames"][:-1]:  # the finite gradients before it: abs values, abs min unknown or >= 0
+        span = frame["in"] or frame["out"]
+        assert span[0] is None or 0 <= span[0] <= span[1], frame
 
 
 def test_a_nan_batch_is_named_as_the_inputs():
@@ -205,6 +244,99 @@ def test_keeps_no_activation_alive_and_remove_is_final():
     watch.remove()
     model(x).sum().backward()
     assert watch.check(1) is None and watch._pending == []
+
+
+def test_a_bad_step_does_not_leak_into_the_next_ones_with_many_tensors_and_two_dtypes(monkeypatch):
+    """Values of each dtype go to their own blocks, a step that outgrows a block takes more, and a block
+    that comes back for a later step starts clean."""
+    import nan_watch
+    monkeypatch.setattr(nan_watch._Values, "SIZE", 4)  # a few tensors per block: every step takes several
+    read = []  # the steps whose values check() brought to the host: the bad one only
+    real_report = NanWatch._report
+    monkeypatch.setattr(NanWatch, "_report", lambda self, step, log: read.append(step) or real_report(self, step, log))
+
+    class Bf16Head(torch.nn.Module):  # the head computes in bfloat16: its values sit in bfloat16 blocks
+        def __init__(self):
+            super().__init__()
+            self.norm = ScaleNorm(0.0)  # BUG: no eps: an all-zero row divides 0 by 0
+            self.proj = torch.nn.Linear(D, VOCAB).to(torch.bfloat16)
+
+        def forward(self, x):
+            return self.proj(self.norm(x.to(torch.bfloat16))).float()
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(D, D), torch.nn.GELU(), torch.nn.Linear(D, D), Bf16Head())
+    watch = NanWatch(model)
+    reports = {}
+    for step, (x, y) in enumerate(batches(5)):
+        if step == 2:
+            torch.nn.init.zeros_(model[2].weight)
+            torch.nn.init.zeros_(model[2].bias)  # step 2 only: the head's input is all zeros
+        if step == 3:  # fewer tensors than the bad step measured: its leftovers would be read if not cleared
+            loss = model[0](x).square().mean()
+        else:
+            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        if (report := watch.check(step)) is not None:
+            reports[step] = report
+        model.zero_grad(set_to_none=True)  # no optimizer step: the weights stay finite after the bad step
+        if step == 2:
+            torch.nn.init.normal_(model[2].weight)
+            torch.nn.init.normal_(model[2].bias)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == {2: ("3.norm", "forward", "module")}
+    assert reports[2]["frames"][-1]["in"] == [0.0, 0.0] and reports[2]["frames"][-1]["out"] == ["nan", "nan"]
+    assert read == [2]  # the steps after it were not even read: their blocks started clean
+    assert {dtype for dtype, _ in watch._blocks} == {torch.float32, torch.bfloat16}
+    watch.remove()
+
+
+class ExpProbe(torch.nn.Module):
+    def forward(self, x):
+        return x.exp().sum()  # finite for an input of -inf
+
+
+class LogThenProbe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.probe = ExpProbe()
+
+    def forward(self, x):
+        h = x.log()  # BUG: log of 0 is -inf
+        return h, self.probe(h)  # h is the probe's input first (no verdict), then this module's own output
+
+
+def test_a_tensor_met_as_an_input_then_returned_as_an_output_is_judged_as_an_output():
+    torch.manual_seed(0)
+    model = LogThenProbe()
+    watch = NanWatch(model)
+    x = torch.rand(3, 4, requires_grad=True)
+    h, probed = model(x)
+    assert watch.check(0) is None  # no backward, and every value finite: silent
+    with torch.no_grad():
+        x[0, 0] = 0.0
+    h, probed = model(x)
+    assert math.isfinite(probed.item()) and h.min().item() == float("-inf")
+    report = watch.check(1)
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "LogThenProbe", "forward", "module")
+    assert report["frames"][-1]["out"] == [round3(min(-h.max(), probed)), "inf"]  # h is <= 0, the probe's sum > 0
+    watch.remove()
+
+
+class ToFloat8(torch.nn.Module):
+    def forward(self, x):
+        return x.to(torch.float8_e4m3fn)
+
+
+@pytest.mark.hostile
+def test_float8_and_empty_tensors_are_not_measured_and_never_raise():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), ToFloat8())
+    watch = NanWatch(model)
+    out = model(torch.randn(2, 4))  # aminmax has no float8 kernel on CPU: measuring the output would raise here
+    assert out.dtype == torch.float8_e4m3fn
+    model[0](torch.randn(0, 4)).sum().backward()  # an empty batch: nothing to measure
+    assert watch.check(0) is None
+    watch.remove()
 
 
 @pytest.mark.hostile
