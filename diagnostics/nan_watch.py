@@ -58,9 +58,9 @@ What it checks
     gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and are
     not watched. Eval-mode forwards are not watched. Every bad step is reported, one per check().
     Cost, measured with benchmarks/nanwatch_overhead.py (a 0.44M-parameter GPT-2 from HF, batch 16 x
-    64, CPU, one thread, a shared 2-core machine, 2026-11-23): 10.7 ms of CPU per step inside
-    NanWatch, 10.6% of a plain step; whole steps 1.15x plain (1.04x to 1.27x over 7 rounds), against
-    1.75x for transformers' DebugUnderflowOverflow (forward hooks only) and 1.99x for
+    64, CPU, one thread, a shared 2-core machine, 2026-11-25): 8.4 ms of CPU per step inside
+    NanWatch, 8.1% of a plain step; whole steps 1.09x plain (0.94x to 1.13x over 4 rounds), against
+    1.54x for transformers' DebugUnderflowOverflow (forward hooks only) and 1.72x for
     torch.autograd.detect_anomaly. The share is smaller on wider models (assumed).
     The peer tool DebugUnderflowOverflow aborts on the -inf mask and raises on a boolean one.
 
