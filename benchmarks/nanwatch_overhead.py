@@ -1,10 +1,12 @@
 """What does NanWatch cost per training step, next to its peers? (Not run in CI.)
 
-    python benchmarks/nanwatch_overhead.py [--steps 30] [--rounds 5] [--threads 1]
+    python benchmarks/nanwatch_overhead.py [--size tiny|wide] [--steps 30] [--rounds 5] [--threads 1]
 
-One process, one small GPT (Hugging Face GPT2LMHeadModel built from a config: 2 layers, width 128,
-4 heads, eager attention, 0.5M parameters), next-token loss on random tokens, AdamW, batch 16 x 64
-tokens, on CPU. Every variant trains a fresh copy of the same model on the same batches:
+One process, one small GPT (Hugging Face GPT2LMHeadModel built from a config, eager attention), next-token
+loss on random tokens, AdamW, on CPU. `--size tiny` (the default): 2 layers, width 128, 4 heads, 0.44M
+parameters, batch 16 x 64 tokens, the worst case for a cost per tensor (as little compute per activation
+as a GPT has); `--size wide`: GPT-2 small's width and heads (768, 12), 2 layers, vocab 8192, 20.6M
+parameters, batch 4 x 128. Every variant trains a fresh copy of the same model on the same batches:
 
   plain             forward, backward, optimizer.step(), zero_grad()
   nanwatch          + NanWatch(model) hooks on every module (forward and backward) and
@@ -14,7 +16,10 @@ tokens, on CPU. Every variant trains a fresh copy of the same model on the same 
   detect_anomaly    the step inside torch.autograd.detect_anomaly()
 
 The variants run interleaved, round after round, so that a change in the machine's load hits all of
-them alike. Time is this process's CPU time (one torch thread), not wall time: on a machine shared
+them alike; each round starts with the next variant, and each run's first step, which allocates the
+optimizer state, is not timed (before that, with plain always first in a round, NanWatch came out at
+0.90x plain on the wide GPT in a scratch run: the first run of a round paid for something the later ones
+did not). Time is this process's CPU time (one torch thread), not wall time: on a machine shared
 with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
 step, and the ratio to plain: the median over rounds of each round's ratio to that round's plain
 run (neighbours in time share the machine's load; the spread of those ratios is printed too).
@@ -56,9 +61,36 @@ averages 5 to 13, some with earlier versions of NanWatch and of this script) gav
 medians of 1.08x to 1.19x for NanWatch, 1.66x to 1.84x for DebugUnderflowOverflow (forward hooks
 alone) and 1.94x to 2.04x for detect_anomaly. This model is narrow: the cost per activation element
 is fixed, a step's compute per element grows with the width, so the share shrinks on real models
-(assumed, not measured here).
+(then assumed; measured below with `--size wide`).
 
-Run again on 2026-11-25, after NanWatch's frames became [abs min, abs max] and its values were
+Run again on 2026-11-25 (rotated order, first step untimed; a helper's benchmarks ran on the other core,
+load average 1.2 to 2.5), `--size tiny --steps 15 --rounds 7` and `--size wide --steps 4 --rounds 5`:
+
+    model: GPT2LMHeadModel (tiny: 2 layers, width 128, 4 heads, vocab 256), 0.44M parameters, batch 16 x 64 tokens, 15 steps x 7 rounds per variant
+    variant             ms/step       min..max  x plain    min..max  in NanWatch
+    plain                  93.0   86.4..99.0       1.00  1.00..1.00
+    nanwatch               99.4   85.6..104.9      1.07  0.92..1.14       7.30 ms
+    nanwatch every=10     100.4   96.1..115.7      1.06  1.02..1.31       8.65 ms
+    debug_underflow       154.0  128.7..159.0      1.59  1.36..1.78
+    detect_anomaly        174.5  149.4..216.2      1.84  1.62..2.18
+    nanwatch: 7.30 ms of CPU per step inside its hooks and check(), 7.7% of a plain step (93.0 ms), median of 7 rounds
+
+    model: GPT2LMHeadModel (wide: 2 layers, width 768, 12 heads, vocab 8192), 20.57M parameters, batch 4 x 128 tokens, 4 steps x 5 rounds per variant
+    variant             ms/step       min..max  x plain    min..max  in NanWatch
+    plain                1202.5 1091.4..1266.5     1.00  1.00..1.00
+    nanwatch             1130.1 1074.3..1302.0     1.00  0.94..1.04      25.48 ms
+    nanwatch every=10    1174.6 1111.0..1224.4     0.98  0.89..1.10      28.65 ms
+    debug_underflow      1535.5 1356.3..1731.4     1.21  1.13..1.56
+    detect_anomaly       1492.7 1391.4..1566.8     1.27  1.11..1.34
+    nanwatch: 25.48 ms of CPU per step inside its hooks and check(), 2.1% of a plain step (1202.5 ms), median of 5 rounds
+
+every=10 cost a little more inside than every=1 in each run here, probably a
+cost of short runs (not measured apart): each of the ten steps it holds before reading fills a block of
+values of its own, whose views are made on first use.
+The masks: as above. The share inside NanWatch falls from 7.7% to 2.1% as the width goes from 128 to 768
+(measured): the kernels' work per activation is fixed, a step's compute per activation grows with the width.
+
+An earlier run on 2026-11-25, after NanWatch's frames became [abs min, abs max] and its values were
 written in place into a block kept across steps, with `--steps 10 --rounds 4` while the test suite ran
 beside it on the other core (load average 1.4 to 3): NanWatch 105.5 ms a step against 96.0 plain,
 1.09x (0.94 to 1.13 over the rounds), 8.4 ms of CPU inside NanWatch (8.1% of a plain step); every=10
@@ -80,7 +112,11 @@ sys.path.insert(0, str(ROOT / "diagnostics"))
 
 from nan_watch import NanWatch  # noqa: E402  (needs the path above)
 
-VOCAB, DIM, SEQ, BATCH = 256, 128, 64, 16
+# (vocab, width, layers, heads, sequence, batch). tiny: the worst case for a per-tensor cost, as little compute
+# per activation as a GPT can have; wide: GPT-2 small's width and heads (768, 12), 2 of its 12 layers, so that a
+# step takes about a second on one CPU thread, not ten.
+SIZES = {"tiny": (256, 128, 2, 4, 64, 16), "wide": (8192, 768, 2, 12, 128, 4)}
+VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH = SIZES["tiny"]  # set by --size
 
 
 def machine():
@@ -97,7 +133,7 @@ def machine():
 
 def make_model():
     import transformers
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=DIM, n_layer=2, n_head=4,
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=DIM, n_layer=LAYERS, n_head=HEADS,
                                      attn_implementation="eager")
     torch.manual_seed(0)
     return transformers.GPT2LMHeadModel(config)
@@ -147,16 +183,21 @@ def train(data, variant):
     if variant == "debug_underflow":
         DebugUnderflowOverflow(model)
     context = torch.autograd.detect_anomaly if variant == "detect_anomaly" else contextlib.nullcontext
-    start = time.process_time()
-    for step, ids in enumerate(data):
+
+    def step(number, ids):
         with context():
             loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
-        if watch is not None and watch.check(step) is not None:
-            raise RuntimeError(f"{variant}: a false alarm at step {step}")
+        if watch is not None and watch.check(number) is not None:
+            raise RuntimeError(f"{variant}: a false alarm at step {number}")
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return time.process_time() - start, watch.spent if watch is not None else 0.0
+
+    step(-1, data[0])  # not timed: the first step allocates the optimizer state and the activations' memory
+    start, spent = time.process_time(), watch.spent if watch is not None else 0.0
+    for number, ids in enumerate(data):
+        step(number, ids)
+    return time.process_time() - start, watch.spent - spent if watch is not None else 0.0
 
 
 class MaskedAttention(torch.nn.Module):
@@ -211,18 +252,23 @@ def main():
     parser.add_argument("--steps", type=int, default=30, help="steps per variant and round (30)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (5)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1)")
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny", help="the GPT's shape (tiny; see SIZES)")
     args = parser.parse_args()
+    global VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH
+    VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH = SIZES[args.size]
     torch.set_num_threads(args.threads)
     print(f"machine: {machine()}")
     variants = ["plain", "nanwatch", "nanwatch every=10", "debug_underflow", "detect_anomaly"]
     data = batches(args.steps)
     params = sum(p.numel() for p in make_model().parameters())
-    print(f"model: GPT2LMHeadModel, {params / 1e6:.2f}M parameters, batch {BATCH} x {SEQ} tokens, "
+    print(f"model: GPT2LMHeadModel ({args.size}: {LAYERS} layers, width {DIM}, {HEADS} heads, vocab {VOCAB}), "
+          f"{params / 1e6:.2f}M parameters, batch {BATCH} x {SEQ} tokens, "
           f"{args.steps} steps x {args.rounds} rounds per variant")
     times = {variant: [] for variant in variants}
     inside = {variant: [] for variant in variants}
-    for _ in range(args.rounds):
-        for variant in variants:
+    for number in range(args.rounds):
+        turn = number % len(variants)  # each round starts with the next variant: none always runs first
+        for variant in variants[turn:] + variants[:turn]:
             total, spent = train(data, variant)
             times[variant].append(1000 * total / args.steps)
             inside[variant].append(1000 * spent / args.steps)
