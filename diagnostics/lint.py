@@ -24,7 +24,8 @@ Command
     python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce
     python diagnostics/lint.py src/ --ignore data-write
     python diagnostics/lint.py --list-rules
-    # settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores)
+    # settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores;
+    # on Python 3.10, reading them needs the tomli package)
 
 Output
     $ python diagnostics/lint.py tests/data/lint/buggy_classifier.py
@@ -64,7 +65,13 @@ import stat
 import sys
 import textwrap
 import tokenize
-import tomllib
+try:
+    import tomllib  # Python 3.11 and later
+except ModuleNotFoundError:  # Python 3.10: its backport, when installed
+    try:
+        import tomli as tomllib
+    except ModuleNotFoundError:
+        tomllib = None
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -2670,9 +2677,15 @@ class Config:
             candidate = folder / "pyproject.toml"
             if candidate.is_file():
                 try:
-                    data = tomllib.loads(read_python(candidate))
-                except (ValueError, tomllib.TOMLDecodeError) as error:
+                    text = read_python(candidate)
+                    data = tomllib.loads(text) if tomllib is not None else None
+                except ValueError as error:  # (TOMLDecodeError is a ValueError)
                     raise ValueError(f"{candidate}: {error}")
+                if data is None:  # Python 3.10 without tomli: a pyproject.toml that does not name us holds no
+                    if "ml-debug" not in text:  # settings of ours
+                        continue
+                    raise ValueError(f"{candidate}: reading its [tool.ml-debug.lint] settings needs Python 3.11 or "
+                                     "the tomli package (pip install tomli); --no-config lints without them")
                 table = data.get("tool", {}).get("ml-debug", {}).get("lint")
                 if table is not None:
                     if not isinstance(table, dict):

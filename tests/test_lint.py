@@ -3,6 +3,7 @@ clean, the docs page is the registry, and the command line keeps its contract.""
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -444,6 +445,49 @@ def test_pyproject_settings_select_ignore_exclude_and_per_file_ignores(tmp_path,
     proc = run_cli("lint.py", tmp_path)
     assert_one_line_error(proc)
     assert "no-such-rule" in proc.stderr and "pyproject.toml" in proc.stderr
+
+
+def python_3_10():
+    """A Python 3.10 interpreter on this machine (pyenv's, or on PATH), or None."""
+    candidates = [shutil.which("python3.10"), *sorted(Path.home().glob(".pyenv/versions/3.10*/bin/python3.10"))]
+    for candidate in filter(None, candidates):
+        try:
+            proc = subprocess.run([str(candidate), "-c", "import sys; print(sys.version_info[:2])"],
+                                  capture_output=True, text=True, timeout=30)
+        except OSError:
+            continue
+        if proc.stdout.strip() == "(3, 10)":
+            return str(candidate)
+    return None
+
+
+def test_lint_runs_on_python_3_10_which_has_no_tomllib(tmp_path):
+    """pyproject.toml says >= 3.10 and lint needs only the standard library: on 3.10 (no tomllib, no tomli
+    with -S) it lints as on 3.11, skips a pyproject.toml that does not name it, and says in one line what
+    reading its settings needs."""
+    python = python_3_10()
+    if python is None:
+        pytest.skip("no Python 3.10 interpreter on this machine")
+    (tmp_path / "train.py").write_text(SOFTMAX_BUG.format(""))
+
+    def run(*args):
+        return subprocess.run([python, "-S", str(ROOT / "diagnostics" / "lint.py"), str(tmp_path), "--json", *args],
+                              capture_output=True, text=True, timeout=120)
+
+    expected = [(f["rule"], f["line"]) for f in json.loads(run_cli("lint.py", tmp_path, "--json").stdout)["findings"]]
+    assert expected == [("softmax-into-ce", 2)]
+    for pyproject in (None, '[project]\nname = "x"\n'):
+        if pyproject is not None:
+            (tmp_path / "pyproject.toml").write_text(pyproject)
+        proc = run()
+        assert proc.returncode == 1, proc.stderr
+        assert [(f["rule"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == expected
+    (tmp_path / "pyproject.toml").write_text('[tool.ml-debug.lint]\nignore = ["softmax-into-ce"]\n')
+    proc = run()
+    assert_one_line_error(proc)
+    assert "tomli" in proc.stderr and "pyproject.toml" in proc.stderr
+    proc = run("--no-config")
+    assert proc.returncode == 1 and [(f["rule"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == expected
 
 
 # --- issue 8: hostile inputs and faults ------------------------------------------------------------
