@@ -9,7 +9,8 @@ At build time (mkdocs.yml `hooks:`) it:
 - generates diagnostics/<name>.md for every diagnostics/<name>.py: its docstring rendered as
   markdown, then the whole file included by pymdownx.snippets, so the page always shows the
   tested file; the .py itself is published beside it, for download; a tool that imports a package
-  beside it (diagnostics/spikelog/ for spikes.py) shows and publishes that folder's modules too;
+  beside it (diagnostics/spikelog/ for spikes.py, diagnostics/trainlint/ for lint.py) shows and
+  publishes that folder's modules too;
 - generates the overview pages refs/index.md (unless refs/ has its own), diagnostics/index.md and
   evidence/index.md, and the nav;
 - points links to diagnostics/<name>.py at the generated page and links to a folder at its index
