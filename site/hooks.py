@@ -106,7 +106,7 @@ def diagnostic_page(name, path, text):
         for module in package_modules(folder):
             uri = module.relative_to(ROOT).as_posix()
             code = module.read_text(encoding="utf-8")
-            page += f"\n### {module.relative_to(ROOT / 'diagnostics').as_posix()}\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
+            page += f"\n### `{module.relative_to(ROOT / 'diagnostics').as_posix()}`\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
     return page
 
 
