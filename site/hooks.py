@@ -9,7 +9,8 @@ At build time (mkdocs.yml `hooks:`) it:
 - generates diagnostics/<name>.md for every diagnostics/<name>.py: its docstring rendered as
   markdown, then the whole file included by pymdownx.snippets, so the page always shows the
   tested file; the .py itself is published beside it, for download; a tool that imports a package
-  beside it (diagnostics/spikelog/ for spikes.py) shows and publishes that folder's modules too;
+  beside it (diagnostics/spikelog/ for spikes.py, diagnostics/trainlint/ for lint.py) shows and
+  publishes that folder's modules too;
 - generates the overview pages refs/index.md (unless refs/ has its own), diagnostics/index.md and
   evidence/index.md, and the nav;
 - points links to diagnostics/<name>.py at the generated page and links to a folder at its index
@@ -105,7 +106,7 @@ def diagnostic_page(name, path, text):
         for module in package_modules(folder):
             uri = module.relative_to(ROOT).as_posix()
             code = module.read_text(encoding="utf-8")
-            page += f"\n### {module.relative_to(ROOT / 'diagnostics').as_posix()}\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
+            page += f"\n### `{module.relative_to(ROOT / 'diagnostics').as_posix()}`\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
     return page
 
 

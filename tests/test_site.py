@@ -72,14 +72,17 @@ def test_every_diagnostic_page_shows_the_real_file(site):
         assert (site / "diagnostics" / f"{name}.py").read_text(encoding="utf-8") == real
 
 
-def test_a_tool_with_a_folder_shows_and_publishes_every_module(site):
-    page = built(site, "diagnostics/spikes.md")
+@pytest.mark.parametrize("tool, folder", [("spikes", "spikelog"), ("lint", "trainlint")])
+def test_a_tool_with_a_folder_shows_and_publishes_every_module(site, tool, folder):
+    page = built(site, f"diagnostics/{tool}.md")
     shown = [html.unescape(re.sub(r"<[^>]+>", "", code)).rstrip("\n") for code in re.findall(r"<code>(.*?)</code>", page, re.S)]
-    modules = sorted((ROOT / "diagnostics" / "spikelog").rglob("*.py"))
-    assert len(modules) > 10 and "diagnostics/spikelog/" in html.unescape(re.sub(r"<[^>]+>", "", page))
+    modules = sorted((ROOT / "diagnostics" / folder).rglob("*.py"))
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    assert len(modules) > 10 and f"diagnostics/{folder}/" in text
+    assert f"{folder}/__init__.py" in text  # the heading as written, not `__init__` read as bold markdown
     for module in modules:
         real = module.read_text(encoding="utf-8")
-        assert real.rstrip("\n") in shown, f"diagnostics/spikes.html does not show {module.relative_to(ROOT)}"
+        assert real.rstrip("\n") in shown, f"diagnostics/{tool}.html does not show {module.relative_to(ROOT)}"
         assert (site / module.relative_to(ROOT)).read_text(encoding="utf-8") == real
 
 

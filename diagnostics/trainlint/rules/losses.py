@@ -1,0 +1,150 @@
+"""Rules on what goes into a loss: an activation the loss applies itself, and softmax without dim."""
+import ast
+
+from ..registry import rule
+from ..syntax import has_star_kwargs, keyword, place
+
+
+@rule(
+    "softmax-into-ce",
+    "Softmax or log_softmax output passed to CrossEntropyLoss / F.cross_entropy, which expect raw logits.",
+    """cross_entropy applies log_softmax itself. Fed probabilities, it computes log_softmax(softmax(z)):
+    the loss can no longer approach 0, its gradient shrinks as the model grows confident, and
+    training stalls at a mediocre accuracy without any error. Fed log_softmax output, it gives the
+    right number only because log_softmax is idempotent, which hides a confusion with NLLLoss.
+    Pass the logits; apply softmax only where you need probabilities (metrics, sampling).""",
+    """
+    import torch.nn as nn
+
+    criterion = nn.CrossEntropyLoss()
+    for x, y in loader:
+        probs = model(x).softmax(dim=-1)
+        loss = criterion(probs, y)  # BUG: probabilities, not logits
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """,
+    """
+    import torch.nn as nn
+
+    criterion = nn.CrossEntropyLoss()
+    for x, y in loader:
+        logits = model(x)
+        loss = criterion(logits, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    """,
+)
+def check_softmax_into_ce(src):
+    for call in src.calls:
+        loss = src.loss_call(call)
+        found = src.activation(loss[1]) if loss and loss[0] == "ce" and loss[1] is not None else None
+        if found and found[0] == "softmax":
+            yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
+                         f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "
+                         f"training stalls. Pass the raw logits; keep softmax for predictions.")
+        elif found and found[0] == "log_softmax":
+            yield call, (f"cross_entropy applies log_softmax itself; on log_softmax output ({place(found[1])}) the "
+                         f"value comes out right only because log_softmax is idempotent. Pass the raw logits to "
+                         f"cross_entropy, or use nll_loss on the log-probabilities.")
+
+
+@rule(
+    "probs-into-nll",
+    "Softmax output (probabilities) passed to NLLLoss / F.nll_loss, which expect log-probabilities.",
+    """nll_loss only picks out minus the input at the target class. On probabilities that is -p,
+    which is bounded in [-1, 0], rewards confidence linearly instead of logarithmically and gives
+    tiny gradients: the model trains, badly, without any error. Use log_softmax before nll_loss,
+    or pass logits to cross_entropy.""",
+    """
+    import torch.nn.functional as F
+
+    probs = F.softmax(model(x), dim=-1)
+    loss = F.nll_loss(probs, y)  # BUG: nll_loss wants log-probabilities
+    """,
+    """
+    import torch.nn.functional as F
+
+    log_probs = F.log_softmax(model(x), dim=-1)
+    loss = F.nll_loss(log_probs, y)
+    """,
+)
+def check_probs_into_nll(src):
+    for call in src.calls:
+        loss = src.loss_call(call)
+        found = src.activation(loss[1]) if loss and loss[0] == "nll" and loss[1] is not None else None
+        if found and found[0] == "softmax":
+            yield call, (f"nll_loss expects log-probabilities; on softmax output ({place(found[1])}) it computes "
+                         f"-p, a bounded loss with tiny gradients. Use log_softmax instead of softmax (or cross_entropy "
+                         f"on logits).")
+
+
+@rule(
+    "sigmoid-into-bce-logits",
+    "Sigmoid output passed to BCEWithLogitsLoss / F.binary_cross_entropy_with_logits, which apply the sigmoid themselves.",
+    """The with-logits losses apply a sigmoid internally. Fed sigmoid output, every prediction is
+    squeezed into (0.5, 0.73), the loss cannot go below about 0.31 for positives, and the model
+    learns slowly and calibrates wrongly, silently. Pass the logits; apply sigmoid only for
+    predictions.""",
+    """
+    import torch
+    import torch.nn as nn
+
+    criterion = nn.BCEWithLogitsLoss()
+    pred = torch.sigmoid(model(x))
+    loss = criterion(pred, y)  # BUG: the sigmoid is applied twice
+    """,
+    """
+    import torch
+    import torch.nn as nn
+
+    criterion = nn.BCEWithLogitsLoss()
+    logits = model(x)
+    loss = criterion(logits, y)
+    pred = torch.sigmoid(logits)  # for metrics only
+    """,
+)
+def check_sigmoid_into_bce_logits(src):
+    for call in src.calls:
+        loss = src.loss_call(call)
+        found = src.activation(loss[1]) if loss and loss[0] == "bce_logits" and loss[1] is not None else None
+        if found and found[0] == "sigmoid":
+            yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output ({place(found[1])}) "
+                         f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
+
+
+@rule(
+    "softmax-no-dim",
+    "F.softmax / F.log_softmax / nn.Softmax without dim=, which picks a dimension that depends on the input's rank.",
+    """Without dim, PyTorch uses dim 0 for 0-D, 1-D and 3-D inputs and dim 1 otherwise (with a
+    deprecation warning that is easy to miss). For a (batch, time, vocab) tensor that normalises
+    across the batch: every number is a valid-looking probability and the model trains on
+    nonsense. Always pass dim, usually dim=-1.""",
+    """
+    import torch.nn.functional as F
+
+    logits = model(tokens)  # (batch, time, vocab)
+    log_probs = F.log_softmax(logits)  # BUG: no dim; a 3-D input is normalised over the batch
+    """,
+    """
+    import torch.nn.functional as F
+
+    logits = model(tokens)  # (batch, time, vocab)
+    log_probs = F.log_softmax(logits, dim=-1)
+    """,
+)
+def check_softmax_no_dim(src):
+    for call in src.calls:
+        name = src.qualname(call.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if has_star_kwargs(call) or any(isinstance(a, ast.Starred) for a in call.args):
+            continue
+        if name.startswith("torch.nn.functional.") and last in ("softmax", "log_softmax", "softmin") \
+                and len(call.args) < 2 and keyword(call, "dim") is None:
+            yield call, (f"{last} without dim uses dim 0 for 1-D and 3-D inputs and dim 1 otherwise; for "
+                         f"(batch, time, classes) that normalises across the batch. Pass dim explicitly (usually dim=-1).")
+        elif name.startswith("torch.nn.") and last in ("Softmax", "LogSoftmax", "Softmin") \
+                and not call.args and keyword(call, "dim") is None:
+            yield call, (f"nn.{last}() without dim picks the dimension from the input's rank (dim 0 for 3-D input, "
+                         f"across the batch). Pass dim explicitly, e.g. nn.{last}(dim=-1).")

@@ -1,0 +1,196 @@
+"""Rules on train and eval modes: evaluation with autograd on, eval mode never left, functional dropout that
+ignores the mode."""
+import ast
+
+from ..registry import rule
+from ..syntax import argument, has_star_kwargs, method_call, position
+from ..torch_names import DROPOUTS, INPUT_GRADS
+from .parameters import is_module_class, is_optimizer_class
+from .step_order import jump_after
+
+
+def last_switch(src, scope, target, before):
+    """The last model.eval() / model.train() on target in scope before a position, or None."""
+    switches = [e for e in src.events(scope) if e.kind in ("eval", "train") and e.target == target and e.pos < before]
+    return switches[-1] if switches else None
+
+
+@rule(
+    "eval-without-no-grad",
+    "An evaluation loop (model.eval(), forward passes, no backward) runs without torch.no_grad() / inference_mode.",
+    """model.eval() changes dropout and batch norm; it does not turn off autograd. Without no_grad
+    every forward pass in the loop records a graph: evaluation uses several times the memory and
+    runs slower, and any output kept for later (a list of predictions, a summed loss) holds its
+    graph alive. Wrap the loop in torch.no_grad() (or torch.inference_mode()), or decorate the
+    function. If every caller already wraps it, add the decorator anyway, or silence this line.
+    Loops that want gradients (backward(), torch.autograd.grad, requires_grad_) are not flagged.""",
+    """
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            pred = model(x).argmax(-1)  # BUG: records a graph for every batch
+            correct += (pred == y).sum().item()
+        return correct
+    """,
+    """
+    import torch
+
+    @torch.no_grad()
+    def evaluate(model, loader):
+        model.eval()
+        correct = 0
+        for x, y in loader:
+            pred = model(x).argmax(-1)
+            correct += (pred == y).sum().item()
+        return correct
+    """,
+)
+def check_eval_without_no_grad(src):
+    for loop in src.loops():
+        scope = src.function(loop) or src.tree
+        scope_targets = {e.target for e in src.events(scope) if e.kind == "eval"}
+        kinds = src.reach_kinds(loop) if scope_targets else {"backward"}
+        if "backward" in kinds or "step" in kinds or any(
+                isinstance(n, ast.Call) and (src.qualname(n.func) in INPUT_GRADS or method_call(n, "requires_grad_"))
+                for n in src.reach(loop)):
+            continue  # gradients are wanted here (training, saliency maps, adversarial examples)
+        for call in (n for n in src.local(loop) if isinstance(n, ast.Call)):
+            target = ast.unparse(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+            if target not in scope_targets:
+                continue
+            switch = last_switch(src, scope, target, position(call))
+            if switch is not None and switch.kind == "eval" and not src.grad_off(call, True):
+                yield call, (f"{target} is in eval mode here but autograd is still on: every forward pass of this "
+                             f"loop records a graph (memory, time, and graphs kept alive by stored outputs). Wrap the "
+                             f"loop in torch.no_grad() or torch.inference_mode(), or decorate the function.")
+                break
+
+
+def trained_models(src):
+    """Models this file trains: whatever has .parameters() passed to an optimizer, or .train() called."""
+    found = {e.target for e in src.all_events() if e.kind == "train"}
+    for call in src.calls:
+        if is_optimizer_class(src, call):
+            found |= {ast.unparse(n.func.value) for a in call.args + [k.value for k in call.keywords]
+                      for n in ast.walk(a) if method_call(n, "parameters", "named_parameters")}
+    return found
+
+
+def eval_target(src, call):
+    """The model a call leaves in eval mode: `model.eval()` -> model; `evaluate(net)` where the
+    helper evaluate(model) calls model.eval() and never model.train() -> net. Else None."""
+    direct = [e for e in src.classify(call) if e.kind == "eval"]
+    if direct:
+        return direct[0].target
+    for helper in src.helpers(call):
+        if "eval" in src.kinds(helper) and "train" not in src.kinds(helper):
+            params = [a.arg for a in helper.args.args]
+            if params and isinstance(call.func, ast.Attribute):
+                params = params[1:]  # self
+            for event in (e for n in src.local(helper) for e in src.classify(n) if e.kind == "eval"):
+                if event.target in params:
+                    index = params.index(event.target)
+                    arg = argument(call, index, event.target)
+                    return ast.unparse(arg) if arg is not None else None
+                return event.target
+    return None
+
+
+@rule(
+    "eval-mode-not-restored",
+    "A training loop switches the model to eval mode (directly or through a helper) and never back to train mode.",
+    """After model.eval() for validation, dropout stays off and batch norm keeps using its running
+    statistics for every later training step. Nothing fails; the model just overfits sooner or
+    trains differently from what the code says. Call model.train() at the start of each epoch
+    (or right after evaluation), or have the evaluation helper restore the mode it found.""",
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def evaluate(model, loader):
+        model.eval()
+        with torch.no_grad():
+            return sum(F.cross_entropy(model(x), y).item() for x, y in loader)
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    model.train()
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        val_loss = evaluate(model, val_loader)  # BUG: the next epoch trains in eval mode
+    """,
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def evaluate(model, loader):
+        model.eval()
+        with torch.no_grad():
+            return sum(F.cross_entropy(model(x), y).item() for x, y in loader)
+
+    optimizer = torch.optim.AdamW(model.parameters())
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        val_loss = evaluate(model, val_loader)
+    """,
+)
+def check_eval_mode_not_restored(src):
+    trained, reported = trained_models(src), set()
+    for loop in src.loops():
+        kinds = src.reach_kinds(loop)
+        if not {"backward", "step"} <= kinds or "train" in kinds:
+            continue
+        for call in (n for n in src.local(loop) if isinstance(n, ast.Call) and n not in reported):
+            target = eval_target(src, call)
+            if target in trained and not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)):
+                reported.add(call)
+                yield call, (f"this leaves {target} in eval mode and the training loop never calls {target}.train() "
+                             f"again: later steps train with dropout off and frozen batch-norm statistics. Call "
+                             f"{target}.train() at the start of each epoch or right after evaluating.")
+
+
+@rule(
+    "dropout-missing-training",
+    "F.dropout (and dropout1d/2d/3d, alpha_dropout) called without training=.",
+    """The functional form does not know about model.eval(). F.dropout defaults to training=True,
+    so it keeps dropping units at evaluation and inference time: validation looks worse and
+    noisier than the model is. F.alpha_dropout defaults to training=False, so it never drops
+    anything. Pass training=self.training, or use nn.Dropout. Only calls inside the methods of a
+    module class are checked: a free function has no self.training to pass.""",
+    """
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def forward(self, x):
+            return F.dropout(self.fc(x), p=0.1)  # BUG: still drops units after model.eval()
+    """,
+    """
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Block(nn.Module):
+        def forward(self, x):
+            return F.dropout(self.fc(x), p=0.1, training=self.training)
+    """,
+)
+def check_dropout_missing_training(src):
+    for call in src.calls:
+        name = src.qualname(call.func) or ""
+        last = name.rsplit(".", 1)[-1]
+        if name.startswith("torch.nn.functional.") and last in DROPOUTS and argument(call, 2, "training") is None \
+                and not has_star_kwargs(call) and not any(isinstance(a, ast.Starred) for a in call.args) \
+                and is_module_class(src.parent.get(src.method(call))):
+            if DROPOUTS[last]:
+                yield call, (f"F.{last} defaults to training=True and ignores model.eval(): it keeps dropping at "
+                             f"evaluation time. Pass training=self.training (or use the nn.Dropout module).")
+            else:
+                yield call, (f"F.{last} defaults to training=False: it never drops anything, even in training. Pass "
+                             f"training=self.training (or use the nn.AlphaDropout module).")
