@@ -88,8 +88,10 @@ def diagnostic_page(name, path, text):
     """
     source = path.read_text(encoding="utf-8")
     folders = sibling_packages(source)
-    needs = ("only torch and the standard library" if not folders else
-             "torch, the standard library and " + ", ".join(f"the folder `diagnostics/{folder}/`" for folder in folders)
+    modules = [source, *(module.read_text(encoding="utf-8") for folder in folders for module in package_modules(folder))]
+    library = "torch and the standard library" if imports_torch(modules) else "the standard library"
+    needs = (f"only {library}" if not folders else
+             f"{library.replace(' and ', ', ')} and " + ", ".join(f"the folder `diagnostics/{folder}/`" for folder in folders)
              + " beside it (copy both)")
     page = (
         f"# {name}.py\n\n"
@@ -114,6 +116,22 @@ def sibling_packages(source):
     """The packages in diagnostics/ that a diagnostic's source imports, in the order of first import."""
     names = re.findall(r"^(?:from|import) (\w+)", source, re.M)
     return [name for name in dict.fromkeys(names) if (ROOT / "diagnostics" / name / "__init__.py").is_file()]
+
+
+def imports_torch(sources):
+    """Whether any of these Python sources imports torch, anywhere in it (an import inside a function too);
+    code in strings (a rule's example) does not count."""
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            if any(name == "torch" or name.startswith("torch.") for name in names):
+                return True
+    return False
 
 
 def package_modules(folder):

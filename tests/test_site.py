@@ -86,6 +86,18 @@ def test_a_tool_with_a_folder_shows_and_publishes_every_module(site, tool, folde
         assert (site / module.relative_to(ROOT)).read_text(encoding="utf-8") == real
 
 
+@pytest.mark.parametrize("tool, needs", [
+    ("nan_watch", "It needs only torch and the standard library:"),
+    ("spikes", "It needs the standard library and the folder diagnostics/spikelog/ beside it (copy both):"),
+    ("lint", "It needs the standard library and the folder diagnostics/trainlint/ beside it (copy both):"),
+])
+def test_a_page_says_what_its_file_needs_to_run(site, tool, needs):
+    """torch only where the file or its folder imports it: lint and spikes run without (a rule's example
+    code that imports torch, in a string, does not count)."""
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", "", built(site, f"diagnostics/{tool}.md"))).split())
+    assert needs in text
+
+
 def test_snippets_page_shows_the_tested_files(site):
     page = built(site, "refs/snippets.md")
     shown = [html.unescape(re.sub(r"<[^>]+>", "", code)) for code in re.findall(r"<code>(.*?)</code>", page, re.S)]
