@@ -258,3 +258,15 @@ def test_docstring_quote_defects_are_caught(pack, old, new, expected):
     (pack / "diagnostics" / "tool.py").write_text(DOCSTRING.replace(old, new))
     found, _ = problems(pack)
     assert any(p.startswith(expected) for p in found), found
+
+
+def test_a_quote_in_a_module_of_a_tools_folder_is_checked_too(pack):
+    """The bigger tools grew into folders (spikelog/, trainlint/): their modules' docstrings are checked alike."""
+    (pack / "diagnostics" / "toolkit" / "detect").mkdir(parents=True)
+    module = pack / "diagnostics" / "toolkit" / "detect" / "rules.py"
+    module.write_text(DOCSTRING)
+    found, checker = problems(pack)
+    assert found == [] and checker.quotes_verified == 4
+    module.write_text(DOCSTRING.replace("Overfit one batch first.", "Overfit two batches first."))
+    found, _ = problems(pack)
+    assert any(p.startswith("diagnostics/toolkit/detect/rules.py:4: quote") for p in found), found

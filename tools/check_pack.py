@@ -239,7 +239,7 @@ class Checker:
         for page in self.pages.values():
             if page.rel.startswith("evidence/") and page.path.resolve() not in self.cited_evidence:
                 self.report(page, 1, "evidence file is not cited by any page of the pack")
-        for path in sorted(self.root.glob("diagnostics/*.py")):
+        for path in sorted(self.root.glob("diagnostics/**/*.py")):  # the folders of the bigger tools too
             self.check_docstring_quotes(path)
         skill = self.root / "SKILL.md"
         if not os.path.lexists(skill):
