@@ -18,6 +18,10 @@ What it checks
     was not given, a name it cannot trace) the rule stays silent. Its time grows linearly with the
     size of a file.
 
+    The code: this file is the command; diagnostics/trainlint/ (copy it too) holds the rest along
+    its path: run.py (files, notebooks, settings), source.py (one parsed file), rules/ (one module
+    per topic, registered in registry.py), docs.py (the refs/static_analysis.md page).
+
 Command
     python diagnostics/lint.py train.py src/          # files and folders (*.py, *.ipynb)
     python diagnostics/lint.py train.py --json        # {"findings": [{rule, path, line, message}]}
