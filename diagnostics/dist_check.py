@@ -183,7 +183,11 @@ def _positions(store, world):
 
 
 def diagnose_hang(index, positions):
-    """Name the ranks that did not take part in step `index`: not arrived (before it) or skipped (past it)."""
+    """Name the ranks that did not take part in the collective that hung: not arrived (before it) or skipped
+    (past it). That is the earliest one a rank is waiting in, not always `index`, the caller's own: when a rank
+    skipped all_reduce and waits in all_gather, its timer may fire before the timer of the rank left in
+    all_reduce (on a busy machine it does), and both must name all_reduce."""
+    index = min([where["index"] for where in positions.values() if where and where["phase"] == "enter"] + [index])
     waited, behind, skipped, unknown = [], [], [], []
     for rank, where in sorted(positions.items()):
         if where is None:
