@@ -132,17 +132,20 @@ class Episode:
         return end
 
     def descent_run(self, steps, values, row, start, stop):
-        """No recovery in sight yet: values above the band and not over the peak, before the block ends, that add()
-        would only queue (recent, tail, block), at once when each is finite; returns the index it got to."""
+        """No recovery in sight yet: the values above the band and not over the peak (so finite) that come first,
+        before the block ends, that add() would only queue (recent, tail, block), at once; returns the index it
+        got to."""
         end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
-        if end <= start or not self.band < values[start] <= self.peak:  # (the first value alone settles most refusals)
+        band, peak = self.band, self.peak
+        if end <= start or not band < values[start] <= peak:  # (the first value alone settles most refusals)
             return start
-        if any(v <= self.band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
+        if any(v <= band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
         stretch = values[start:end]
         total = sum(stretch)
-        if total - total != 0 or min(stretch) <= self.band or max(stretch) > self.peak:
-            return start
+        if total - total != 0 or min(stretch) <= band or max(stretch) > peak:  # (at C speed when all qualify)
+            end = start + next((j for j, v in enumerate(stretch) if not band < v <= peak), len(stretch))
+            stretch = stretch[:end - start]
         taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
         self.count += end - start
         self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
