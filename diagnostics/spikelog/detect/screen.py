@@ -89,7 +89,6 @@ def _screen(series, steps, values, row, start, stop):
     count = (stop - start) // REFRESH
     new = values[start:stop]
     blocks = np.sort(new.reshape(count, REFRESH), axis=1)  # each stretch in order: a sort of 32 is a SIMD network
-    low, high = blocks[:, 0], blocks[:, -1]  # (NaN sorts last, -inf first)
     # The window after each stretch is that stretch and the one before it (the first: the old window's last).
     joined = np.concatenate((np.fromiter(series.window, float, WINDOW), new))
     halves = joined.reshape(count + 2, REFRESH)
@@ -98,19 +97,19 @@ def _screen(series, steps, values, row, start, stop):
     sigma = (windows[:, W_HIGH] - windows[:, W_LOW]) / IQR_PER_SIGMA
     level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
     local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
-    # Falling: the block median two blocks back is far above this one (the scalar path then fits a line).
-    before = [lv for _, lv in series.blocks][-2:]
-    levels = np.concatenate((before, level))
-    two_back = np.full(count, -np.inf)
-    have = max(0, 2 - len(before))  # stretches with a block median two blocks back
-    two_back[have:] = levels[len(before) + have - 2:len(levels) - 2]
-    falling = two_back - level > FALLING_Z * local
+    # Falling: the block median two blocks back is far above this one (the scalar path then fits a line); -inf
+    # where there is none. Only the stretches up to the first that fails count: there, all of this is finite.
+    known = series.blocks
+    two_back = np.concatenate(([known[-2][1] if len(known) > 1 else -np.inf, known[-1][1] if known else -np.inf],
+                               level))[:count]
     size = np.abs(med)
-    scale = np.maximum.accumulate(np.concatenate(([series.scale], size)))[1:]
+    scale = np.maximum(np.maximum.accumulate(size), series.scale)  # (the running maximum from the series' own)
     threshold_after = med + np.maximum(np.maximum(SPIKE_Z * sigma, SPIKE_REL * size), SPIKE_ABS * scale)
-    held_to = np.concatenate(([series.threshold], threshold_after[:-1]))
-    healthy = np.isfinite(high) & np.isfinite(low) & (high <= held_to) & ~falling
-    taken = count if healthy.all() else int(np.argmin(healthy))
+    held_to = np.concatenate(((series.threshold,), threshold_after[:-1]))
+    finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
+    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local)
+    first_bad = int(healthy.argmin())
+    taken = count if healthy[first_bad] else first_bad
     if taken == 0:
         return start
     last = taken - 1
