@@ -125,9 +125,8 @@ class Episode:
         total = sum(stretch)
         if total - total != 0 or max(stretch) > limit:
             return start
-        taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
-        self.after.extend(taken)
-        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
+        self.after.extend(zip(steps[start:end], range(row + start, row + end), stretch))
+        self._recent(steps, values, row, start, end)
         self.count += end - start
         return end
 
@@ -146,15 +145,20 @@ class Episode:
         if total - total != 0 or min(stretch) <= band or max(stretch) > peak:  # (at C speed when all qualify)
             end = start + next((j for j, v in enumerate(stretch) if not band < v <= peak), len(stretch))
             stretch = stretch[:end - start]
-        taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
         self.count += end - start
-        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
-        self.tail.extend(taken)
-        del self.tail[:-(CONFIRM - 1)]  # add() drops the oldest whenever CONFIRM are queued and do not confirm
+        self._recent(steps, values, row, start, end)
+        first = max(start, end - (CONFIRM - 1))  # add() drops the oldest whenever CONFIRM are queued and do not
+        self.tail.extend(zip(steps[first:end], range(row + first, row + end), values[first:end]))  # confirm
+        del self.tail[:-(CONFIRM - 1)]
         if not self.block:
-            self.block_step = taken[0][0]
+            self.block_step = steps[start]
         self.block.extend(stretch)
         return end
+
+    def _recent(self, steps, values, row, start, end):
+        """values[start:end] (at rows row + start...) into `recent`, whose last BLOCK only are kept."""
+        first = max(start, end - BLOCK)
+        self.recent.extend(zip(range(row + first, row + end), steps[first:end], values[first:end]))
 
     def _recovered(self, step, row, level):
         """Back in the band at `step`: fast within FAST_STEPS steps, or on the very next row of a sparse log."""
