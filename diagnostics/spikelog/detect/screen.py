@@ -120,11 +120,11 @@ def _screen(series, steps, values, row, start, stop):
     series.refreshes += taken
     series.until_refresh = REFRESH
     ends = range(start + REFRESH - 1, start + taken * REFRESH, REFRESH)  # the index of each stretch's last value
-    for k in range(max(0, taken - TREND_BLOCKS), taken):
-        series.blocks.append((row + ends[k], float(level[k])))
+    levels = level[:taken].tolist()
+    series.blocks.extend(zip(range(row + ends[0], row + ends[-1] + 1, REFRESH)[-TREND_BLOCKS:], levels[-TREND_BLOCKS:]))
     series.last_step = int(steps[ends[-1]])
     if series.on_block is not None:
         for k, step, lv, sc in zip(ends, steps[ends[0]:ends[-1] + 1:REFRESH].tolist() if not isinstance(steps, range)
-                                   else steps[ends[0]:ends[-1] + 1:REFRESH], level[:taken].tolist(), scale[:taken].tolist()):
+                                   else steps[ends[0]:ends[-1] + 1:REFRESH], levels, scale[:taken].tolist()):
             series.on_block(step, row + k, lv, sc)
     return start + taken * REFRESH
