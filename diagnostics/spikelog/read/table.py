@@ -15,8 +15,8 @@ from .columns import Columns, row_tuple, to_chunk
 from .text import BLOCK_BYTES, text_blocks
 
 ACCELERATE_BYTES = 24 << 20  # from ~750k rows: importing numpy and pandas (~0.65 s CPU) costs less than it saves
-# (benchmarks/spikes_throughput.py, 1M rows, 32 MB, no spike, 2026-11-25: 2.2 s CPU in pure Python, 0.9 s
-# accelerated, imports included; with a spike every ~700 rows 2.0-2.2 s and 1.6-2.0 s)
+# (benchmarks/spikes_throughput.py, 1M rows, 32 MB, no spike, 2026-11-25: 2.2 s CPU in pure Python, 0.7-0.9 s
+# accelerated, imports included; with a spike every ~700 rows 2.0-2.3 s and 1.6-2.0 s)
 NAN_SPELLINGS = ["nan", "NaN", "NAN", "Nan", "-nan", "+nan", "-NaN", "+NaN"]  # what float() reads as NaN, as
 # trainers write it; pandas reads only these as NaN here (an empty cell, "NA" or "null" stay text: Python decides)
 ACCELERATED_BLOCK_BYTES = 4 << 20  # per pandas call: its fixed cost (~0.5 ms) is spread over ~120k rows
