@@ -145,15 +145,17 @@ min/max buckets per series.
 
 Speed and memory, measured with benchmarks/spikes_throughput.py next to a 15-line pandas rolling-median
 detector (which only counts outliers), each in its own process, on a 2-core AMD EPYC VM shared with
-other jobs (Linux, Python 3.11.7, load average 0.7-1.0, 2026-11-25): a 10-million-row CSV (step, loss,
-grad_norm, lr; 336 MB) in 4.4 s CPU (2.27 M rows per CPU second) at a peak RSS of 167 MB (140 MB for 1
-million rows), where pandas took 22.6 s CPU and 1000 MB. That is with pandas installed (requirements.txt;
-`pip install ml-debug[fast]`): a CSV of 24 MB or more is then parsed by pandas 4 MB at a time and its
-healthy stretches screened with numpy, to the same report. Without it everything is Python: 19.8 s CPU
-(0.51 M rows per second) at 17.6 MB, the same as for 1 million rows. Spikes are followed value by value,
-so a log dense with them is slower: with a spike every ~700 rows (half the rows inside a spike or its
-follow-up) 10 million rows took 19.5 s CPU (0.51 M rows per second), pure Python 21.8 s, pandas 20.5 s
-(load 1.7); at 1 million rows the three took 2.4 to 3.3 s, within the machine's run-to-run noise.
+other jobs (Linux, Python 3.11.7, load average 0.9-4.3, 2026-11-25): a 10-million-row CSV (step, loss,
+grad_norm, lr; 336 MB) with no spike in 3.4 to 4.5 s CPU (2.2 to 2.9 M rows per CPU second) at a peak RSS
+of 127 to 129 MB (120 MB for 1 million rows), where pandas took 20.7 s CPU and 1000 MB. That is with pandas
+installed (requirements.txt; `pip install ml-debug[fast]`): a CSV of 24 MB or more is then parsed by pandas
+4 MB at a time and its healthy stretches screened with numpy, to the same report. Without it everything is
+Python: 18.0 s CPU (0.56 M rows per second) at 17.4 MB, the same as for 1 million rows. Spikes are followed
+value by value, so a log dense with them is slower: with a spike every ~700 rows (half the rows inside a
+spike or its follow-up) 10 million rows took 14.9 to 16.8 s CPU (0.60 to 0.67 M rows per second) at 142 to
+149 MB, pandas 20.8 to 23.2 s, pure Python 22.3 to 28.3 s (74 MB); 1 million rows 1.55 to 2.0 s, pure
+Python 2.0 to 2.3 s, pandas 2.2 to 2.4 s (five runs of each, one after the other: medians 1.62 s, 2.17 s
+and 2.29 s).
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy

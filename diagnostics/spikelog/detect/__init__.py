@@ -106,6 +106,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
     last_step = -math.inf
     values = segment = 0
     row = 0  # the row of the file (data rows only) at the start of the chunk
+    screen = None  # detect/screen.py, once the reader gives numpy columns
     feed_loss, feed_grad = main.feed, grad.feed  # bound once: the loop below runs once per row
     for steps, losses, grads, lrs, extra, complete in _increasing_pieces(rows) if has_step else rows:
         n = len(losses)
@@ -113,7 +114,8 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
             steps = range(row, row + n)
         arrays = None  # numpy columns from the accelerated CSV reader: screened in numpy, lists made when needed
         if not isinstance(losses, list):
-            from . import screen  # numpy: imported only when the reader already has
+            if screen is None:
+                from . import screen  # numpy: imported only when the reader already has (once: ~20 us a time)
             arrays = (steps, losses, grads, lrs, extra)
             fast = not curves and steps[0] > last_step and screen.increasing(steps)
         else:
@@ -146,6 +148,14 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 steps, losses, grads, lrs, extra = _lists(arrays)
                 listed = True
             while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                if fast and watch is not None and watch.gap is None and main.episode is None and main.med is not None:
+                    done = main.feed_run(steps, losses, row, i, min(n, i + watch.quiet()), strict=True)
+                    if done > i:  # healthy values after a resume, before the block that tells a drop: at once
+                        watch.after.extend(losses[i:done])
+                        values += done - i
+                        last_step = steps[done - 1]
+                        i = done
+                        continue
                 if fast and watch is None and main.episode is not None and main.episode.count > 1:
                     done = main.follow_run(steps, losses, row, i, n)  # what the open spike only queues: at once
                     if done > i:
@@ -266,9 +276,13 @@ def _increasing_pieces(chunks):
 
 def _grad_peak(episode, grads):
     """The highest finite grad norm logged while the spike is open, as the row loop keeps it."""
-    finite = [g for g in grads if g - g == 0]
-    if finite:
-        episode.grad_peak = max(finite) if episode.grad_peak is None else max(episode.grad_peak, *finite)
+    total = sum(grads)
+    if total - total != 0:  # some are not finite (or the sum overflowed): skip those
+        grads = [g for g in grads if g - g == 0]
+        if not grads:
+            return
+    top = max(grads)
+    episode.grad_peak = top if episode.grad_peak is None else max(episode.grad_peak, top)
 
 
 def _sides(grad, extras, grads, extra):
@@ -277,10 +291,15 @@ def _sides(grad, extras, grads, extra):
 
 
 def _lists(arrays):
-    """A chunk's numpy columns as lists (the row range of a log without steps stays a range)."""
+    """A chunk's numpy columns as lists. Evenly spaced steps (and the row range of a log without steps) become a
+    range, the same Python ints (4 ms less per 120k rows); the learning rate, read only where a spike starts
+    (number() makes that one value a float), stays numpy."""
     steps, losses, grads, lrs, extra = arrays
-    return (steps if isinstance(steps, range) else steps.tolist(), losses.tolist(),
-            None if grads is None else grads.tolist(), None if lrs is None else lrs.tolist(), [x.tolist() for x in extra])
+    if not isinstance(steps, range):
+        stride = int(steps[1] - steps[0]) if len(steps) > 1 else 1
+        spaced = stride > 0 and bool((steps[1:] - steps[:-1] == stride).all())
+        steps = range(int(steps[0]), int(steps[0]) + stride * len(steps), stride) if spaced else steps.tolist()
+    return steps, losses.tolist(), None if grads is None else grads.tolist(), lrs, [x.tolist() for x in extra]
 
 
 def _increasing(steps):

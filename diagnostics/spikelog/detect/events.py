@@ -55,6 +55,11 @@ class ResumeWatch:
         self.gap = None  # how much lower they were, once the drop is seen; then we watch for the jump back
         self.recent = deque(maxlen=JUMP_CONFIRM)  # (step, row, value, threshold)
 
+    def quiet(self):
+        """How many finite values add() would only keep, while the baseline has a median and no drop is known yet
+        (the caller appends them to `after` at once)."""
+        return BLOCK - 1 - len(self.after)
+
     def add(self, step, row, x):
         """Take one loss value (after the series took it); True once there is nothing more to watch for."""
         level_now = self.series.med  # the baseline median follows the curve while the data repeats

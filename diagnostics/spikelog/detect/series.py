@@ -54,8 +54,8 @@ class Episode:
         self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
         self.peak, self.peak_step, self.peak_row = x, step, row
         self.tail = []  # (step, row, value) after the peak, CONFIRM at most: the recovery test
-        self.recent = deque(maxlen=BLOCK)  # (row, step, value): the latest values, for a verdict by level
-        self.recent.append((row, step, x))
+        self.recent = deque(maxlen=BLOCK)  # (step, row, value): the latest values, for a verdict by level
+        self.recent.append((step, row, x))
         self.block, self.block_step = [x], step
         self.blocks = []  # (first step, median) of each full block since the start
         self.last_block = None  # the values of the latest full block: the new baseline after settling
@@ -70,9 +70,10 @@ class Episode:
     def add(self, step, row, x):
         """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
         self.count += 1
-        self.recent.append((row, step, x))
+        value = (step, row, x)  # one tuple for recent, after and tail
+        self.recent.append(value)
         if self.pending is not None:
-            self.after.append((step, row, x))
+            self.after.append(value)
             if x > self.threshold + max(self.pending[2] - self.baseline, 0.0):  # a new spike (over the level
                 return self.pending  # the loss came back to) before the level could be checked: the recovery stands
             if len(self.after) < VERIFY:
@@ -87,13 +88,13 @@ class Episode:
         tail = self.tail
         if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
-            tail.append((step, row, x))
+            tail.append(value)
             return self._recovered(tail[0][0], tail[0][1], level)
         if x > self.peak:
             self.peak, self.peak_step, self.peak_row = x, step, row
             self.tail.clear()
         else:
-            tail.append((step, row, x))
+            tail.append(value)
             if len(tail) == CONFIRM:
                 values = [v for _, _, v in tail]
                 if values[0] <= self.band and statistics.median(values) <= self.band:
@@ -127,29 +128,33 @@ class Episode:
             return start
         taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
         self.after.extend(taken)
-        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
+        self.recent.extend(taken[-BLOCK:])
         self.count += end - start
         return end
 
     def descent_run(self, steps, values, row, start, stop):
-        """No recovery in sight yet: values above the band and not over the peak, before the block ends, that add()
-        would only queue (recent, tail, block), at once when each is finite; returns the index it got to."""
+        """No recovery in sight yet: the values above the band and not over the peak (so finite) that come first,
+        before the block ends, that add() would only queue (recent, tail, block), at once; returns the index it
+        got to."""
         end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
-        if end <= start or not self.band < values[start] <= self.peak:  # (the first value alone settles most refusals)
+        band, peak = self.band, self.peak
+        if end <= start or not band < values[start] <= peak:  # (the first value alone settles most refusals)
             return start
-        if any(v <= self.band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
+        if any(v <= band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
         stretch = values[start:end]
         total = sum(stretch)
-        if total - total != 0 or min(stretch) <= self.band or max(stretch) > self.peak:
-            return start
-        taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
+        if total - total != 0 or min(stretch) <= band or max(stretch) > peak:  # (at C speed when all qualify)
+            end = start + next((j for j, v in enumerate(stretch) if not band < v <= peak), len(stretch))
+            stretch = stretch[:end - start]
         self.count += end - start
-        self.recent.extend((r, s, x) for s, r, x in taken[-BLOCK:])
-        self.tail.extend(taken)
+        first = max(start, end - BLOCK)  # (only the latest BLOCK are kept in recent, and fewer in the tail)
+        taken = list(zip(steps[first:end], range(row + first, row + end), values[first:end]))
+        self.recent.extend(taken)
+        self.tail.extend(taken[-(CONFIRM - 1):])
         del self.tail[:-(CONFIRM - 1)]  # add() drops the oldest whenever CONFIRM are queued and do not confirm
         if not self.block:
-            self.block_step = taken[0][0]
+            self.block_step = steps[start]
         self.block.extend(stretch)
         return end
 
@@ -205,7 +210,7 @@ class Episode:
         if self.pending is not None:
             verdict = (self._offset() if len(self.after) >= BLOCK else None) or self.pending
             return verdict[:3] + (ended_by,) if verdict[3] == "recovered" else verdict
-        after = [(step, row, x) for row, step, x in self.recent if row > self.peak_row]
+        after = [value for value in self.recent if value[1] > self.peak_row]
         if not after:
             return "divergence", None, None, ended_by  # the log ends (or rolls back) at the peak
         level = statistics.median(x for _, _, x in after)

@@ -15,7 +15,8 @@ from .columns import Columns, row_tuple, to_chunk
 from .text import BLOCK_BYTES, text_blocks
 
 ACCELERATE_BYTES = 24 << 20  # from ~750k rows: importing numpy and pandas (~0.65 s CPU) costs less than it saves
-# (benchmarks/spikes_throughput.py, 1M rows, 32 MB: 2.2 s CPU in pure Python, 1.3 s accelerated, imports included)
+# (benchmarks/spikes_throughput.py, 1M rows, 32 MB, no spike, 2026-11-25: 2.2 s CPU in pure Python, 0.7-0.9 s
+# accelerated, imports included; with a spike every ~700 rows 2.0-2.3 s and 1.6-2.0 s)
 NAN_SPELLINGS = ["nan", "NaN", "NAN", "Nan", "-nan", "+nan", "-NaN", "+NaN"]  # what float() reads as NaN, as
 # trainers write it; pandas reads only these as NaN here (an empty cell, "NA" or "null" stay text: Python decides)
 ACCELERATED_BLOCK_BYTES = 4 << 20  # per pandas call: its fixed cost (~0.5 ms) is spread over ~120k rows
@@ -74,8 +75,8 @@ def read(path, delimiter, loss_name, unparsed, accelerate=None):
 
     def columns(text):
         """The block as a chunk of numpy columns, or None when pandas would read it otherwise than Python."""
-        try:
-            frame = pandas.read_csv(io.StringIO(text), sep=delimiter, header=None, usecols=used, engine="c",
+        try:  # (as bytes: pandas reads a StringIO back and encodes it again, ~3 ms more per block)
+            frame = pandas.read_csv(io.BytesIO(text.encode()), sep=delimiter, header=None, usecols=used, engine="c",
                                     keep_default_na=False, na_values=NAN_SPELLINGS, low_memory=False, **exact)
         except (ValueError, pandas.errors.ParserError):  # a ragged row, a missing column
             return None
