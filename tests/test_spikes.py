@@ -776,3 +776,25 @@ def test_a_one_row_spike_in_a_sparse_log_is_a_fast_recovery(tmp_path):
     rows = [f"{s},{6.0 if s == 5000 else 3.0 + 0.01 * math.sin(s * 1.7):.4f}" for s in range(0, 10000, 50)]
     report = spikes.analyze(write(tmp_path, "every50.csv", "step,loss\n" + "\n".join(rows) + "\n"))
     assert [(s.step, s.type, s.recovery_steps) for s in report.spikes] == [(5000, "fast_recovery", 50)]
+
+
+@pytest.mark.parametrize("after", [2.0, 1.3])  # divergence (2x the level) and no_recovery: both rebuild the window
+def test_a_run_fed_at_once_leaves_the_series_as_feeding_it_value_by_value(after):
+    """Series.feed_run takes healthy stretches at once; when a spike that closes inside the same call rebuilds
+    the window (divergence, no_recovery), the values after it must go into the new window. They went into the
+    discarded one: the baseline froze until the call ended, and the pure road (the grad norm fed a chunk at a
+    time) disagreed with the accelerated one on a synthetic grad_spikes log."""
+    from spikelog.detect.series import Series
+    rng = random.Random(0)
+    values = [1.0 + 0.01 * rng.gauss(0, 1) for _ in range(400)] + [after + 0.01 * rng.gauss(0, 1) for _ in range(600)]
+    steps = list(range(len(values)))
+    one_by_one, at_once = Series("loss"), Series("loss")
+    for step, x in zip(steps, values):
+        one_by_one.feed(step, step, x)
+    assert at_once.feed_run(steps, values, 0, 0, len(values)) == len(values)
+    for series in (one_by_one, at_once):
+        series.finish(len(values) - 1)
+    assert [s.to_json() for s in at_once.spikes] == [s.to_json() for s in one_by_one.spikes]
+    assert [s.type for s in at_once.spikes] == ["divergence" if after == 2.0 else "no_recovery"]
+    assert list(at_once.window) == list(one_by_one.window)
+    assert (at_once.med, at_once.sigma, at_once.threshold) == (one_by_one.med, one_by_one.sigma, one_by_one.threshold)

@@ -336,7 +336,6 @@ class Series:
         queues (follow_run). Anything else is fed value by value, or, when `strict`, left to the caller: returns
         the index it got to."""
         i = start
-        window = self.window
         while i < stop:
             if self.episode is None:
                 k = min(self.until_refresh, stop - i)
@@ -348,7 +347,8 @@ class Series:
                 else:  # (a sum can overflow to inf with every value finite: then none is found and all go in)
                     take = next((j for j, x in enumerate(stretch) if not (x - x == 0 and x <= threshold)), k)
                 if take:
-                    window.extend(stretch if take == k else stretch[:take])
+                    self.window.extend(stretch if take == k else stretch[:take])  # (not a local: a spike closed in
+                    # this call may have rebuilt the window)
                     i += take
                     self.last_step = steps[i - 1]
                     self.until_refresh -= take
