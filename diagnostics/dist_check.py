@@ -266,15 +266,19 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
     verdict = {"rank": rank, "world": world, "backend": backend, "device": str(device), "status": "pass",
                "steps": {}, "summary": "all steps passed"}
     where = {"step": "init"}
+    verdict_lock = threading.Lock()  # the abort watcher may publish while this thread writes the verdict
 
     def publish():
-        (out_dir / f"rank{rank}.json").write_text(json.dumps(verdict))
-        store.set(f"dist_check/verdict/{rank}", json.dumps(verdict))
+        with verdict_lock:
+            text = json.dumps(verdict)
+            (out_dir / f"rank{rank}.json").write_text(text)
+            store.set(f"dist_check/verdict/{rank}", text)
 
     def aborted():
-        if "hang" not in verdict:  # this rank's own timeout verdict stays as it is
-            verdict.update(status="fail", summary=f"stopped by another rank's hang verdict while at {where['step']}")
-            publish()
+        with verdict_lock:
+            if "hang" not in verdict:  # this rank's own timeout verdict stays as it is
+                verdict.update(status="fail", summary=f"stopped by another rank's hang verdict while at {where['step']}")
+        publish()  # also a verdict of its own not published yet: the process ends right after this
 
     stall = STALL_FRACTION * timeout
     faulthandler.dump_traceback_later(stall, repeat=False, file=stack_file)  # a stall anywhere writes the stack
@@ -298,13 +302,15 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
             ok, detail = _expected_and_run(step, rank, world, device)
         except RuntimeError as exc:
             hang = diagnose_hang(index, _positions(store, world))
-            verdict.update(status="fail", summary=f"{step} timed out (limit {timeout:g} s)", hang=hang,
-                           seconds=round(time.monotonic() - start, 2), error=str(exc).splitlines()[0][:300])
-            verdict["steps"][step] = {"ok": False, "detail": verdict["summary"]}
+            with verdict_lock:
+                verdict.update(status="fail", summary=f"{step} timed out (limit {timeout:g} s)", hang=hang,
+                               seconds=round(time.monotonic() - start, 2), error=str(exc).splitlines()[0][:300])
+                verdict["steps"][step] = {"ok": False, "detail": verdict["summary"]}
             break
-        verdict["steps"][step] = {"ok": ok, "detail": detail}
-        if not ok:
-            verdict.update(status="fail", summary=f"{step} gave a wrong value: {detail}")
+        with verdict_lock:
+            verdict["steps"][step] = {"ok": ok, "detail": detail}
+            if not ok:
+                verdict.update(status="fail", summary=f"{step} gave a wrong value: {detail}")
         _post(store, rank, index, "done")
     faulthandler.cancel_dump_traceback_later()
     publish()
