@@ -17,9 +17,8 @@ parameters, batch 4 x 128. Every variant trains a fresh copy of the same model o
 
 The variants run interleaved, round after round, so that a change in the machine's load hits all of
 them alike; each round starts with the next variant, and each run's first step, which allocates the
-optimizer state, is not timed (before that, with plain always first in a round, NanWatch came out at
-0.90x plain on the wide GPT in a scratch run: the first run of a round paid for something the later ones
-did not). Time is this process's CPU time (one torch thread), not wall time: on a machine shared
+optimizer state, is not timed (before, plain always ran first in a round, and every run's first step was
+timed). Time is this process's CPU time (one torch thread), not wall time: on a machine shared
 with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
 step, and the ratio to plain: the median over rounds of each round's ratio to that round's plain
 run (neighbours in time share the machine's load; the spread of those ratios is printed too).

@@ -55,10 +55,11 @@ How to read it
     One line per rank: its device and its last verdict. A rank whose own time limit had not run
     out when another's did reads `stopped by another rank's hang verdict while at <collective>`
     (which rank's timer fires first is a race). The HANG line names the collective that hung, the
-    earliest one a rank waits in, whichever rank timed out first, and, for each rank that did not take part, whether it had not arrived yet (stuck before
-    it: read its stack file, first frame from the top that is your code) or had skipped it (it is
-    already in a later collective). `all ranks passed` means the transport, rendezvous and
-    backend work: a hang in training is then in your code's collective order, not in the network.
+    earliest one a rank waits in, whichever rank timed out first, and, for each rank that did not
+    take part, whether it had not arrived yet (stuck before it: read its stack file, first frame
+    from the top that is your code) or had skipped it (it is already in a later collective).
+    `all ranks passed` means the transport, rendezvous and backend work: a hang in training is
+    then in your code's collective order, not in the network.
     Exit code: 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.
 
 Next step

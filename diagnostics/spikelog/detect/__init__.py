@@ -151,7 +151,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 if fast and watch is not None and watch.gap is None and main.episode is None and main.med is not None:
                     done = main.feed_run(steps, losses, row, i, min(n, i + watch.quiet()), strict=True)
                     if done > i:  # healthy values after a resume, before the block that tells a drop: at once
-                        watch.after.extend(losses[i:done])
+                        watch.keep(losses[i:done])
                         values += done - i
                         last_step = steps[done - 1]
                         i = done

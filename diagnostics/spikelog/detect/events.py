@@ -56,9 +56,13 @@ class ResumeWatch:
         self.recent = deque(maxlen=JUMP_CONFIRM)  # (step, row, value, threshold)
 
     def quiet(self):
-        """How many finite values add() would only keep, while the baseline has a median and no drop is known yet
-        (the caller appends them to `after` at once)."""
+        """How many finite values add() would only keep, while the baseline has a median and no drop is known yet:
+        the caller may hand that many (or fewer) to keep() at once."""
         return BLOCK - 1 - len(self.after)
+
+    def keep(self, values):
+        """What add() does with each of these finite values while quiet() lasts: keep it, and say nothing."""
+        self.after.extend(values)
 
     def add(self, step, row, x):
         """Take one loss value (after the series took it); True once there is nothing more to watch for."""
