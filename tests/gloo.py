@@ -4,9 +4,11 @@ Used by the distributed tests: each starts `rank_main(rank, world, port, out_dir
 which calls `join(rank, world, port)` first and `report(rank, out_dir, results)` last.
 """
 import datetime
+import faulthandler
 import json
 import os
 import socket
+import sys
 import time
 
 import torch
@@ -17,21 +19,38 @@ DEADLINE = 150  # seconds for all ranks to finish: a hang shows up as a failed t
 # A rank stuck in a collective gives up before DEADLINE. Generous: under load one rank can spend tens of
 # seconds importing (DDP's first construction imports dynamo) while the other already waits in a barrier.
 COLLECTIVE_TIMEOUT = datetime.timedelta(seconds=60)
+# A rank still alive this long after it joined prints every thread's stack (pytest shows it under the failed
+# test) and exits: a hang that outlives the collective timeout says where it is, even in a CI log.
+STACKS_AFTER = DEADLINE - 30
+
+
+def print_stacks_if_stuck():
+    """From now on, a rank alive STACKS_AFTER seconds later prints every thread's stack and exits 1."""
+    faulthandler.dump_traceback_later(STACKS_AFTER, exit=True)
 
 
 def join(rank, world, port):
     """Start this rank's process group (one torch thread: the ranks share the CI machine's 2 cores)."""
+    print_stacks_if_stuck()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
 
 
 def report(rank, out_dir, results):
-    """Wait for the other ranks, leave the group, and write this rank's results for the test to read."""
+    """Wait for the other ranks, write this rank's results for the test to read, and end the process at once.
+
+    Not by returning: a rank whose DDP model is freed after the group can hang at exit. The Reducer drops the
+    last reference to the gloo group while holding the GIL, and the group's destructor then waits for a gloo
+    worker thread that still needs the GIL to release a finished all_reduce's Python tensors: seen in gdb
+    twice in 66 runs of test_spike_guard's DDP test under load, the likely cause of a CI failure there.
+    """
     dist.barrier()
-    dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def run_on_ranks(rank_main, out_dir, hang_message, world=2):
@@ -44,9 +63,16 @@ def run_on_ranks(rank_main, out_dir, hang_message, world=2):
     deadline = time.monotonic() + DEADLINE
     try:
         while not context.join(timeout=1):
-            assert time.monotonic() < deadline, hang_message
+            assert time.monotonic() < deadline, f"{hang_message} ({_progress(context, out_dir, world)})"
     finally:
         for process in context.processes:
             if process.is_alive():
                 process.kill()
     return [json.loads((out_dir / f"rank{rank}.json").read_text()) for rank in range(world)]
+
+
+def _progress(context, out_dir, world):
+    """Which ranks are still alive and which wrote their results: tells a hang in the work from one at exit."""
+    return ", ".join(f"rank {rank}: {'alive' if process.is_alive() else 'exited'}, results "
+                     f"{'written' if (out_dir / f'rank{rank}.json').exists() else 'not written'}"
+                     for rank, process in zip(range(world), context.processes))

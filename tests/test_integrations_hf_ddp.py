@@ -46,6 +46,7 @@ class Rows(torch.utils.data.Dataset):
 
 def rank_main(rank, world, port, out_dir):
     """One rank, started as torchrun starts it: the Trainer (accelerate) sets the process group up from the env."""
+    gloo.print_stacks_if_stuck()
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
                       LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
     torch.set_num_threads(1)
