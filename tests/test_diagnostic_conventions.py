@@ -100,6 +100,7 @@ def test_model_diagnostic_layout(path):
 
 CTRL_C = """
 import runpy, sys
+import torch  # loaded before the tracer is set: tracing every call of torch's import took ~10 s per tool
 path = sys.argv[1]
 def trace(frame, event, arg):  # Ctrl-C arriving as main() starts: deterministic, unlike a timed SIGINT
     if event == "call" and frame.f_code.co_name == "main" and frame.f_code.co_filename == path:
