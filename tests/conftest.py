@@ -1,5 +1,6 @@
 """Shared test helpers: where things are, and how to run a diagnostic's CLI."""
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,48 @@ def one_torch_thread():
         patch.setenv("OMP_NUM_THREADS", "1")
         yield
     torch.set_num_threads(threads)
+
+
+
+
+@pytest.fixture(autouse=True, scope="session")
+def ctrl_c_reaches_the_commands():
+    """The Ctrl-C tests start a tool and send it SIGINT, as a terminal would. A test run started in the background
+    by a shell without job control (`make test &` in a script) inherits SIGINT ignored, and so would every tool it
+    starts: Python then installs no KeyboardInterrupt handler, and lint ran to its end (exit 1) while resume_check
+    slept on. Python's own handler here means the tools start with SIGINT at its default."""
+    previous = signal.getsignal(signal.SIGINT)
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, previous)
+
+
+HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGUSR1)
+
+
+def _blocked_and_ignored():
+    """This thread's blocked signals and the process's ignored ones, as the kernel sees them (set from C too)."""
+    try:
+        lines = open("/proc/thread-self/status").read().splitlines()
+    except OSError:
+        return None
+    return {line.split(":")[0]: line.split()[1] for line in lines if line.startswith(("SigBlk", "SigIgn"))}
+
+
+@pytest.fixture(autouse=True)
+def signals_left_as_found():
+    """A test (or the code it runs in this process) that changes a signal's handler, or blocks or ignores a
+    signal, fails: a tool must leave the process as it found it, and a signal ignored or blocked here is
+    inherited by every process the tests start after."""
+    before = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    kernel_before = _blocked_and_ignored()
+    yield
+    changed = {sig.name: signal.getsignal(sig) for sig in HANDLED_SIGNALS if signal.getsignal(sig) != before[sig]}
+    for sig in HANDLED_SIGNALS:
+        if before[sig] is not None and signal.getsignal(sig) != before[sig]:  # None: set outside Python
+            signal.signal(sig, before[sig])
+    kernel_after = _blocked_and_ignored()
+    assert not changed, f"signal handlers changed by this test and not restored: {changed}"
+    assert kernel_after == kernel_before, f"blocked or ignored signals changed: {kernel_before} -> {kernel_after}"
