@@ -42,6 +42,15 @@ What it checks
     weights they blocked (details["gated"]) are judged on the high side only: a zero gate one
     step old still scales their gradient down, so a small step says nothing about the lr.
 
+    Weights kept in 16 bits (a model cast with .to(torch.bfloat16), no fp32 master copy) lose
+    every step smaller than half their last unit: bf16 keeps 8 significant bits, so a weight of
+    0.2 ignores any step under ~5e-4. The check counts, per bf16/fp16 parameter, the elements
+    with a non-zero gradient that the step left exactly as they were (details
+    ["lost_to_rounding"]): from 10% a warn, from 50% a fail (our assumptions). Our MLP cast to
+    bf16 with Adam at 2e-5 keeps 96% of its first layer unchanged; at 3e-4, 43% (its +-0.22
+    init); in fp32, none (measured). Adam's first step is its largest, so later steps lose more.
+    NaN/inf updates from finite gradients are the optimizer's own (float16: Adam's eps 1e-8 is 0).
+
     A DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: local
     gradients, one local step, no collective.
 
@@ -70,6 +79,7 @@ Output
         "target": 0.001,
         "not_updated": [],
         "nonfinite": [],
+        "lost_to_rounding": {},
         "adaptive_first_step": false,
         "lr_factor": 1.0,
         "judged_step": 1,
@@ -332,6 +342,9 @@ ZERO_INIT_STEPS = 4  # steps to let gradients through a chain of zero-initialise
 STEP_PAYOFF = 0.5  # on a quadratic, the step that minimises the loss along its direction buys exactly half of the first-order promise (derived); less means it went past that point
 ADAPTIVE_STATE = ("exp_avg_sq", "square_avg", "acc_delta", "sum")  # Adam/AdamW, RMSprop, Adadelta, Adagrad state keys
 LOW_WARN = 1e-4  # one order of magnitude below cs231n's 1e-3 — our assumption
+LOW_PRECISION = {torch.bfloat16: 8, torch.float16: 11}  # 16-bit weight dtypes and their significant bits
+LOST_FAIL = 0.5  # most of a weight's elements kept their value although the gradient pushed them — our assumption
+LOST_WARN = 0.1  # our assumption; 16-bit weights at a sane lr measure ~0 (bf16 MLP, Adam 3e-4: 0.1%), fp32 is not judged
 
 
 def _measured_step(case, model, trainable, optimizer):
@@ -376,6 +389,21 @@ def _ratios(trainable, before):
     return ratios, other
 
 
+def _lost_to_rounding(trainable, before, optimizer):
+    """{16-bit weight: the share of its elements with a non-zero gradient that the step left exactly as they were}.
+
+    Only weights the optimizer steps with an lr above 0 (an lr of 0 is the not-updated finding, not rounding)."""
+    stepped = {id(p) for group in optimizer.param_groups if group["lr"] > 0 for p in group["params"]}
+    lost = {}
+    for name, p in trainable:
+        if p.dtype in LOW_PRECISION and id(p) in stepped and p.grad is not None:
+            pushed = p.grad != 0
+            count = int(pushed.sum())
+            if count:
+                lost[name] = float(f"{int(((p.detach() == before[name]) & pushed).sum()) / count:.3g}")
+    return lost
+
+
 def _blocked(trainable, before):
     """The weight matrices that are not zero but got an all-zero gradient (a zero-initialised layer blocks them)."""
     return [name for name, p in trainable
@@ -407,6 +435,7 @@ def check_update_ratio(case):
             before, payoff = _measured_step(case, model, trainable, optimizer)  # a zero-init still blocks gradients:
             judged_step += 1  # judge a later step
         ratios, other = _ratios(trainable, before)
+        lost = _lost_to_rounding(trainable, before, optimizer)
         for name in zero_init:  # a few steps from zero, it has no scale of its own yet: listed, not judged
             if name in ratios:
                 other[name] = ratios.pop(name)
@@ -416,24 +445,40 @@ def check_update_ratio(case):
                                {"other": other})
         nonfinite = [name for name, r in ratios.items() if not abs(r) < float("inf")]  # NaN fails `<` too
         ratios = {name: r for name, r in ratios.items() if name not in nonfinite}
-        unmoved = [name for name, r in ratios.items() if r == 0]
+        rounded = {name: share for name, share in lost.items() if share >= LOST_FAIL}
+        unmoved = [name for name, r in ratios.items() if r == 0 and name not in rounded]
         high = {name: r for name, r in ratios.items() if r > HIGH_FAIL}
         large = high if high and payoff is not None and payoff >= STEP_PAYOFF else {}  # big steps that still pay off
         high = {name: r for name, r in high.items() if name not in large}
-        low = {name: r for name, r in ratios.items() if 0 < r < LOW_FAIL and name not in gated}
+        low = {name: r for name, r in ratios.items() if 0 < r < LOW_FAIL and name not in gated and name not in rounded}
         high_warn = HIGH_FAIL if adaptive else HIGH_WARN  # Adam's first step is lr / rms(w) whatever the gradient
         off = {name: r for name, r in ratios.items() if not LOW_WARN <= r <= high_warn and name not in high and name not in low
-               and name not in unmoved and name not in large and not (name in gated and r < LOW_WARN)}
+               and name not in unmoved and name not in large and not (name in gated and r < LOW_WARN) and name not in rounded}
         details = {"ratios": ratios, "other": other, "target": TARGET, "not_updated": unmoved, "nonfinite": nonfinite,
+                   "lost_to_rounding": lost,
                    "adaptive_first_step": adaptive, "lr_factor": peak, "judged_step": judged_step, "gated": gated,
                    "step_payoff": float(f"{payoff:.3g}") if payoff is not None and payoff > -float("inf") else None}
         judged = {name: r for name, r in ratios.items() if not (name in gated and r < LOW_WARN)}
         spread = (f"ratios {min(judged.values()):.2g} .. {max(judged.values()):.2g} over {len(judged)} weight matrices"
                   if judged else "")
         problems = []
-        if nonfinite:
+        params = dict(trainable)
+        optimizer_made = [name for name in nonfinite if bool(params[name].grad.isfinite().all())]
+        if nonfinite and not optimizer_made:
             problems.append(f"{len(nonfinite)} weight(s) got NaN/inf updates (non-finite gradients: run nan_watch): "
                             f"{', '.join(nonfinite[:3])}")
+        elif nonfinite:
+            fp16 = any(params[name].dtype == torch.float16 for name in optimizer_made)
+            problems.append(f"{len(nonfinite)} weight(s) got NaN/inf updates from finite gradients (the optimizer's own "
+                            f"arithmetic" + (": in float16, Adam's eps 1e-8 rounds to 0 and a tiny second moment "
+                                             "underflows, so m / (sqrt(v) + eps) divides by 0)" if fp16 else ")")
+                            + f": {', '.join(nonfinite[:3])}")
+        if rounded:
+            worst = max(rounded, key=rounded.get)
+            dtype = params[worst].dtype
+            problems.append(f"{len(rounded)} 16-bit parameter(s) lost most of the step to rounding: worst {worst}, "
+                            f"{rounded[worst]:.0%} of its elements with a non-zero gradient did not change ({dtype} "
+                            f"keeps {LOW_PRECISION[dtype]} significant bits: a step under half the last one rounds away)")
         if unmoved:
             problems.append(f"{len(unmoved)} weight(s) got a gradient but did not move (lr 0, or not in the optimizer): "
                             f"{', '.join(unmoved[:3])}")
@@ -449,11 +494,22 @@ def check_update_ratio(case):
             problems.append(f"{len(low)} weight(s) move less than {LOW_FAIL:g} of their norm per step (lr too low), "
                             f"worst {worst} at {low[worst]:.3g}")
         if problems:
-            details["next"] = ("run nan_watch" if nonfinite else "print optimizer.param_groups: the lr of each group, and whether "
+            details["next"] = ("run nan_watch" if nonfinite and not optimizer_made else "keep the weights in fp32 (the "
+                               "optimizer's arithmetic too)" if nonfinite else "keep the weights in fp32 and compute in 16 bits "
+                               "(torch.autocast), or use an optimizer that keeps fp32 master weights or rounds "
+                               "stochastically; a higher lr is not the fix" if rounded else "print optimizer.param_groups: the lr of each group, and whether "
                                "it holds this model's parameters" if unmoved else
                                "lower the lr by about the factor the ratio is above 1e-3; add warmup" if high else
                                "raise the lr; check per-layer lr multipliers")
             return CheckResult("update_ratio", "fail", "; ".join(problems), details)
+        partly = {name: share for name, share in lost.items() if share >= LOST_WARN}
+        if partly:
+            worst = max(partly, key=partly.get)
+            details["next"] = ("keep the weights in fp32 and compute in 16 bits (torch.autocast): Adam's later steps "
+                               "are smaller than its first, so more of them round away")
+            return CheckResult("update_ratio", "warn", f"{len(partly)} 16-bit parameter(s) lost part of the step to "
+                               f"rounding: worst {worst}, {partly[worst]:.0%} of its elements with a non-zero gradient "
+                               f"did not change; {spread}", details)
         if large:
             worst = max(large, key=large.get)
             details["next"] = ("keep a warmup to this lr: an adaptive optimizer's first steps move every weight by about "

@@ -20,6 +20,7 @@ from state_snapshot import assert_unchanged, snapshot
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 import broken_training  # noqa: E402  (needs tests/zoo on sys.path)
 import healthy  # noqa: E402
+import update_ratio  # noqa: E402
 
 CHECKS = ["overfit_one_batch", "gradient_flow", "update_ratio", "nan_watch", "batch_independence", "causal_dependency"]
 OVERFIT_FAILURE = {"make_lr_zero": "flat", "make_optimizer_on_other_model": "flat", "make_flipped_loss_sign": "diverging",
@@ -158,3 +159,42 @@ def test_cli_on_broken_demo(check_id, capsys):
     module = importlib.import_module(check_id)
     assert module.cli_main(getattr(module, f"check_{check_id}"), module.make_demo_case, module.__doc__, ["--json"]) == 1
     assert json.loads(capsys.readouterr().out)["status"] == "fail"
+
+
+def _in_dtype(dtype, lr):
+    """The healthy MLP with its weights and inputs in `dtype`, Adam at `lr`: a 16-bit twin or its fp32 original."""
+    case = healthy.make_mlp_classifier()
+    case["model"] = case["model"].to(dtype)
+    x, y = case["batch"]
+    case["batch"] = (x.to(dtype), y)
+    case["loss_fn"] = lambda logits, y: torch.nn.functional.cross_entropy(logits.float(), y)
+    case["optimizer"] = lambda params: torch.optim.Adam(params, lr=lr)
+    return case
+
+
+def test_update_ratio_names_a_step_lost_to_bf16_rounding_and_passes_its_fp32_twin():
+    broken = run("update_ratio", broken_training.make_bf16_weights_at_a_fine_tuning_lr())
+    assert broken.status == "fail" and "lost most of the step to rounding" in broken.summary
+    assert broken.details["lost_to_rounding"]["net.0.weight"] > 0.9  # measured 0.962: nearly every element kept its value
+    assert "fp32" in broken.details["next"] and broken.details["not_updated"] == []
+    healthy_twin = run("update_ratio", _in_dtype(torch.float32, 2e-5))
+    assert healthy_twin.status == "pass" and healthy_twin.details["lost_to_rounding"] == {}
+
+
+def test_update_ratio_warns_when_part_of_a_bf16_step_rounds_away():
+    result = run("update_ratio", _in_dtype(torch.bfloat16, 3e-4))  # the first layer's +-0.22 init: a bf16 unit of ~1e-3
+    assert result.status == "warn" and "lost part of the step to rounding" in result.summary
+    assert update_ratio.LOST_WARN <= max(result.details["lost_to_rounding"].values()) < update_ratio.LOST_FAIL
+
+
+
+def test_update_ratio_tells_an_optimizer_made_nan_from_a_gradient_made_one():
+    result = run("update_ratio", _in_dtype(torch.float16, 2e-5))  # Adam's eps 1e-8 is 0 in float16
+    assert result.status == "fail" and "from finite gradients" in result.summary and "eps" in result.summary
+    assert result.details["next"] != "run nan_watch"
+
+
+def test_update_ratio_in_bf16_with_lr_0_is_not_called_rounding():
+    result = run("update_ratio", _in_dtype(torch.bfloat16, 0.0))
+    assert result.status == "fail" and result.details["lost_to_rounding"] == {}
+    assert result.details["not_updated"] == ["net.0.weight", "net.2.weight", "net.4.weight"]

@@ -105,6 +105,17 @@ def make_lr_too_high():
     return case
 
 
+def make_bf16_weights_at_a_fine_tuning_lr():
+    """update_ratio (lost to rounding): the whole model cast to bfloat16, Adam at a fine-tuning lr of 2e-5."""
+    case = make_mlp_classifier()
+    case["model"] = case["model"].to(torch.bfloat16)  # BUG: bf16 weights, no fp32 master copy: a 2e-5 step is under half a bf16 unit
+    x, y = case["batch"]
+    case["batch"] = (x.to(torch.bfloat16), y)
+    case["loss_fn"] = lambda logits, y: F.cross_entropy(logits.float(), y)
+    case["optimizer"] = lambda params: torch.optim.Adam(params, lr=2e-5)
+    return case
+
+
 # --- nan_watch -----------------------------------------------------------------------------------
 
 class LogLink(nn.Module):
@@ -292,6 +303,7 @@ EXPECTED = {  # factory -> (check id, status it must get)
     "make_dead_relu": ("gradient_flow", "fail"),
     "make_vanishing_sigmoid": ("gradient_flow", "fail"),
     "make_lr_too_high": ("update_ratio", "fail"),
+    "make_bf16_weights_at_a_fine_tuning_lr": ("update_ratio", "fail"),
     "make_log_of_negative": ("nan_watch", "fail"),
     "make_sqrt_at_zero": ("nan_watch", "fail"),
     "make_log_softmax_by_hand": ("nan_watch", "fail"),
