@@ -798,3 +798,16 @@ def test_a_run_fed_at_once_leaves_the_series_as_feeding_it_value_by_value(after)
     assert [s.type for s in at_once.spikes] == ["divergence" if after == 2.0 else "no_recovery"]
     assert list(at_once.window) == list(one_by_one.window)
     assert (at_once.med, at_once.sigma, at_once.threshold) == (one_by_one.med, one_by_one.sigma, one_by_one.threshold)
+
+
+def test_a_sudden_lasting_drop_with_no_resume_is_no_spike_and_no_event(tmp_path):
+    """refs/loss_patterns.md#a-sudden-drop-after-a-long-slow-stretch says spikes.py reports nothing for it."""
+    rng = random.Random(0)
+    rows = ["step,loss"]
+    for step in range(3000):  # slow fall, then 4.0 -> 2.5 within 60 steps, then slow again
+        level = 4.2 - 0.2 * step / 1500 if step < 1500 else 4.0 - 1.5 * min(1, (step - 1500) / 60) - 0.1 * max(0, step - 1560) / 1440
+        rows.append(f"{step},{level * (1 + rng.gauss(0, 0.01)):.5f}")
+    log = tmp_path / "drop.csv"
+    log.write_text("\n".join(rows) + "\n")
+    report = spikes.analyze(log).to_json()
+    assert (report["spikes"], report["events"]) == ([], [])
