@@ -21,7 +21,11 @@ What it checks
              features (columns of 2-D inputs) that are constant over the batch; float inputs
              whose dtype differs from the model's (float64 into a float32 model); integer
              inputs to a model without an embedding; float class targets with values outside
-             0..1 (class indices must be int64) or integer targets for regression.
+             0..1 (class indices must be int64) or integer targets for regression; token ids
+             (the inputs tensor, or inputs['input_ids']) whose every row starts with the same id
+             twice, from the first position the attention_mask keeps: a doubled BOS, which a
+             chat template that writes its own BOS plus a tokenizer that adds one produce, and
+             which training never complains of.
 
     Statistics are computed in float64 over the finite values; for 2-D inputs (rows x
     features) per feature, otherwise over the whole tensor.
@@ -338,6 +342,21 @@ def scale_findings(name, t):
     return findings
 
 
+def doubled_first_token(name, t, inputs):
+    """The id every row of a (rows, positions) id tensor starts with twice (counted from its first attended
+    position when the inputs carry an attention_mask), or None."""
+    if name.startswith("inputs[") and name != "inputs['input_ids']" or t.ndim != 2 or t.shape[0] < 2 or t.shape[1] < 2:
+        return None  # dict inputs: input_ids only (token_type_ids are all 0 by design)
+    mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
+    first = (mask != 0).int().argmax(dim=1) if isinstance(mask, torch.Tensor) and mask.shape == t.shape \
+        else torch.zeros(t.shape[0], dtype=torch.long)
+    if bool((first + 1 >= t.shape[1]).any()):
+        return None
+    rows = torch.arange(t.shape[0])
+    start, then = t[rows, first], t[rows, first + 1]
+    return int(start[0]) if bool((start == then).all()) and bool((start == start[0]).all()) else None
+
+
 def check_data_sanity(case):
     """Look at every tensor of the batch for NaN/inf, scale, constant features and dtype surprises."""
     case = validate_case(case)
@@ -379,6 +398,10 @@ def check_data_sanity(case):
                 if int(t.min()) < 0 or int(t.max()) >= largest:
                     findings.append(("fail", f"{name} holds ids {int(t.min())}..{int(t.max())} but the largest embedding "
                                      f"has {largest} rows: tokenizer and model disagree on the vocabulary"))
+                doubled = doubled_first_token(name, t, inputs) if batch_dim == 0 else None
+                if doubled is not None:
+                    findings.append(("warn", f"every row of {name} starts with id {doubled} twice: a BOS added by both "
+                                     "the chat template and the tokenizer? Decode one row"))
             elif t.dtype != torch.bool:
                 findings.append(("warn", f"{name} is {t.dtype} but the model has no embedding: numbers fed as integers?"))
                 findings += scale_findings(name, t)

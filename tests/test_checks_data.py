@@ -273,3 +273,23 @@ def test_init_loss_names_a_flipped_sign():
     case["loss_fn"] = lambda out, y: -torch.nn.functional.cross_entropy(out, y)
     result = init_loss.check_init_loss(case)
     assert result.status == "fail" and "sign" in result.summary, result
+
+
+def test_data_sanity_warns_on_a_doubled_bos_and_not_on_its_single_bos_twin():
+    doubled = data_sanity.check_data_sanity(zoo_case("broken_data.py:make_doubled_bos"))
+    assert doubled.status == "warn" and "starts with id 1 twice" in doubled.summary
+    assert data_sanity.check_data_sanity(zoo_case("broken_data.py:make_single_bos")).status == "pass"
+
+
+def test_data_sanity_reads_a_doubled_bos_after_left_padding_and_ignores_constant_token_type_ids():
+    case = zoo_case("broken_data.py:make_doubled_bos")
+    inputs, labels = case["batch"]
+    ids, mask = inputs["input_ids"].clone(), inputs["attention_mask"].clone()
+    ids[0] = torch.cat([torch.zeros(3, dtype=ids.dtype), ids[0, :-3]])  # row 0 left-padded with the pad id 0
+    mask[0] = torch.cat([torch.zeros(3, dtype=mask.dtype), mask[0, :-3]])
+    left = data_sanity.check_data_sanity({**case, "batch": ({"input_ids": ids, "attention_mask": mask}, labels)})
+    assert left.status == "warn" and "twice" in left.summary
+    single = zoo_case("broken_data.py:make_single_bos")
+    inputs, labels = single["batch"]
+    with_types = {**inputs, "token_type_ids": torch.zeros_like(inputs["input_ids"])}  # all 0 by design: not a BOS
+    assert data_sanity.check_data_sanity({**single, "batch": (with_types, labels)}).status == "pass"

@@ -94,9 +94,16 @@ def test_broken_twin_fails_the_right_check(factory, check_id):
     assert "raised" not in result.summary, "the check must catch the bug, not crash on it"
 
 
+@pytest.mark.parametrize("factory, check_id", broken_data.WARNED.items())
+def test_warned_twin_gets_a_warn_from_the_right_check(factory, check_id):
+    case = doctor.load_case(f"{ZOO / 'broken_data.py'}:{factory}")
+    [result] = doctor.run_checks(case, [(check_id, dict(doctor.CHECKS)[check_id])])
+    assert result.status == "warn", result
+
+
 def test_each_broken_twin_plants_one_marked_bug():
     lines = (ZOO / "broken_data.py").read_text().splitlines()
-    assert sum("  # BUG: " in line for line in lines) == len(broken_data.BROKEN)
+    assert sum("  # BUG: " in line for line in lines) == len(broken_data.BROKEN) + len(broken_data.WARNED)
 
 
 def test_a_check_that_raises_is_its_own_fail(tmp_path, capsys):

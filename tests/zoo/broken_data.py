@@ -89,6 +89,30 @@ def make_input_ignored():
     return case
 
 
+def make_doubled_bos():
+    """data_sanity (warn): every row starts with BOS twice, the template's and the tokenizer's."""
+    case = make_hf_style_lm()
+    inputs, labels = case["batch"]
+    bos = torch.full((inputs["input_ids"].shape[0], 1), 1)  # id 1 is the BOS of this vocabulary
+    input_ids = torch.cat([bos, bos, inputs["input_ids"][:, :-2]], dim=1)  # BUG: a template BOS, then the tokenizer's own
+    attention_mask = torch.cat([torch.ones_like(bos), torch.ones_like(bos), inputs["attention_mask"][:, :-2]], dim=1)
+    case["batch"] = ({"input_ids": input_ids, "attention_mask": attention_mask},
+                     input_ids.masked_fill(attention_mask == 0, -100))
+    return case
+
+
+def make_single_bos():
+    """The healthy twin of make_doubled_bos: one BOS per row."""
+    case = make_hf_style_lm()
+    inputs, _ = case["batch"]
+    bos = torch.full((inputs["input_ids"].shape[0], 1), 1)
+    input_ids = torch.cat([bos, inputs["input_ids"][:, :-1]], dim=1)
+    attention_mask = torch.cat([torch.ones_like(bos), inputs["attention_mask"][:, :-1]], dim=1)
+    case["batch"] = ({"input_ids": input_ids, "attention_mask": attention_mask},
+                     input_ids.masked_fill(attention_mask == 0, -100))
+    return case
+
+
 BROKEN = {  # factory -> the check that must fail it
     "make_scaled_logits": "init_loss",
     "make_unshifted_lm": "init_loss",
@@ -98,4 +122,7 @@ BROKEN = {  # factory -> the check that must fail it
     "make_all_labels_masked": "labels",
     "make_std_one_init": "init_scale",
     "make_input_ignored": "input_dependence",
+}
+WARNED = {  # factory -> the check that must warn on it: a sign worth a look, not proof of a bug
+    "make_doubled_bos": "data_sanity",
 }
