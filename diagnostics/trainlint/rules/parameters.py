@@ -1,9 +1,9 @@
 """Rules on the parameters an optimizer holds: one submodule's while the whole model runs, or a layer replaced
-after the optimizer was built."""
+after the optimizer was built; and on how it decays them (Adam's weight_decay is L2, not weight decay)."""
 import ast
 
 from ..registry import rule
-from ..syntax import argument, dotted, end_position, is_false, method_call, position, terminal
+from ..syntax import argument, dotted, end_position, is_false, keyword, method_call, position, terminal
 
 
 def is_optimizer_class(src, call):
@@ -191,3 +191,41 @@ def check_layer_replaced_after_optimizer(src):
                 yield node, (f"{ast.unparse(target)} is replaced after the optimizer (line {call.lineno}) was built "
                              f"from {root}'s parameters: the new layer is never updated. Replace layers first, "
                              f"then build the optimizer.")
+
+
+@rule(
+    "adam-coupled-weight-decay",
+    "torch.optim.Adam gets a non-zero weight_decay: L2 added to the gradient, not decoupled weight decay.",
+    """Adam's weight_decay adds weight_decay * w to the gradient before the moments, so the decay
+    is divided by the same sqrt(v) as the gradient: weights with large gradients are barely
+    decayed and rarely updated ones are decayed hard. That is L2 regularisation, which under
+    Adam is not the weight decay that recipes (and their 0.01 to 0.1 values) mean. AdamW applies
+    the decay to the weights directly, apart from the gradient; use it, or pass
+    decoupled_weight_decay=True to Adam. If L2 under Adam is the intent, add
+    # noqa: adam-coupled-weight-decay.""",
+    """
+    import torch
+
+    model = torch.nn.Linear(512, 10)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4, weight_decay=0.1)  # BUG: L2 under Adam, not weight decay
+    """,
+    """
+    import torch
+
+    model = torch.nn.Linear(512, 10)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1)
+    """,
+)
+def check_adam_coupled_weight_decay(src):
+    for call in src.calls:
+        if src.qualname(call.func) != "torch.optim.Adam":
+            continue
+        decay = argument(call, 4, "weight_decay")  # Adam(params, lr, betas, eps, weight_decay, ...)
+        decoupled = keyword(call, "decoupled_weight_decay")
+        if isinstance(decoupled, ast.Constant) and decoupled.value is True:
+            continue
+        if isinstance(decay, ast.Constant) and isinstance(decay.value, (int, float)) and not isinstance(decay.value, bool) \
+                and decay.value != 0:
+            yield call, (f"torch.optim.Adam(weight_decay={decay.value}) adds the decay to the gradient, where Adam's "
+                         f"normalisation scales it per weight: that is L2, not weight decay. Use torch.optim.AdamW, or "
+                         f"decoupled_weight_decay=True.")
