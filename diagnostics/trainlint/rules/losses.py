@@ -5,6 +5,12 @@ from ..registry import rule
 from ..syntax import has_star_kwargs, keyword, place
 
 
+def activation_fed_to(src, call, loss_kind):
+    """(activation, where) when `call` is a loss of `loss_kind` whose input comes from an activation, else None."""
+    loss = src.loss_call(call)
+    return src.activation(loss[1]) if loss and loss[0] == loss_kind and loss[1] is not None else None
+
+
 @rule(
     "softmax-into-ce",
     "Softmax or log_softmax output passed to CrossEntropyLoss / F.cross_entropy, which expect raw logits.",
@@ -38,8 +44,7 @@ from ..syntax import has_star_kwargs, keyword, place
 )
 def check_softmax_into_ce(src):
     for call in src.calls:
-        loss = src.loss_call(call)
-        found = src.activation(loss[1]) if loss and loss[0] == "ce" and loss[1] is not None else None
+        found = activation_fed_to(src, call, "ce")
         if found and found[0] == "softmax":
             yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
                          f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "
@@ -72,8 +77,7 @@ def check_softmax_into_ce(src):
 )
 def check_probs_into_nll(src):
     for call in src.calls:
-        loss = src.loss_call(call)
-        found = src.activation(loss[1]) if loss and loss[0] == "nll" and loss[1] is not None else None
+        found = activation_fed_to(src, call, "nll")
         if found and found[0] == "softmax":
             yield call, (f"nll_loss expects log-probabilities; on softmax output ({place(found[1])}) it computes "
                          f"-p, a bounded loss with tiny gradients. Use log_softmax instead of softmax (or cross_entropy "
@@ -107,8 +111,7 @@ def check_probs_into_nll(src):
 )
 def check_sigmoid_into_bce_logits(src):
     for call in src.calls:
-        loss = src.loss_call(call)
-        found = src.activation(loss[1]) if loss and loss[0] == "bce_logits" and loss[1] is not None else None
+        found = activation_fed_to(src, call, "bce_logits")
         if found and found[0] == "sigmoid":
             yield call, (f"BCEWithLogitsLoss applies the sigmoid itself; this sigmoid output ({place(found[1])}) "
                          f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
