@@ -57,6 +57,7 @@ import errno
 import heapq
 import json
 import os
+import re
 import sys
 import zlib
 from collections import Counter
@@ -67,9 +68,10 @@ ZLIB = 0.1  # clean text compresses to 0.26-0.80, one sentence repeated 57 times
 ZLIB_MIN_BYTES = 200  # shorter samples compress badly whatever they hold (zlib's own header and tables)
 SYMBOLS = 0.5  # clean prose and code measure at most 0.25 — our assumption
 CONTROL = 0.01  # text holds none; binary decoded as text holds many — our assumption
-TOP = 20  # flagged samples kept and shown, worst first
+TOP = 20  # flagged samples kept (the worst) and shown (in file order)
 PREVIEW = 50  # characters of each flagged sample shown
 PRINTABLE_CONTROLS = "\t\n\r"
+REPEATS = re.compile(r"(\S)\1+")  # two or more of one non-space character: the runs, found at C speed
 
 
 class UsageError(Exception):
@@ -77,19 +79,16 @@ class UsageError(Exception):
 
 
 def measure(text):
-    """The five numbers of one sample (zlib is None under ZLIB_MIN_BYTES)."""
-    visible = [c for c in text if not c.isspace()]
-    counts = Counter(visible)
-    top_char = max(counts.values()) / len(visible) if visible else 0.0
-    run, current, previous = 0, 0, None
-    for c in text:
-        current = current + 1 if c == previous and not c.isspace() else 1
-        previous = c
-        run = max(run, current if not c.isspace() else 0)
+    """The five numbers of one sample (zlib is None under ZLIB_MIN_BYTES), from one count of its characters."""
+    counts = Counter(text)
+    visible = {c: n for c, n in counts.items() if not c.isspace()}
+    top_char = max(visible.values()) / sum(visible.values()) if visible else 0.0
+    run = max((m.end() - m.start() for m in REPEATS.finditer(text)), default=1 if visible else 0)
     raw = text.encode("utf-8", "surrogatepass")
     ratio = len(zlib.compress(raw, 6)) / len(raw) if len(raw) >= ZLIB_MIN_BYTES else None
-    symbols = sum(1 for c in text if not (c.isalnum() or c.isspace())) / len(text) if text else 0.0
-    control = sum(1 for c in text if ord(c) < 32 and c not in PRINTABLE_CONTROLS or ord(c) == 127) / len(text) if text else 0.0
+    symbols = sum(n for c, n in counts.items() if not (c.isalnum() or c.isspace())) / len(text) if text else 0.0
+    control = sum(n for c, n in counts.items() if ord(c) < 32 and c not in PRINTABLE_CONTROLS or ord(c) == 127) \
+        / len(text) if text else 0.0
     return {"top_char": round(top_char, 3), "run": run, "zlib": None if ratio is None else round(ratio, 3),
             "symbols": round(symbols, 3), "control": round(control, 3)}
 
@@ -173,8 +172,7 @@ def screen(samples, top=TOP):
             heapq.heappush(worst, (key, order, entry))
         elif key > worst[0][0]:
             heapq.heapreplace(worst, (key, order, entry))
-    ranked = [entry for _, _, entry in sorted(worst, key=lambda item: item[0], reverse=True)]
-    ranked.sort(key=lambda entry: entry["line"])
+    ranked = sorted((entry for _, _, entry in worst), key=lambda entry: entry["line"])
     return {"samples": count, "flagged": flagged, "by_reason": dict(sorted(by_reason.items())), "worst": ranked}
 
 
@@ -230,7 +228,8 @@ def main(argv=None):
     parser.add_argument("path", nargs="?", help="a .jsonl file (one object per line) or a text file (one sample per "
                                                 "line); none: the embedded demo shard")
     parser.add_argument("--field", default="text", help="the JSONL field holding the text (default: text)")
-    parser.add_argument("--top", type=int, default=TOP, help=f"flagged samples shown, worst first (default {TOP})")
+    parser.add_argument("--top", type=int, default=TOP,
+                        help=f"flagged samples kept: the worst N, shown in file order (default {TOP})")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     if args.top < 1:

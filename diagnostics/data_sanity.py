@@ -348,11 +348,11 @@ def doubled_first_token(name, t, inputs):
     if name.startswith("inputs[") and name != "inputs['input_ids']" or t.ndim != 2 or t.shape[0] < 2 or t.shape[1] < 2:
         return None  # dict inputs: input_ids only (token_type_ids are all 0 by design)
     mask = inputs.get("attention_mask") if isinstance(inputs, dict) else None
-    first = (mask != 0).int().argmax(dim=1) if isinstance(mask, torch.Tensor) and mask.shape == t.shape \
-        else torch.zeros(t.shape[0], dtype=torch.long)
-    if bool((first + 1 >= t.shape[1]).any()):
+    kept = mask != 0 if isinstance(mask, torch.Tensor) and mask.shape == t.shape else torch.ones_like(t, dtype=torch.bool)
+    rows = kept.any(dim=1).nonzero().flatten()  # a row with no kept token (all padding) says nothing
+    first = kept.int().argmax(dim=1)[rows]
+    if len(rows) < 2 or bool((first + 1 >= t.shape[1]).any()):
         return None
-    rows = torch.arange(t.shape[0])
     start, then = t[rows, first], t[rows, first + 1]
     return int(start[0]) if bool((start == then).all()) and bool((start == start[0]).all()) else None
 

@@ -293,3 +293,12 @@ def test_data_sanity_reads_a_doubled_bos_after_left_padding_and_ignores_constant
     inputs, labels = single["batch"]
     with_types = {**inputs, "token_type_ids": torch.zeros_like(inputs["input_ids"])}  # all 0 by design: not a BOS
     assert data_sanity.check_data_sanity({**single, "batch": (with_types, labels)}).status == "pass"
+
+
+def test_data_sanity_doubled_bos_is_not_hidden_by_a_row_of_padding_only():
+    case = zoo_case("broken_data.py:make_doubled_bos")
+    inputs, labels = case["batch"]
+    ids, mask = inputs["input_ids"].clone(), inputs["attention_mask"].clone()
+    ids[0], mask[0] = 0, 0  # a row that is all padding (pad id 0): its first two ids are no BOS
+    result = data_sanity.check_data_sanity({**case, "batch": ({"input_ids": ids, "attention_mask": mask}, labels)})
+    assert result.status == "warn" and "starts with id 1 twice" in result.summary
