@@ -262,3 +262,18 @@ def test_dit_zero_gates_are_stepped_through_but_a_dropped_class_label_still_show
     result = input_dependence.check_input_dependence(case)
     assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
     assert result.details["steps_taken"] == 2  # every zero-init has moved: the label is ignored for good
+
+
+def test_update_ratio_on_a_real_architecture_cast_to_bf16_names_the_lost_steps():
+    """A tiny GPT-2 in fp32 passes; cast whole to bfloat16 at a fine-tuning lr, most of its step rounds away."""
+    import update_ratio
+    results = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        case = healthy_hf.make_gpt2()
+        case["model"] = case["model"].to(dtype)
+        case["optimizer"] = lambda params: torch.optim.AdamW(params, lr=2e-5)
+        results[dtype] = update_ratio.check_update_ratio(update_ratio.validate_case(case))
+    assert results[torch.float32].status == "pass" and results[torch.float32].details["lost_to_rounding"] == {}
+    lost = results[torch.bfloat16].details["lost_to_rounding"]
+    assert results[torch.bfloat16].status == "fail" and "rounding" in results[torch.bfloat16].summary
+    assert sum(share >= 0.5 for share in lost.values()) >= 10  # measured: 11 parameters, the worst at 100%
