@@ -22,9 +22,11 @@ import importlib.util
 import json
 import os
 import random
+import select
 import signal
 import sys
 import threading
+import time
 
 import torch
 
@@ -230,3 +232,368 @@ def cli_main(check, demo_case, description, argv=None):
     else:
         print(f"[{result.status.upper()}] {result.id}: {result.summary}")
     return 1 if result.status == "fail" else 0
+
+
+# --- user code in a supervised child process -------------------------------------------------------------
+# DESIGN.md "Safety": user code (case files, scripts) runs in a child; the parent owns the terminal, the output
+# and the exit code, and kills the child's whole process group at the time limit, whatever the code does.
+SUPERVISED = sys.platform.startswith("linux") and hasattr(os, "fork")  # fork: the child starts with torch loaded
+# (an exec'd child would import torch again: ~3 s on a 2-core VM, measured). Elsewhere user code runs in-process.
+KILL_GRACE = 10.0  # seconds past a phase's own limit before the parent kills: the child's own timer speaks first
+
+
+class SupervisedError(Exception):
+    """The child gave no answer: killed at its time limit, or its process ended. The message is one line."""
+
+    def __init__(self, message, phase):
+        super().__init__(message)
+        self.phase = phase
+
+
+def one_line(exc):
+    """An exception as `Type: message` on one line (a user's message may hold newlines); a CaseError as its message."""
+    return " ".join((str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}").split())
+
+
+def _child_main(work, read_fd, write_fd, stdout_to_stderr):
+    """The child's whole life: run work(send) and tell the parent what came of it, then end at once."""
+    me = os.getpid()
+    try:
+        os.close(read_fd)
+        os.setpgid(0, 0)  # its own process group: the terminal's Ctrl-C reaches the parent, which kills this group
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # a read of stdin ends at once instead of waiting for a terminal
+        sys.stdin = open(0, closefd=False)
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            with contextlib.suppress(AttributeError, OSError, ValueError):
+                getattr(sys, name).fileno()
+                continue
+            # an in-memory stream (pytest's capsys, a notebook): its copy in the child would keep the prints
+            setattr(sys, name, open(fd, "w", buffering=1, closefd=False, errors="backslashreplace"))
+        if stdout_to_stderr:  # --json: stdout carries only the parent's JSON; the user's prints go to stderr
+            os.dup2(2, 1)
+            sys.stdout = sys.stderr
+
+        def send(kind, payload):
+            if os.getpid() != me:  # a process the user's code forked: only the child itself speaks
+                return
+            data = (json.dumps([kind, payload], default=str) + "\n").encode()
+            while data:
+                data = data[os.write(write_fd, data):]
+
+        try:
+            send("done", work(send))
+        except BaseException as exc:  # whatever the user's code let through (SystemExit, KeyboardInterrupt...): one line
+            send("error", one_line(exc))
+    finally:
+        if os.getpid() == me:
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+        os._exit(0)  # no atexit, no waiting for the user's non-daemon threads
+
+
+def _ended(status):
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"ended (exit status {os.waitstatus_to_exitcode(status)}: sys.exit or os._exit in the user's code?)"
+
+
+def supervised(work, phase, limit, stdout_to_stderr=False):
+    """Run work(send) in a child process; yield each (kind, payload) it sends, ending with ("done", value) or ("error", line).
+
+    `send("phase", [name, seconds])` from the child names what it runs now and sets its time limit (None: no limit);
+    the first phase is `phase` with `limit`. When a phase runs KILL_GRACE seconds past its limit, or the child ends
+    without an answer, SupervisedError(one line) is raised. The child's process group is killed on every way out.
+    Without fork (not Linux) work runs here, in this process, unsupervised.
+    """
+    if not SUPERVISED:
+        try:
+            with contextlib.redirect_stdout(sys.stderr) if stdout_to_stderr else contextlib.nullcontext():
+                value = work(lambda kind, payload: None)
+        except (Exception, SystemExit) as exc:
+            yield "error", one_line(exc)
+            return
+        yield "done", value
+        return
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()  # or the child would print what the parent had buffered
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child_main(work, read_fd, write_fd, stdout_to_stderr)
+    os.close(write_fd)
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)  # also here: the kill below must find the group even if the child has not run yet
+    status, buffer, eof = None, b"", False
+    deadline = None if not limit else time.monotonic() + limit + KILL_GRACE
+    try:
+        while True:
+            wait = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+            if not eof and select.select([read_fd], [], [], wait)[0]:
+                chunk = os.read(read_fd, 1 << 16)
+                eof = not chunk  # every writer closed it: the child ended (or closed it), and no fork of it holds it
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    kind, payload = json.loads(line)
+                    if kind == "phase":
+                        phase, limit = payload
+                        deadline = None if not limit else time.monotonic() + limit + KILL_GRACE
+                    yield kind, payload
+                    if kind in ("done", "error"):
+                        return
+                if chunk:
+                    continue
+            elif eof:
+                time.sleep(0.05)
+            if status is None:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                status = status if done else None
+            if status is not None and (eof or not select.select([read_fd], [], [], 0)[0]):
+                raise SupervisedError(f"the process running {phase} {_ended(status)} before it answered", phase)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise SupervisedError(f"{phase} ran past its {limit:g} s time limit and was stopped", phase)
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)  # the child and whatever it started: threads, forks, its own children
+        if status is None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        os.close(read_fd)
+
+
+# --- a user's script writes nothing of the user's -------------------------------------------------------
+# DESIGN.md "Safety": a script run for capture touches nothing of the user's; its writes go to a scratch folder
+# or are refused, and the user's files are byte-identical afterwards.
+USER_CODE_LIMIT = 300.0  # seconds a case file gets to load, or a script to reach its first optimizer step (our
+# assumption: a small-model script steps within a minute on a CPU)
+PSEUDO_FILESYSTEMS = ("/dev", "/proc")  # /dev/null, a terminal, shared memory for DataLoader workers: nothing of the user's
+LANDLOCK_MACHINES = ("x86_64", "aarch64", "riscv64")  # where the landlock syscalls are numbered 444-446
+
+
+def landlock_writes_only_under(roots):
+    """Ask the kernel to refuse every write outside `roots`, for this process and all it starts; True when it holds.
+
+    Landlock (Linux 5.13+) needs no privileges and cannot be undone: call it only in a child process. Reads are not
+    restricted. False where the kernel lacks it; then only the Python-level redirects of WriteGuard hold.
+    """
+    import ctypes
+    import platform
+    if not sys.platform.startswith("linux") or platform.machine() not in LANDLOCK_MACHINES:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return False
+    libc.syscall.restype = ctypes.c_long
+    abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
+    if abi < 1:
+        return False
+    # the rights that create, change or remove: WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (2), TRUNCATE (3)
+    handled = (1 << 1) | sum(1 << bit for bit in range(4, 13)) | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)
+    attr = ctypes.c_uint64(handled)
+    ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
+    if ruleset < 0:
+        return False
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    try:
+        for root in roots:
+            try:
+                fd = os.open(root, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = PathBeneath(handled, fd)
+                if libc.syscall(445, ruleset, 1, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:  # LANDLOCK_RULE_PATH_BENEATH
+                    return False
+            finally:
+                os.close(fd)
+        if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS: what an unprivileged process needs to restrict itself
+            return False
+        return libc.syscall(446, ruleset, ctypes.c_uint32(0)) == 0
+    finally:
+        os.close(ruleset)
+
+
+class WriteGuard:
+    """In the child that runs a user's script: every write it attempts lands in `scratch`, or is refused.
+
+    Python's file functions are redirected: a write to PATH outside scratch goes to scratch/files/PATH (an append
+    or an update starts from a copy of the original), and later reads of PATH read that copy; removing, renaming,
+    truncating or chmod-ing a file of the user's is refused with PermissionError. torch.save, np.save, logging's
+    file handlers and TensorBoard's writers all write through these functions. Where the kernel offers Landlock,
+    it refuses every other write outside scratch too (C code, subprocesses). It cannot be uninstalled: a child only.
+    """
+
+    def __init__(self, scratch):
+        self.scratch = os.path.realpath(scratch)
+        self.redirected = {}  # a path of the user's (real, absolute) -> its stand-in inside scratch
+        self.kernel = False  # whether Landlock enforces it too
+
+    def _real(self, path, dir_fd=None):
+        path = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(path):
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        return os.path.realpath(path)
+
+    def _ours(self, real):
+        return any(real == root or real.startswith(root + os.sep) for root in (self.scratch, *PSEUDO_FILESYSTEMS))
+
+    def _stand_in(self, real, copy_original, make_parent):
+        """The scratch path that stands in for the user's `real` path (made once; a copy of the file when asked)."""
+        if real not in self.redirected:
+            stand_in = os.path.join(self.scratch, "files", real.lstrip(os.sep))
+            make_parent(os.path.dirname(stand_in), exist_ok=True)
+            if copy_original and os.path.isfile(real):
+                with self._open(real, "rb") as source, self._open(stand_in, "wb") as target:
+                    target.write(source.read())
+            self.redirected[real] = stand_in
+        return self.redirected[real]
+
+    def _refuse(self, what, path):
+        return PermissionError(13, f"ml-debug refused to {what} a path of yours while it runs your script (a script's "
+                                   f"writes go to a scratch folder; nothing of yours is changed)", os.fsdecode(path))
+
+    def summary(self, cwd):
+        """One phrase for the report: which of the user's paths were written to scratch instead ('' when none)."""
+        shown = [os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path for path in self.redirected]
+        if not shown:
+            return ""
+        more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
+        return f"its writes to {', '.join(shown[:3])}{more} went to a scratch folder, removed afterwards"
+
+    def install(self):
+        """Redirect for good (the child ends after the run); then ask the kernel to hold the line. Returns self."""
+        import builtins
+        import io
+        import shutil
+        import tempfile
+        guard, original = self, {name: getattr(os, name) for name in (
+            "open", "remove", "unlink", "rmdir", "rename", "replace", "mkdir", "makedirs", "truncate", "chmod", "utime",
+            "link", "symlink")}
+        self._open = builtins.open
+        rmtree, save, load = shutil.rmtree, torch.save, torch.load
+        write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+        def read_path(path, dir_fd=None):
+            return guard.redirected.get(guard._real(path, dir_fd), path)
+
+        def write_path(path, dir_fd=None, copy_original=False):
+            real = guard._real(path, dir_fd)
+            return path if guard._ours(real) else guard._stand_in(real, copy_original, original["makedirs"])
+
+        def guarded_open(file, mode="r", *args, **kwargs):
+            if isinstance(file, int):
+                return guard._open(file, mode, *args, **kwargs)
+            if any(flag in mode for flag in "wax+"):
+                real = guard._real(file)
+                if "x" in mode and not guard._ours(real) and (os.path.lexists(real) or real in guard.redirected):
+                    raise FileExistsError(17, "File exists", os.fsdecode(file))
+                file = write_path(file, copy_original="a" in mode or ("+" in mode and "w" not in mode))
+            else:
+                file = read_path(file)
+            return guard._open(file, mode, *args, **kwargs)
+
+        def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
+            if not flags & write_flags:
+                target = read_path(path, dir_fd)
+                return original["open"](target, flags, mode, dir_fd=None if target is not path else dir_fd)
+            real = guard._real(path, dir_fd)
+            if guard._ours(real):
+                return original["open"](path, flags, mode, dir_fd=dir_fd)
+            if flags & os.O_EXCL and (os.path.lexists(real) or real in guard.redirected):
+                raise FileExistsError(17, "File exists", os.fsdecode(path))
+            if os.path.lexists(real):  # the stand-in of an existing file exists too, also for flags without O_CREAT
+                flags |= os.O_CREAT
+            return original["open"](guard._stand_in(real, not flags & os.O_TRUNC, original["makedirs"]), flags, mode)
+
+        def on_own_or_stand_in(name, what):
+            """os.remove and the like: on our files as asked, on a stand-in instead of the user's path, else refused."""
+            function = original[name]
+
+            def guarded(path, *args, dir_fd=None, **kwargs):
+                if isinstance(path, int):  # a file descriptor: it was opened through the guard
+                    return function(path, *args, **kwargs)
+                real = guard._real(path, dir_fd)
+                if guard._ours(real):
+                    return function(path, *args, dir_fd=dir_fd, **kwargs) if dir_fd is not None else function(path, *args, **kwargs)
+                if real in guard.redirected:
+                    stand_in = guard.redirected.pop(real) if name in ("remove", "unlink", "rmdir") else guard.redirected[real]
+                    return function(stand_in, *args, **kwargs)
+                raise guard._refuse(what, path)
+            return guarded
+
+        def guarded_move(name):
+            function = original[name]
+
+            def guarded(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
+                real = guard._real(src, src_dir_fd)
+                if not guard._ours(real):
+                    if real not in guard.redirected:
+                        raise guard._refuse("move", src)
+                    real = guard.redirected.pop(real)
+                return function(real, write_path(guard._real(dst, dst_dir_fd)))
+            return guarded
+
+        def guarded_mkdir(path, mode=0o777, *, dir_fd=None):
+            real = guard._real(path, dir_fd)
+            if guard._ours(real):
+                return original["mkdir"](path, mode, dir_fd=dir_fd)
+            if os.path.lexists(real) or real in guard.redirected:
+                raise FileExistsError(17, "File exists", os.fsdecode(path))
+            return original["makedirs"](guard._stand_in(real, False, original["makedirs"]), mode, exist_ok=True)
+
+        def guarded_makedirs(name, mode=0o777, exist_ok=False):
+            real = guard._real(name)
+            if guard._ours(real):
+                return original["makedirs"](name, mode, exist_ok)
+            if not exist_ok and (os.path.lexists(real) or real in guard.redirected):
+                raise FileExistsError(17, "File exists", os.fsdecode(name))
+            return original["makedirs"](guard._stand_in(real, False, original["makedirs"]), mode, exist_ok=True)
+
+        def guarded_link(name):
+            function = original[name]
+
+            def guarded(src, dst, *args, **kwargs):
+                return function(read_path(src) if name == "link" else src, write_path(dst), *args, **kwargs)
+            return guarded
+
+        def guarded_rmtree(path, *args, **kwargs):
+            real = guard._real(path)
+            if guard._ours(real):
+                return rmtree(path, *args, **kwargs)
+            if real in guard.redirected:
+                return rmtree(guard.redirected.pop(real), *args, **kwargs)
+            if not kwargs.get("ignore_errors", args[0] if args else False):
+                raise guard._refuse("remove", path)
+
+        def guarded_save(obj, f, *args, **kwargs):
+            return save(obj, write_path(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
+
+        def guarded_load(f, *args, **kwargs):
+            return load(read_path(f) if isinstance(f, (str, os.PathLike)) else f, *args, **kwargs)
+
+        builtins.open = io.open = guarded_open
+        os.open = guarded_os_open
+        for name, what in (("remove", "remove"), ("unlink", "remove"), ("rmdir", "remove"),
+                           ("truncate", "truncate"), ("chmod", "chmod"), ("utime", "touch")):
+            setattr(os, name, on_own_or_stand_in(name, what))
+        os.rename, os.replace = guarded_move("rename"), guarded_move("replace")
+        os.mkdir, os.makedirs = guarded_mkdir, guarded_makedirs
+        os.link, os.symlink = guarded_link("link"), guarded_link("symlink")
+        shutil.rmtree = guarded_rmtree
+        torch.save = torch.serialization.save = guarded_save
+        torch.load = torch.serialization.load = guarded_load
+        scratch_tmp = os.path.join(self.scratch, "tmp")
+        original["makedirs"](scratch_tmp, exist_ok=True)
+        tempfile.tempdir = os.environ["TMPDIR"] = scratch_tmp  # temporary files: in scratch, also a subprocess's
+        sys.dont_write_bytecode = True  # no __pycache__ beside the user's modules
+        os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+        self.kernel = landlock_writes_only_under([self.scratch, *PSEUDO_FILESYSTEMS])
+        return self
