@@ -29,7 +29,9 @@ What it checks
     It stops the script when its first optimizer.step() begins, before the weights change (a
     closure given to step(), as Lightning and LBFGS do, runs first: it holds the forward pass).
     While it runs, torch.save writes nothing and torch.compile is skipped (the checks run
-    eager). Everything it patched is restored afterwards, also when the script raises.
+    eager). Under `doctor --script` the script runs in a supervised child whose every write goes
+    to a scratch folder, removed afterwards, or is refused (ml_debug_contract.WriteGuard): there
+    torch.save writes into that folder, and the script reads back what it wrote. Everything it patched is restored afterwards, also when the script raises.
     What it cannot capture is one line saying what, and how to write the case file instead:
     a loss written by hand (no torch.nn loss or F.* call), a loss input it cannot trace back
     to the model's output, a script that exits, raises or does not step within 300 s.
@@ -199,7 +201,15 @@ class Capture:
         self._model_calls = collections.deque(maxlen=KEPT_CALLS)  # (module, args, kwargs, output, autocast dtype or None)
         self._loss_calls = collections.deque(maxlen=KEPT_CALLS)  # (name, function, args, kwargs, output)
         self._found = None  # what the first backward() was traced to
+        self.backwards = 0  # backward() calls seen: a script that never steps may update its weights by hand
         self._local = threading.local()  # module-call depth, per thread
+
+    def no_step(self):
+        """Why a run that never called optimizer.step() may have learned all the same, for the one-line error."""
+        if not self.backwards:
+            return " (and no backward())"
+        return (f" ({self.backwards} backward() calls and no torch.optim optimizer.step(): the weights updated by hand, "
+                "as `p.data.add_(p.grad, alpha=-lr)`, cannot be captured)")
 
     # --- what the patched functions report ---------------------------------------------------
     def _depth(self):
@@ -216,6 +226,7 @@ class Capture:
             self._model_calls.append((module, args, kwargs, output, autocast))
 
     def _on_backward(self, tensors):
+        self.backwards += 1
         if self._found is not None and not isinstance(self._found, str):
             return
         loss = tensors if torch.is_tensor(tensors) else next((t for t in tensors if torch.is_tensor(t)), None)
@@ -445,11 +456,12 @@ def _where(exc, path=None):
 
 
 @contextlib.contextmanager
-def capturing(source="the code", time_limit=TIME_LIMIT):
+def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True):
     """Run the block until its first optimizer step, then stop it and set `.case` on what this yields.
 
-    The step itself never runs (the weights stay as they were), torch.save writes nothing, torch.compile
-    returns its model unchanged. Everything is restored on the way out, also when the block raises.
+    The step itself never runs (the weights stay as they were), torch.save writes nothing (unless skip_saves is
+    False: in the doctor's child, where a WriteGuard sends every write to a scratch folder), torch.compile returns
+    its model unchanged. Everything is restored on the way out, also when the block raises.
     """
     captured = Capture(source)
     module_call = torch.nn.Module.__call__
@@ -514,16 +526,18 @@ def capturing(source="the code", time_limit=TIME_LIMIT):
     torch.optim.Optimizer.__init__ = built
     for name in LOSS_FUNCTIONS:
         setattr(torch.nn.functional, name, loss_function(name))
-    torch.autograd.backward, torch.save, torch.compile = patched_backward, patched_save, patched_compile
+    torch.autograd.backward, torch.compile = patched_backward, patched_compile
+    if skip_saves:
+        torch.save = patched_save
     try:
         if timed:
             signal.setitimer(signal.ITIMER_REAL, time_limit)
         yield captured
-        captured.error = f"{source} finished without an optimizer step; {HOW_TO_CASE}"
+        captured.error = f"{source} finished without an optimizer step{captured.no_step()}; {HOW_TO_CASE}"
     except _Stop:
         pass
     except _TimeUp:
-        captured.error = f"{source} did not reach an optimizer step within {time_limit:g} s; {HOW_TO_CASE}"
+        captured.error = f"{source} did not reach an optimizer step within its {time_limit:g} s time limit; {HOW_TO_CASE}"
     finally:
         if timed:
             signal.setitimer(signal.ITIMER_REAL, 0)
@@ -537,18 +551,25 @@ def capturing(source="the code", time_limit=TIME_LIMIT):
         torch.autograd.backward, torch.save, torch.compile = backward, save, compile_
 
 
-def _run(source, run, path=None, time_limit=TIME_LIMIT):
-    """Run `run()` under capturing(); the case, or CaptureError with one line."""
+def _run(source, run, path=None, time_limit=TIME_LIMIT, skip_saves=True):
+    """Run `run()` under capturing(); the case, or CaptureError with one line.
+
+    Ctrl-C (KeyboardInterrupt) goes through; any other exception of the user's code is the one line.
+    """
+    captured = None
     try:
-        with capturing(source, time_limit) as captured:
+        with capturing(source, time_limit, skip_saves) as captured:
             run()
     except SystemExit as exc:
         arguments = "if it needs arguments, give them after --; else " if path else ""
-        raise CaptureError(f"{source} exited (sys.exit({exc.code!r})) before its first optimizer step: {arguments}"
-                           f"{HOW_TO_CASE}") from None
-    except Exception as exc:
-        raise CaptureError(f"{source} raised {type(exc).__name__} at {_where(exc, path)} before its first optimizer step: "
-                           f"{' '.join(str(exc).split())}") from None
+        raise CaptureError(f"{source} exited (sys.exit({exc.code!r})) before its first optimizer step"
+                           f"{captured.no_step() if captured and captured.backwards else ''}: {arguments}{HOW_TO_CASE}") from None
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # Exception, or a BaseException of the user's own: a finding about the script, in one line
+        note = captured.no_step() if captured and captured.backwards else ""
+        raise CaptureError(f"{source} raised {type(exc).__name__} at {_where(exc, path)} before its first optimizer step"
+                           f"{note}: {' '.join(str(exc).split())}") from None
     if captured.case is None:
         raise CaptureError(captured.error)
     return captured.case
@@ -559,7 +580,7 @@ def capture_case(fn, *args, time_limit=TIME_LIMIT, **kwargs):
     return _run(f"{getattr(fn, '__name__', 'fn')}()", lambda: fn(*args, **kwargs), time_limit=time_limit)
 
 
-def capture_script(path, argv=(), time_limit=TIME_LIMIT):
+def capture_script(path, argv=(), time_limit=TIME_LIMIT, skip_saves=True):
     """Run `python path argv...` in this process until its first optimizer step; return the doctor case."""
     if not os.path.isfile(path):
         raise CaptureError(f"script not found (or not a file): {path}")
@@ -568,7 +589,7 @@ def capture_script(path, argv=(), time_limit=TIME_LIMIT):
     sys.argv = [path, *argv]
     sys.path.insert(0, folder)  # as `python train.py` does: the script imports its neighbours
     try:
-        return _run(os.path.basename(path), lambda: runpy.run_path(path, run_name="__main__"), path, time_limit)
+        return _run(os.path.basename(path), lambda: runpy.run_path(path, run_name="__main__"), path, time_limit, skip_saves)
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

@@ -36,6 +36,12 @@ What it checks
     A transformers user writes one line: `return case_from_hf(model, batch)` (diagnostics/
     hf_case.py) reads the kind, classes and vocabulary from the model and uses output.loss.
 
+    Your code runs in a child process the doctor supervises (Linux): the case file or script has
+    --start-timeout seconds (default 300) to load or reach its first step, and the child is killed
+    at a time limit whatever the code does (threads, forks, ignored signals, reads of stdin);
+    sys.exit, os._exit or an exception of your code ends in one line and exit code 2. Under
+    --script every write the script attempts goes to a scratch folder, removed afterwards, or is
+    refused (the kernel refuses the rest where it offers Landlock): your files are as they were.
     Each check runs under a time limit (--timeout, default 120 s): one that runs past it is a
     fail naming it, and the others still run. Its wall time is details["seconds"] in --json and
     [N s] at the end of its line. A raising check names the innermost line of your own files
@@ -106,8 +112,12 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
+import shutil
 import sysconfig  # where installed libraries live (doctor only: the shared imports come first)
+import tempfile
 import time
+
+from ml_debug_contract import SUPERVISED, USER_CODE_LIMIT, SupervisedError, WriteGuard, supervised
 
 # --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
 @dataclasses.dataclass
@@ -350,14 +360,17 @@ class Interrupted(BaseException):
     """Ctrl-C (a real SIGINT to the doctor), told apart from a KeyboardInterrupt that the user's code raises itself."""
 
 
-def run_checks(case, checks=None, timeout=None):
+def run_checks(case, checks=None, timeout=None, started=None, finished=None):
     """Run the checks on a case in order, each within `timeout` seconds; a check that raises becomes its own `fail`, once.
 
-    Each result gets details["seconds"], the check's wall time.
+    Each result gets details["seconds"], the check's wall time. started(check_id) and finished(result), when given,
+    are called around each check (the supervised child tells the parent with them).
     """
     results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
     for check_id, module_name in checks or CHECKS:
-        started = time.perf_counter()
+        if started is not None:
+            started(check_id)
+        began = time.perf_counter()
         try:
             with time_limit(timeout):
                 result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
@@ -377,9 +390,64 @@ def run_checks(case, checks=None, timeout=None):
                     result = CheckResult(check_id, "fail", f"the check raised {error} at {where}",
                                          {"error": error, "where": where,
                                           "next": "fix this error first: the model or loss cannot run on the batch as given"})
-        result.details["seconds"] = round(time.perf_counter() - started, 2)
+        result.details["seconds"] = round(time.perf_counter() - began, 2)
         results.append(result)
+        if finished is not None:
+            finished(result)
     return results
+
+
+def examine(args, script_args):
+    """Load the case (or capture the script) and run the checks in a supervised child: (title, results) or an error line.
+
+    The child's writes under --script go to a scratch folder, removed afterwards (WriteGuard). A check the child
+    could not finish (killed at its time limit, or the process ended inside it) is that check's fail; the checks
+    after it are skips that say so.
+    """
+    scratch = tempfile.mkdtemp(prefix="ml-debug-scratch-") if args.script else None
+    timeout = args.timeout or None
+
+    def work(send):
+        if args.script:
+            import capture  # only --script needs capture.py next to doctor.py
+            guard = WriteGuard(scratch).install() if SUPERVISED else None  # for good: only in a child
+            try:
+                captured = capture.capture_script(args.script, script_args, args.start_timeout, skip_saves=guard is None)
+            except capture.CaptureError as exc:
+                raise CaseError(exc) from None
+            except KeyboardInterrupt as exc:  # not a Ctrl-C of the user's: that one reaches the parent only
+                raise CaseError(f"{args.script} raised KeyboardInterrupt before its first optimizer step: {exc}") from None
+            case = validate_case(captured, args.script)
+            title = "; ".join(filter(None, [case["captured"], guard and guard.summary(os.getcwd())]))
+        else:
+            case, title = load_case(args.case), args.case
+        send("title", title)
+        run_checks(case, timeout=timeout, started=lambda check_id: send("phase", [check_id, timeout]),
+                   finished=lambda result: send("result", result.to_dict()))
+        return title
+
+    first = f"{os.path.basename(args.script)} before its first optimizer step" if args.script else f"loading {args.case}"
+    ids = [check_id for check_id, _ in CHECKS]
+    results = []
+    try:
+        for kind, payload in supervised(work, first, args.start_timeout, stdout_to_stderr=args.json):
+            if kind == "result":
+                results.append(CheckResult(**payload))
+            elif kind == "error":
+                return payload
+            elif kind == "done":
+                return payload, results
+    except SupervisedError as exc:
+        if exc.phase not in ids:
+            return str(exc)
+        results.append(CheckResult(exc.phase, "fail", f"stopped: {exc}", {
+            "next": "a forward or loss that hangs, ignores the time limit or ends the process; or raise --timeout"}))
+        results += [CheckResult(later, "skip", f"not run: the doctor stopped at {exc.phase}")
+                    for later in ids[ids.index(exc.phase) + 1:]]
+        return exc.phase, results
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)  # our own folder: what the script wrote went there
 
 
 def report(results, title):
@@ -435,6 +503,9 @@ def main(argv=None):
     parser.add_argument("--script", help="path/to/train.py [-- ARGS...]: run your training script until its first optimizer "
                         "step and check the model, batch, loss and optimizer it was using (capture.py)")
     parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help=f"seconds each check may run (default {CHECK_TIMEOUT:g}; 0: no limit)")
+    parser.add_argument("--start-timeout", type=float, default=USER_CODE_LIMIT,
+                        help=f"seconds the case file may take to load, or the script to reach its first optimizer step "
+                             f"(default {USER_CODE_LIMIT:g})")
     argv = list(sys.argv[1:] if argv is None else argv)
     cut = argv.index("--") if "--" in argv else len(argv)  # after --: the arguments of the --script
     args = parser.parse_args(argv[:cut])
@@ -442,28 +513,23 @@ def main(argv=None):
         parser.error("give --script or --case, not both")
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
+    if not 0 < args.start_timeout < float("inf"):
+        parser.error("--start-timeout must be a number of seconds > 0")
 
     def interrupt(signum, frame):
         raise Interrupted()
 
     previous = signal.signal(signal.SIGINT, interrupt) if threading.current_thread() is threading.main_thread() else None
     try:
-        # with --json, stdout carries only the JSON object: whatever the case prints goes to stderr
-        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
-            try:
-                if args.script:
-                    import capture  # only --script needs capture.py next to doctor.py
-                    try:
-                        case = validate_case(capture.capture_script(args.script, argv[cut + 1:]), args.script)
-                    except capture.CaptureError as exc:
-                        raise CaseError(exc) from None
-                else:
-                    case = load_case(args.case) if args.case else validate_case(make_demo_case(broken=not args.healthy), "demo")
-            except CaseError as exc:
-                print(f"error: {exc}", file=sys.stderr)
+        if args.script or args.case:  # user code: in a supervised child
+            outcome = examine(args, argv[cut + 1:])
+            if isinstance(outcome, str):
+                print(f"error: {outcome}", file=sys.stderr)
                 return 2
-            results = run_checks(case, timeout=args.timeout or None)
-        title = case.get("captured") or args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
+            title, results = outcome
+        else:
+            results = run_checks(validate_case(make_demo_case(broken=not args.healthy), "demo"), timeout=args.timeout or None)
+            title = f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
         text = json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str) if args.json else report(results, title)
         try:
             print(text, flush=True)

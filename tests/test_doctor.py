@@ -228,7 +228,7 @@ def test_a_fifo_case_file_is_refused_at_once(tmp_path):
     assert "not a regular file" in proc.stderr
 
 
-def test_json_stdout_stays_pure_when_the_case_prints(tmp_path, capsys, monkeypatch):
+def test_json_stdout_stays_pure_when_the_case_prints(tmp_path, capfd, monkeypatch):
     case_file = tmp_path / "chatty.py"
     case_file.write_text(
         "import torch\n"
@@ -240,7 +240,7 @@ def test_json_stdout_stays_pure_when_the_case_prints(tmp_path, capsys, monkeypat
         "            'loss_fn': torch.nn.functional.cross_entropy}\n")
     monkeypatch.setattr(doctor, "CHECKS", only(DATA_CHECKS))
     assert doctor.main(["--case", str(case_file), "--json"]) in (0, 1)
-    captured = capsys.readouterr()
+    captured = capfd.readouterr()
     assert json.loads(captured.out)["checks"]
     assert "building" in captured.err
 

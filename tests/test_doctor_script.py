@@ -247,7 +247,7 @@ def test_closure_optimizers_run_their_closure_before_the_capture(tmp_path):
 def test_a_script_that_never_steps_is_stopped_by_the_time_limit(tmp_path):
     before = state()
     started = time.perf_counter()
-    with pytest.raises(capture.CaptureError, match="did not reach an optimizer step within 0.5 s"):
+    with pytest.raises(capture.CaptureError, match="did not reach an optimizer step within its 0.5 s time limit"):
         capture.capture_script(str(write(tmp_path, LOOP + "while True:\n    model(x)\n")), time_limit=0.5)
     assert time.perf_counter() - started < 10
     assert state() == before

@@ -1,0 +1,134 @@
+"""User code that fights the doctor: each hostile kind, fed to every way the doctor runs user code.
+
+DESIGN.md "Safety": user code (a case file, a training script) runs in a supervised child; the parent owns the
+terminal, the output and the exit code, and kills the child's process group at the time limit whatever the code
+does. Each kind below is planted once at the top of a case file (`--case`, run at import) and once at the top of a
+training script (`--script`, run before its first step); the generator applies every kind to every mode, so a new
+kind or a new mode is covered by one line.
+"""
+import os
+import re
+import time
+
+import pytest
+
+import doctor
+import ml_debug_contract
+
+pytestmark = pytest.mark.hostile
+
+CASE_BODY = """
+import torch
+def make_case():
+    torch.manual_seed(0)
+    return {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(16, 4), torch.randint(0, 3, (16,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+"""
+SCRIPT_BODY = """
+import torch
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+HANG_LIMIT = 1.5  # seconds: --start-timeout for the kinds that never finish
+START_LIMIT = 120.0  # seconds: for the kinds that finish (a loaded 2-core machine must not make them time out)
+
+# kind -> (code planted first, expected exit code, pattern the one stderr line must match; None: a normal report)
+KINDS = {
+    "sys-exit": ("import sys\nsys.exit(0)\n", 2, r"SystemExit|sys\.exit"),
+    "os-exit": ("import os\nos._exit(0)\n", 2, r"ended \(exit status 0"),
+    "own-base-exception": ("class Boom(BaseException):\n    pass\nraise Boom('line one\\nline two')\n", 2,
+                           r"Boom.*line one line two"),
+    "keyboard-interrupt": ("raise KeyboardInterrupt('raised by the code')\n", 2, r"KeyboardInterrupt"),
+    "reads-stdin": ("import sys\nsys.stdin.read()\n", 0, None),
+    "non-daemon-thread": ("import threading, time\nthreading.Thread(target=time.sleep, args=(3600,)).start()\n", 0, None),
+    "forks": ("import os\nos.fork()\n", 0, None),
+    "loops": ("while True:\n    pass\n", 2, r"time limit"),
+    "ignores-the-alarm": ("import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass\n", 2,
+                          r"time limit"),
+    "swallows-everything": ("import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except BaseException:\n"
+                            "        pass\n", 2, r"time limit"),
+}
+
+
+@pytest.fixture
+def fast_kill(monkeypatch):
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity")])
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+@pytest.mark.parametrize("mode", ["--case", "--script"])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_hostile_user_code_ends_in_one_line_or_a_report(kind, mode, tmp_path, capfd, fast_kill):
+    planted, code, pattern = KINDS[kind]
+    path = tmp_path / ("case.py" if mode == "--case" else "train.py")
+    path.write_text(planted + (CASE_BODY if mode == "--case" else SCRIPT_BODY))
+    limit = HANG_LIMIT if pattern == r"time limit" else START_LIMIT
+    started = time.monotonic()
+    exit_code = doctor.main([mode, str(path), "--start-timeout", str(limit)])
+    seconds = time.monotonic() - started
+    out, err = capfd.readouterr()
+    assert exit_code == code, (out, err)
+    assert seconds < 30, "the parent must not wait on the user's threads, forks or loops"
+    if pattern is None:
+        assert out.count("doctor: ") == 1, "one report, also when the user's code forked"
+        assert "data_sanity" in out
+    else:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
+        assert "Traceback" not in err and "usage:" not in err
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+def test_no_process_of_the_users_is_left_behind(tmp_path, capfd, fast_kill):
+    """A case file that forks and starts a sleeping thread: after the report, its processes are gone."""
+    pids = tmp_path / "pids"
+    planted = (f"import os, threading, time\nchild = os.fork()\nif child == 0:\n    time.sleep(3600)\n"
+               f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child}}')\n"
+               "threading.Thread(target=time.sleep, args=(3600,)).start()\n")
+    path = tmp_path / "case.py"
+    path.write_text(planted + CASE_BODY)
+    assert doctor.main(["--case", str(path)]) == 0
+    capfd.readouterr()
+    left = [int(pid) for pid in pids.read_text().split()]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(pid) for pid in left):
+        time.sleep(0.1)
+    assert not any(_alive(pid) for pid in left)
+
+
+def _alive(pid):
+    """Whether a process runs (a zombie waiting to be reaped by init does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+def test_a_check_whose_process_dies_is_that_checks_fail_and_the_rest_are_skipped(tmp_path, capfd, monkeypatch):
+    """The model calls os._exit inside forward: the check running then fails, the later ones say why they did not run."""
+    monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity"), ("init_loss", "init_loss"),
+                                           ("gradient_flow", "gradient_flow")])
+    path = tmp_path / "case.py"
+    path.write_text("import os, torch\n"
+                    "class Dies(torch.nn.Linear):\n"
+                    "    def forward(self, x):\n"
+                    "        os._exit(3)\n"
+                    "def make_case():\n"
+                    "    return {'model': Dies(4, 3), 'batch': (torch.randn(16, 4), torch.randint(0, 3, (16,))),\n"
+                    "            'loss_fn': torch.nn.functional.cross_entropy}\n")
+    assert doctor.main(["--case", str(path), "--json"]) == 1
+    import json
+    checks = {check["id"]: check for check in json.loads(capfd.readouterr().out)["checks"]}
+    assert checks["data_sanity"]["status"] == "pass"
+    assert checks["init_loss"]["status"] == "fail" and "exit status 3" in checks["init_loss"]["summary"]
+    assert checks["gradient_flow"]["status"] == "skip" and "init_loss" in checks["gradient_flow"]["summary"]
