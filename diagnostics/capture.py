@@ -358,7 +358,8 @@ class Capture:
         parts = [f"model {type(model).__name__}({call})",
                  f"targets {_shape(targets)}" if targets is not None else "no targets", f"loss {loss_text}",
                  f"optimizer {_optimizer_text(optimizer, self.built_lrs)}",
-                 f"task {task.get('kind', 'inferred by each check')}"]
+                 f"task {task.get('kind', 'inferred by each check')}"
+                 + (" (time-major: batch_dim 1, time_dim 0)" if task.get("batch_dim") == 1 else "")]
         if found["autocast"] is not None:
             parts.append(f"the script ran the model under autocast {str(found['autocast']).removeprefix('torch.')} "
                          "(the checks run in float32)")
@@ -386,7 +387,11 @@ class Capture:
 
     @staticmethod
     def _task(kind, ignore_index, inputs, targets, prediction):
-        """Task hints: causal_lm when the targets are the inputs shifted by one (or the inputs themselves)."""
+        """Task hints: causal_lm when the targets are the inputs shifted by one (or the inputs themselves).
+
+        Shifted along dim 0 instead of dim 1, the tokens run down the first dim: a time-major (T, B) model, as an
+        nn.LSTM without batch_first is fed; the hints then say so (batch_dim 1, time_dim 0).
+        """
         task = {} if kind is None else {"kind": kind}
         if ignore_index is not None:
             task["ignore_index"] = ignore_index
@@ -395,10 +400,17 @@ class Capture:
         if kind in (None, "classification") and ids is not None and torch.is_tensor(targets) and torch.is_tensor(prediction) \
                 and targets.shape == ids.shape and prediction.dim() == 3 and prediction.shape[:2] == ids.shape:
             kept = targets != task.get("ignore_index", -100)
-            shifted = bool(((targets[:, :-1] == ids[:, 1:]) | ~kept[:, :-1]).all()) and bool(kept[:, :-1].any())
+
+            def shifted(time_dim):  # targets[t] == ids[t + 1] wherever the target is kept, along time_dim
+                a, b = targets.movedim(time_dim, 1), ids.movedim(time_dim, 1)
+                keep = kept.movedim(time_dim, 1)[:, :-1]
+                return bool(((a[:, :-1] == b[:, 1:]) | ~keep).all()) and bool(keep.any())
+
             same = bool(((targets == ids) | ~kept).all()) and bool(kept.any())
-            if shifted or same:
+            if shifted(1) or same:
                 task.update(kind="causal_lm", vocab_size=prediction.shape[-1])
+            elif shifted(0):
+                task.update(kind="causal_lm", vocab_size=prediction.shape[-1], batch_dim=1, time_dim=0)
         return task
 
 

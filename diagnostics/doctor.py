@@ -33,6 +33,8 @@ What it checks
       lr_schedule     your LambdaLR's lr_lambda (step -> factor); the checks use its peak factor
                       over the first 10,000 steps, i.e. the lr after warmup
       num_classes, vocab_size, ignore_index, pretrained   as in DESIGN.md
+    On the command line, --task KEY=VALUE ... sets any of these but lr_schedule, over what the case
+    file or the capture says (a time-major script: --task batch_dim=1 time_dim=0).
     A transformers user writes one line: `return case_from_hf(model, batch)` (diagnostics/
     hf_case.py) reads the kind, classes and vocabulary from the model and uses output.loss.
 
@@ -323,6 +325,40 @@ def cli_main(check, demo_case, description, argv=None):
     return 1 if result.status == "fail" else 0
 # --- end shared block ---
 
+TASK_HINTS = {  # the hints --task may set: what each value must be
+    "kind": "one of classification, regression, causal_lm, seq2seq, other", "num_classes": "an integer",
+    "vocab_size": "an integer", "ignore_index": "an integer", "batch_dim": "0 or 1", "time_dim": "0 or 1",
+    "clip_grad_norm": "a number", "pretrained": "true or false"}
+
+
+def task_hints(pairs):
+    """`--task KEY=VALUE ...` as a dict of typed hints; ValueError (one line) for an unknown key or a bad value."""
+    hints = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or key not in TASK_HINTS:
+            raise ValueError(f"--task takes KEY=VALUE with KEY one of {', '.join(TASK_HINTS)}; got {pair!r}")
+        try:
+            if key == "kind":
+                if text not in ("classification", "regression", "causal_lm", "seq2seq", "other"):
+                    raise ValueError
+                value = text
+            elif key == "pretrained":
+                value = {"true": True, "false": False}[text.lower()]
+            elif key == "clip_grad_norm":
+                value = float(text)
+                if not 0 < value < float("inf"):
+                    raise ValueError
+            else:
+                value = int(text)
+                if key in ("batch_dim", "time_dim") and value not in (0, 1) or key in ("num_classes", "vocab_size") and value < 1:
+                    raise ValueError
+        except (ValueError, KeyError):
+            raise ValueError(f"--task {key} must be {TASK_HINTS[key]}; got {text!r}") from None
+        hints[key] = value
+    return hints
+
+
 CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
     ("data_sanity", "data_sanity"),  # the batch alone
     ("init_scale", "init_scale"),  # the weights alone
@@ -421,6 +457,7 @@ def examine(args, script_args):
             title = "; ".join(filter(None, [case["captured"], guard and guard.summary(os.getcwd())]))
         else:
             case, title = load_case(args.case), args.case
+        case["task"] = {**case["task"], **args.task}
         send("title", title)
         run_checks(case, timeout=timeout, started=lambda check_id: send("phase", [check_id, timeout]),
                    finished=lambda result: send("result", result.to_dict()))
@@ -503,6 +540,9 @@ def main(argv=None):
     parser.add_argument("--script", help="path/to/train.py [-- ARGS...]: run your training script until its first optimizer "
                         "step and check the model, batch, loss and optimizer it was using (capture.py)")
     parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT, help=f"seconds each check may run (default {CHECK_TIMEOUT:g}; 0: no limit)")
+    parser.add_argument("--task", nargs="+", default=[], metavar="KEY=VALUE",
+                        help=f"task hints that override the case's or the capture's ({', '.join(TASK_HINTS)}), "
+                             "e.g. --task batch_dim=1 time_dim=0 for a time-major model")
     parser.add_argument("--start-timeout", type=float, default=USER_CODE_LIMIT,
                         help=f"seconds the case file may take to load, or the script to reach its first optimizer step "
                              f"(default {USER_CODE_LIMIT:g})")
@@ -515,6 +555,10 @@ def main(argv=None):
         parser.error("--timeout must be a number of seconds >= 0")
     if not 0 < args.start_timeout < float("inf"):
         parser.error("--start-timeout must be a number of seconds > 0")
+    try:
+        args.task = task_hints(args.task)
+    except ValueError as exc:
+        parser.error(str(exc))
 
     def interrupt(signum, frame):
         raise Interrupted()
@@ -528,7 +572,9 @@ def main(argv=None):
                 return 2
             title, results = outcome
         else:
-            results = run_checks(validate_case(make_demo_case(broken=not args.healthy), "demo"), timeout=args.timeout or None)
+            case = validate_case(make_demo_case(broken=not args.healthy), "demo")
+            case["task"] = {**case["task"], **args.task}
+            results = run_checks(case, timeout=args.timeout or None)
             title = f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
         text = json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str) if args.json else report(results, title)
         try:

@@ -263,3 +263,66 @@ def test_missing_script_and_a_clean_state_after_success(tmp_path, capsys):
     case = capture.capture_script(str(path), ["--lr", "3"])
     assert state() == before
     assert case["captured"].startswith("train.py at its first optimizer step: model Linear(float32[8, 4])")
+
+
+TIME_MAJOR_LM = """
+import torch
+torch.manual_seed(0)
+V, T, B = 40, 10, 6
+
+
+class RNNModel(torch.nn.Module):  # fed (T, B) token ids, as nn.LSTM without batch_first is
+    def __init__(self, bidirectional):
+        super().__init__()
+        self.encoder = torch.nn.Embedding(V, 16)
+        self.rnn = torch.nn.LSTM(16, 16, bidirectional=bidirectional)
+        self.decoder = torch.nn.Linear(32 if bidirectional else 16, V)
+
+    def forward(self, x):  # (T, B) -> (T, B, V)
+        out, _ = self.rnn(self.encoder(x))
+        return self.decoder(out)
+
+
+data = torch.randint(0, V, (396,)).view(B, -1).t().contiguous()  # (N, B): time runs down dim 0
+model = RNNModel(bidirectional=BIDIRECTIONAL)
+opt = torch.optim.SGD(model.parameters(), lr=1.0)
+for i in range(0, data.size(0) - 1 - T, T):
+    x, y = data[i:i + T], data[i + 1:i + 1 + T].reshape(-1)  # the targets flattened, as the loss line wants them
+    loss = torch.nn.functional.cross_entropy(model(x).view(-1, V), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_a_time_major_lm_with_flattened_targets_is_read_as_one(bidirectional, tmp_path, capfd, monkeypatch):
+    """Targets equal to the inputs shifted along dim 0: a time-major causal LM. The unidirectional LSTM passes the
+    batch and causal checks on dim 1; its bidirectional twin reads the future and fails causal_dependency."""
+    script = tmp_path / "train.py"
+    script.write_text(TIME_MAJOR_LM.replace("BIDIRECTIONAL", str(bidirectional)))
+    monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity"), ("batch_independence", "batch_independence"),
+                                           ("causal_dependency", "causal_dependency")])
+    exit_code = doctor.main(["--script", str(script), "--json"])
+    checks = {c["id"]: c["status"] for c in json.loads(capfd.readouterr().out)["checks"]}
+    assert checks["data_sanity"] == "pass" and checks["batch_independence"] == "pass"
+    assert checks["causal_dependency"] == ("fail" if bidirectional else "pass")
+    assert exit_code == (1 if bidirectional else 0)
+
+
+def test_task_hints_from_the_command_line_override_the_capture(tmp_path, capfd, monkeypatch):
+    """--task batch_dim=0 time_dim=1 on the time-major script: batch_independence then sees rows that leak in time."""
+    script = tmp_path / "train.py"
+    script.write_text(TIME_MAJOR_LM.replace("BIDIRECTIONAL", "False"))
+    monkeypatch.setattr(doctor, "CHECKS", [("batch_independence", "batch_independence")])
+    doctor.main(["--script", str(script), "--json", "--task", "batch_dim=0", "time_dim=1"])
+    assert json.loads(capfd.readouterr().out)["checks"][0]["status"] == "warn"
+
+
+@pytest.mark.parametrize("pairs", [["batch_dim=2"], ["foo=1"], ["kind=causal"], ["num_classes=0"], ["clip_grad_norm=inf"],
+                                   ["vocab_size"]])
+def test_a_bad_task_hint_is_one_line_and_exit_2(pairs, capfd):
+    with pytest.raises(SystemExit) as stopped:
+        doctor.main(["--task", *pairs])
+    assert stopped.value.code == 2
+    assert "--task" in capfd.readouterr().err
