@@ -166,6 +166,30 @@ def _ancestors(tensor):
     return seen
 
 
+def _other_terms(loss, call_output):
+    """How many terms the backward()'d `loss` adds beyond the loss call's output (scaling it by a constant adds none).
+
+    The nodes of the loss's graph that are not in the call's own graph form the arithmetic on top of the call: those
+    through which the call is reached are the path (a division by the accumulation steps, say); every other branch
+    hanging off that path is a term the replayed loss_fn does not compute (a KL term or a penalty written by hand).
+    """
+    if loss is call_output or call_output.grad_fn is None:
+        return 0
+    above = _ancestors(loss) - _ancestors(call_output)
+    parents = collections.defaultdict(list)  # within the arithmetic on top of the call: child -> the nodes that use it
+    for node in above:
+        for child, _ in node.next_functions:
+            parents[child].append(node)
+    path, todo = set(), [call_output.grad_fn]
+    while todo:  # up from the call: every node through which the loss reaches it
+        for parent in parents[todo.pop()]:
+            if parent not in path:
+                path.add(parent)
+                todo.append(parent)
+    return sum(1 for node in path for child, _ in node.next_functions
+               if child is not None and child is not call_output.grad_fn and child not in path)
+
+
 def _recipes(out, pred, shift):
     """The ways a loss input `pred` is commonly made from a model output tensor `out`.
 
@@ -251,7 +275,10 @@ class Capture:
             return (f"the loss adds {len(losses)} loss calls ({', '.join(c[0] for c in losses)}): the doctor takes one "
                     f"loss_fn; {HOW_TO_CASE}")
         if losses:
-            return self._trace_loss_call(losses[0], feeds)
+            found = self._trace_loss_call(losses[0], feeds)
+            if isinstance(found, dict):
+                found["other_terms"] = _other_terms(loss, losses[0][4])
+            return found
         for module, args, kwargs, output, autocast in reversed(self._model_calls):
             scalars = [(path, t) for path, t in _tensors(output) if t.dim() == 0 and t.is_floating_point() and feeds(t)]
             if scalars:
@@ -363,6 +390,10 @@ class Capture:
         if found["autocast"] is not None:
             parts.append(f"the script ran the model under autocast {str(found['autocast']).removeprefix('torch.')} "
                          "(the checks run in float32)")
+        if found.get("other_terms"):
+            parts.append(f"the loss that reached backward() adds {found['other_terms']} term(s) besides "
+                         f"{found['loss'][0]} (written by hand, e.g. a KL term or a penalty): the checks judge "
+                         f"{found['loss'][0]} alone")
         if self.skipped_saves:
             parts.append(f"skipped torch.save to {', '.join(self.skipped_saves)}")
         self.case["captured"] = f"{self.source} at its first optimizer step: " + ", ".join(parts)

@@ -2,6 +2,7 @@
 twin it must not fail; the capture in code (capture_case, capturing); scripts that raise, exit, never step or compute
 their loss by hand; and the process left as it was."""
 import json
+import re
 import signal
 import sys
 import time
@@ -326,3 +327,35 @@ def test_a_bad_task_hint_is_one_line_and_exit_2(pairs, capfd):
         doctor.main(["--task", *pairs])
     assert stopped.value.code == 2
     assert "--task" in capfd.readouterr().err
+
+
+def _vae_loop(loss_form):
+    """One step of a VAE-like loop whose loss is a BCE call plus, or times, something else."""
+    torch.manual_seed(0)
+
+    class VAE(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc, self.dec = torch.nn.Linear(8, 4), torch.nn.Linear(2, 8)
+
+        def forward(self, x):
+            mu, logvar = self.enc(x).chunk(2, dim=1)
+            return torch.sigmoid(self.dec(mu + torch.randn_like(mu) * (0.5 * logvar).exp())), mu, logvar
+
+    model = VAE()
+    optimizer = torch.optim.Adam(model.parameters())
+    x = torch.rand(16, 8)
+    recon, mu, logvar = model(x)
+    bce = torch.nn.functional.binary_cross_entropy(recon, x, reduction="sum")
+    kld = -0.5 * torch.sum(1 + logvar - mu.pow(2) - logvar.exp())
+    loss = {"bce + kld": bce + kld, "bce / 4": bce / 4, "bce + kld + l2": bce + kld + 1e-4 * model.enc.weight.pow(2).sum(),
+            "bce": bce}[loss_form]
+    loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("loss_form, terms", [("bce + kld", 1), ("bce + kld + l2", 2), ("bce / 4", 0), ("bce", 0)])
+def test_a_loss_term_written_by_hand_is_named_not_silently_dropped(loss_form, terms):
+    captured = capture.capture_case(_vae_loop, loss_form)["captured"]
+    named = re.search(r"adds (\d+) term\(s\) besides binary_cross_entropy", captured)
+    assert (int(named.group(1)) if named else 0) == terms, captured
