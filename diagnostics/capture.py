@@ -91,6 +91,8 @@ MODULE_NAMES = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "BCE
                 "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "MSELoss": "mse_loss", "L1Loss": "l1_loss",
                 "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss"}
 TARGET_NAMES = ("labels", "targets", "target", "label", "y")  # a model argument that holds the targets
+GRADS_FIT = 1e-3  # relative residual under which .grad at the second step is "first + fresh" (or "fresh alone"): float64
+# sums of float32 gradients agree to ~1e-6; the other hypothesis misses by the whole first gradient (our assumption)
 HOW_TO_CASE = "write a case file instead (DESIGN.md, \"A case\")"
 
 
@@ -135,6 +137,21 @@ def _copy(obj, memo):
     if isinstance(obj, (tuple, list)):
         return type(obj)(_copy(value, memo) for value in obj)
     return obj
+
+
+def _mode_dependent(module):
+    """Whether a module computes differently in train and eval mode: dropout with p > 0, batch statistics."""
+    return (isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0
+            or isinstance(module, (torch.nn.modules.batchnorm._BatchNorm, torch.nn.modules.instancenorm._InstanceNorm))
+            and module.track_running_stats)
+
+
+def _context(module):
+    """What a model call ran under: the autocast dtype, and the modes of the modules whose output depends on them."""
+    dependent = [(name, m.training) for name, m in _unwrap(module).named_modules() if _mode_dependent(m)]
+    return {"autocast": next((torch.get_autocast_dtype(d) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d)), None),
+            "training": _unwrap(module).training, "mode_dependent": len(dependent),
+            "in_eval": [name for name, training in dependent if not training]}
 
 
 def _shape(obj):
@@ -222,11 +239,71 @@ class Capture:
         self.error = None  # one line: why nothing usable was captured
         self.skipped_saves = []
         self.built_lrs = {}  # id(optimizer) -> each group's lr when the optimizer was built
-        self._model_calls = collections.deque(maxlen=KEPT_CALLS)  # (module, args, kwargs, output, autocast dtype or None)
+        self._model_calls = collections.deque(maxlen=KEPT_CALLS)  # (module, args, kwargs, output, context: _context())
         self._loss_calls = collections.deque(maxlen=KEPT_CALLS)  # (name, function, args, kwargs, output)
         self._found = None  # what the first backward() was traced to
         self.backwards = 0  # backward() calls seen: a script that never steps may update its weights by hand
+        self._watch = None  # between the first and second step (second_step): what _second_step() compares
         self._local = threading.local()  # module-call depth, per thread
+
+    def _watch_first_step(self, optimizer):
+        """Let the first step run: keep the weights to put back, its gradients, and a sum of the fresh ones after it.
+
+        The sum restarts when a gradient arrives at a .grad found cleared (None or zeros), so it holds what .grad
+        would hold if the loop clears it: the fresh gradients since the last clearing.
+        """
+        model = self.case["model"]
+        params = [p for p in model.parameters() if p.grad is not None and not p.grad.is_sparse]
+        fresh = [torch.zeros_like(p.grad, dtype=torch.float64) for p in params]
+
+        def adder(p, total):
+            def add(grad):  # before the gradient is added to .grad; returns None: it flows on unchanged
+                if p.grad is None or not p.grad.any():  # cleared since: the sum starts again (a GAN clears mid-way)
+                    total.zero_()
+                total.add_(grad.detach().to(total.dtype))
+            return add
+
+        hooks = [p.register_hook(adder(p, total)) for p, total in zip(params, fresh)]
+        self._watch = {"optimizer": optimizer, "params": params, "fresh": fresh, "hooks": hooks,
+                       "first": [p.grad.detach().to(torch.float64).clone() for p in params],
+                       "weights": [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]}
+
+    def _second_step(self):
+        """At the same optimizer's second step: were the gradients cleared after the first one?
+
+        If the loop never clears them, .grad is (first + every fresh gradient since), up to one scale (clipping or a
+        GradScaler's unscale multiply it); if it clears them, .grad is the fresh gradients alone, up to a scale.
+        Each hypothesis gets the relative residual of its least-squares fit over all parameters at once.
+        """
+        watch = self._watch
+        now = torch.cat([(p.grad.detach().to(torch.float64) if p.grad is not None else torch.zeros_like(first)).flatten()
+                         for p, first in zip(watch["params"], watch["first"])]) if watch["params"] else None
+        if now is None or not now.norm() > 0:
+            return None, None
+        fresh = torch.cat([total.flatten() for total in watch["fresh"]])
+        kept = fresh + torch.cat([first.flatten() for first in watch["first"]])
+
+        def residual(model):  # ||now - c * model|| / ||now|| for the best c
+            scale = (now @ model) / (model @ model) if model @ model > 0 else 0.0
+            return float((now - scale * model).norm() / now.norm())
+
+        return residual(kept), residual(fresh)
+
+    def _end_watch(self, residuals=None):
+        """Put the weights of the first step back and remove the hooks; record what the second step showed."""
+        watch, self._watch = self._watch, None
+        for hook in watch["hooks"]:
+            hook.remove()
+        with torch.no_grad():
+            for tensor, value in watch["weights"]:
+                tensor.copy_(value)
+        for p in self.case["model"].parameters():
+            p.grad = None
+        kept, fresh = residuals if residuals is not None else (None, None)
+        stale = kept is not None and kept < GRADS_FIT and fresh > 10 * GRADS_FIT
+        cleared = fresh is not None and fresh < GRADS_FIT
+        self.case["loop"]["grads"] = "kept" if stale else "cleared" if cleared else None
+        self.case["loop"]["grads_residuals"] = None if kept is None else {"kept": kept, "cleared": fresh}
 
     def no_step(self):
         """Why a run that never called optimizer.step() may have learned all the same, for the one-line error."""
@@ -246,8 +323,7 @@ class Capture:
             self._loss_calls.append((MODULE_NAMES.get(type(module).__name__, type(module).__name__), module, args, kwargs,
                                      output))
         else:
-            autocast = next((torch.get_autocast_dtype(d) for d in ("cuda", "cpu") if torch.is_autocast_enabled(d)), None)
-            self._model_calls.append((module, args, kwargs, output, autocast))
+            self._model_calls.append((module, args, kwargs, output, _context(module)))
 
     def _on_backward(self, tensors):
         self.backwards += 1
@@ -279,11 +355,11 @@ class Capture:
             if isinstance(found, dict):
                 found["other_terms"] = _other_terms(loss, losses[0][4])
             return found
-        for module, args, kwargs, output, autocast in reversed(self._model_calls):
+        for module, args, kwargs, output, context in reversed(self._model_calls):
             scalars = [(path, t) for path, t in _tensors(output) if t.dim() == 0 and t.is_floating_point() and feeds(t)]
             if scalars:
                 path, _ = next((s for s in scalars if s[0][-1:] == ("loss",)), scalars[0])
-                return self._found_model(module, args, kwargs, output, autocast, path=path)
+                return self._found_model(module, args, kwargs, output, context, path=path)
         return ("no torch.nn loss or F.* loss call and no loss returned by a model reached backward(): a loss written by "
                 f"hand cannot be replayed; {HOW_TO_CASE}")
 
@@ -297,7 +373,7 @@ class Capture:
                         if name in ("cross_entropy", "nll_loss") else None)
         if not torch.is_tensor(pred):
             return f"the loss call {name} got no tensor input; {HOW_TO_CASE}"
-        for module, margs, mkwargs, output, autocast in reversed(self._model_calls):
+        for module, margs, mkwargs, output, context in reversed(self._model_calls):
             for path, out in _tensors(output):
                 if not feeds(out):
                     continue
@@ -305,12 +381,12 @@ class Capture:
                     with torch.no_grad():
                         if not _matches(recipe(out.detach()), pred):
                             continue
-                    return self._found_model(module, margs, mkwargs, output, autocast, path=path, loss=(
+                    return self._found_model(module, margs, mkwargs, output, context, path=path, loss=(
                         name, function, extra, kwargs, target, recipe, prefix, suffix, out, pred, shifted, ignore_index))
         return (f"the input of {name} is not the model's output as is, flattened, shifted by one position or "
                 f"log_softmax'ed (another slice made outside the model?); {HOW_TO_CASE}")
 
-    def _found_model(self, module, args, kwargs, output, autocast, path, loss=None):
+    def _found_model(self, module, args, kwargs, output, context, path, loss=None):
         memo = {}
         named = self._named_inputs(module, args, kwargs)
         if any(t.requires_grad and t.grad_fn is not None for _, t in _tensors((args, kwargs))):
@@ -320,7 +396,7 @@ class Capture:
             return f"cannot bind the arguments of {type(module).__name__}.forward by name; {HOW_TO_CASE}"
         inputs = _copy(named if kwargs else args[0] if len(args) == 1 and torch.is_tensor(args[0]) else tuple(args), memo)
         return {"module": module, "inputs": inputs, "named": _copy(named or {}, memo), "output": output,
-                "autocast": autocast, "path": path, "loss": loss, "memo": memo}
+                "autocast": context["autocast"], "context": context, "path": path, "loss": loss, "memo": memo}
 
     @staticmethod
     def _named_inputs(module, args, kwargs):
@@ -342,7 +418,7 @@ class Capture:
         return named
 
     # --- the case ------------------------------------------------------------------------------------
-    def _finish(self, optimizer):
+    def _finish(self, optimizer, keep_grads=False):
         found = self._found
         if found is None:
             self.error = f"{self.source} reached optimizer.step() before any backward(); {HOW_TO_CASE}"
@@ -351,8 +427,8 @@ class Capture:
             self.error = found
             return
         model = _unwrap(found["module"])
-        for p in model.parameters():
-            p.grad = None  # the script's own backward filled them; the checks start from a clean model
+        for p in model.parameters() if not keep_grads else ():
+            p.grad = None  # the script's own backward filled them; the checks start from a clean model (or the watch does)
         output, path = found["output"], found["path"]
         if found["loss"] is None:  # the model returns its loss
             targets = next((found["named"][name] for name in TARGET_NAMES if torch.is_tensor(found["named"].get(name))), None)
@@ -378,8 +454,11 @@ class Capture:
 
             kind = KINDS.get(name)
         task = self._task(kind, ignore_index, found["inputs"], targets, prediction)
+        context = found["context"]
         self.case = {"model": model, "batch": (found["inputs"], targets), "loss_fn": loss_fn,
-                     "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task}
+                     "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task,
+                     "loop": {"training": context["training"], "mode_dependent": context["mode_dependent"],
+                              "in_eval": context["in_eval"], "grads": None}}
         inputs = found["inputs"]
         call = _shape(inputs) if not isinstance(inputs, dict) else ", ".join(f"{k}={_shape(v)}" for k, v in inputs.items())
         parts = [f"model {type(model).__name__}({call})",
@@ -499,12 +578,16 @@ def _where(exc, path=None):
 
 
 @contextlib.contextmanager
-def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True):
+def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True, second_step=False):
     """Run the block until its first optimizer step, then stop it and set `.case` on what this yields.
 
     The step itself never runs (the weights stay as they were), torch.save writes nothing (unless skip_saves is
     False: in the doctor's child, where a WriteGuard sends every write to a scratch folder), torch.compile returns
     its model unchanged. Everything is restored on the way out, also when the block raises.
+
+    second_step (in the doctor's child, where the script's objects are its own): the first step runs, and at the same
+    optimizer's second step the capture tells whether .grad was cleared in between (case["loop"]["grads"]); then
+    the weights of the first step are put back. A closure optimizer, or a script that ends first, leaves it None.
     """
     captured = Capture(source)
     module_call = torch.nn.Module.__call__
@@ -548,15 +631,23 @@ def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True):
         return model if model is not None else (lambda fn: fn)
 
     def stop(optimizer, args, kwargs):
+        if captured._watch is not None:
+            if optimizer is not captured._watch["optimizer"]:
+                return  # another optimizer (a GAN's other model): its step runs
+            captured._end_watch(captured._second_step())
+            raise _Stop
         closure = kwargs.get("closure", args[1] if len(args) > 1 else None)
         if captured._found is None and callable(closure):  # Lightning, LBFGS: forward and backward run inside step()
             with torch.enable_grad():
                 closure()
+        watch = second_step and not callable(closure)  # a closure steps again inside step(): no second step to see
         try:
-            captured._finish(optimizer)
+            captured._finish(optimizer, keep_grads=watch)
         except Exception as exc:  # a capture bug: the one-line reason, not a traceback through the user's script
             captured.error = f"the capture failed at the first step ({type(exc).__name__}: {exc}); {HOW_TO_CASE}"
-        raise _Stop
+        if captured.case is None or not watch:
+            raise _Stop
+        captured._watch_first_step(optimizer)
 
     def time_up(signum, frame):
         raise _TimeUp
@@ -576,12 +667,19 @@ def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True):
         if timed:
             signal.setitimer(signal.ITIMER_REAL, time_limit)
         yield captured
-        captured.error = f"{source} finished without an optimizer step{captured.no_step()}; {HOW_TO_CASE}"
+        if captured.case is None:
+            captured.error = f"{source} finished without an optimizer step{captured.no_step()}; {HOW_TO_CASE}"
     except _Stop:
         pass
     except _TimeUp:
-        captured.error = f"{source} did not reach an optimizer step within its {time_limit:g} s time limit; {HOW_TO_CASE}"
+        if captured.case is None:
+            captured.error = f"{source} did not reach an optimizer step within its {time_limit:g} s time limit; {HOW_TO_CASE}"
+    except BaseException:
+        if captured.case is None:  # after the first step the case stands: what the script did later is not our business
+            raise
     finally:
+        if captured._watch is not None:  # the script ended, raised or ran out of time before its second step
+            captured._end_watch()
         if timed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous_handler)
@@ -594,14 +692,14 @@ def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True):
         torch.autograd.backward, torch.save, torch.compile = backward, save, compile_
 
 
-def _run(source, run, path=None, time_limit=TIME_LIMIT, skip_saves=True):
+def _run(source, run, path=None, time_limit=TIME_LIMIT, skip_saves=True, second_step=False):
     """Run `run()` under capturing(); the case, or CaptureError with one line.
 
     Ctrl-C (KeyboardInterrupt) goes through; any other exception of the user's code is the one line.
     """
     captured = None
     try:
-        with capturing(source, time_limit, skip_saves) as captured:
+        with capturing(source, time_limit, skip_saves, second_step) as captured:
             run()
     except SystemExit as exc:
         arguments = "if it needs arguments, give them after --; else " if path else ""
@@ -618,13 +716,20 @@ def _run(source, run, path=None, time_limit=TIME_LIMIT, skip_saves=True):
     return captured.case
 
 
-def capture_case(fn, *args, time_limit=TIME_LIMIT, **kwargs):
-    """Call fn(*args, **kwargs) (your training function) until its first optimizer step; return the doctor case."""
-    return _run(f"{getattr(fn, '__name__', 'fn')}()", lambda: fn(*args, **kwargs), time_limit=time_limit)
+def capture_case(fn, *args, time_limit=TIME_LIMIT, second_step=False, **kwargs):
+    """Call fn(*args, **kwargs) (your training function) until its first optimizer step; return the doctor case.
+
+    second_step=True lets the first step change fn's model, to see whether the loop clears .grad (capturing()).
+    """
+    return _run(f"{getattr(fn, '__name__', 'fn')}()", lambda: fn(*args, **kwargs), time_limit=time_limit,
+                second_step=second_step)
 
 
-def capture_script(path, argv=(), time_limit=TIME_LIMIT, skip_saves=True):
-    """Run `python path argv...` in this process until its first optimizer step; return the doctor case."""
+def capture_script(path, argv=(), time_limit=TIME_LIMIT, skip_saves=True, second_step=False):
+    """Run `python path argv...` in this process until its first optimizer step; return the doctor case.
+
+    skip_saves and second_step: as capturing() says (the doctor's supervised child sets both to what it allows).
+    """
     if not os.path.isfile(path):
         raise CaptureError(f"script not found (or not a file): {path}")
     folder = os.path.dirname(os.path.abspath(path))
@@ -632,7 +737,8 @@ def capture_script(path, argv=(), time_limit=TIME_LIMIT, skip_saves=True):
     sys.argv = [path, *argv]
     sys.path.insert(0, folder)  # as `python train.py` does: the script imports its neighbours
     try:
-        return _run(os.path.basename(path), lambda: runpy.run_path(path, run_name="__main__"), path, time_limit, skip_saves)
+        return _run(os.path.basename(path), lambda: runpy.run_path(path, run_name="__main__"), path, time_limit, skip_saves,
+                    second_step)
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path

@@ -365,6 +365,7 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
     ("labels", "labels"),  # one forward pass
     ("registration", "registration"),  # one forward pass, no gradients
     ("batchnorm", "batchnorm"),  # one forward pass, no gradients
+    ("training_loop", "training_loop"),  # what --script's loop did; two forward passes when it trained in eval mode
     ("init_loss", "init_loss"),  # one to three forward passes
     ("label_alignment", "label_alignment"),  # one forward pass and a backward pass to the logits
     ("input_dependence", "input_dependence"),  # two or more forward passes
@@ -448,7 +449,8 @@ def examine(args, script_args):
             import capture  # only --script needs capture.py next to doctor.py
             guard = WriteGuard(scratch).install() if SUPERVISED else None  # for good: only in a child
             try:
-                captured = capture.capture_script(args.script, script_args, args.start_timeout, skip_saves=guard is None)
+                captured = capture.capture_script(args.script, script_args, args.start_timeout, skip_saves=guard is None,
+                                                  second_step=guard is not None)
             except capture.CaptureError as exc:
                 raise CaseError(exc) from None
             except KeyboardInterrupt as exc:  # not a Ctrl-C of the user's: that one reaches the parent only
