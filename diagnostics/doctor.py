@@ -375,6 +375,7 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
     ("update_ratio", "update_ratio"),  # one backward pass and one optimizer step
     ("batch_independence", "batch_independence"),  # two forward passes and one backward pass
     ("causal_dependency", "causal_dependency"),  # three forward passes and three backward passes
+    ("target_leak", "target_leak"),  # two forward passes per input that carries the targets
     ("overfit_one_batch", "overfit_one_batch"),  # up to 2 x 300 training steps
 ]
 
