@@ -50,14 +50,11 @@ Next step
     describes the patterns (plateaus, shifted minima, NaN regions, scale) with examples.
 """
 import argparse
-import contextlib
 import importlib.util
 import json
 import math
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -66,6 +63,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -249,30 +248,6 @@ def load_surface(spec):
 
 
 TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: seconds, unless the loss hangs
-
-
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
 
 
 def main(argv=None):

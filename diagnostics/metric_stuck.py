@@ -55,14 +55,11 @@ Next step
     state (weight decay, momentum from an earlier phase) that fights a term.
 """
 import argparse
-import contextlib
 import copy
 import importlib.util
 import json
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -72,6 +69,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -257,30 +256,6 @@ def load_problem(spec):
 
 
 TIMEOUT = 600.0  # seconds the user's code may run: three short training runs of the user's model; minutes on a CPU at most
-
-
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
 
 
 def main(argv=None):

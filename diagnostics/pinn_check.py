@@ -52,14 +52,11 @@ Next step
     refs/pinn.md: non-dimensionalisation step by step, term weighting, and curricula.
 """
 import argparse
-import contextlib
 import importlib.util
 import json
 import math
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -68,6 +65,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 import torch.nn as nn
+
+from ml_debug_contract import CheckTimeout, time_limit
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -223,30 +222,6 @@ def load_problem(spec):
 
 
 TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss term: seconds, unless the model hangs
-
-
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
 
 
 def main(argv=None):

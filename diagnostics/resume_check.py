@@ -135,7 +135,6 @@ import argparse
 import contextlib
 import copy
 import ctypes
-import dataclasses
 import hashlib
 import importlib.util
 import io
@@ -153,6 +152,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
+from ml_debug_contract import CheckResult
+
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
 SEED = 0  # what the check seeds before each make_trainer() call, like the top of a script
@@ -162,19 +163,6 @@ RNG_WORDS = ("rng", "random", "generator")  # key names that mark an RNG state (
 BUGS = ("data_restart", "rng", "optimizer", "scheduler")
 TIMEOUT = 300.0  # s for the whole check: the demo's 27 steps and 5 trainer builds take ~4 s on a busy CPU (measured);
 # a small configuration of a real model adds its imports and a first-step compile (minutes at worst: assumed)
-
-
-@dataclasses.dataclass
-class CheckResult:
-    """The check's verdict, in the shape every diagnostic returns (`doctor --json` prints it)."""
-
-    id: str
-    status: str  # "pass" | "fail"
-    summary: str
-    details: dict = dataclasses.field(default_factory=dict)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
 
 
 class CheckError(Exception):

@@ -79,13 +79,10 @@ Next step
     refs/rl.md says what else to check (reward scale, observation normalisation, seeds).
 """
 import argparse
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -95,6 +92,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -432,30 +431,6 @@ def load_agent_factory(spec):
 
 
 TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small agent for seconds on a CPU; a user's agent may be 100x slower
-
-
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
 
 
 def main(argv=None):

@@ -87,7 +87,9 @@ def test_a_tool_with_a_folder_shows_and_publishes_every_module(site, tool, folde
 
 
 @pytest.mark.parametrize("tool, needs", [
-    ("nan_watch", "It needs only torch and the standard library:"),
+    ("nan_watch", "It needs torch, the standard library and diagnostics/ml_debug_contract.py beside it (copy both):"),
+    ("hf_case", "It needs only torch and the standard library:"),
+    ("ml_debug_contract", "It is no command: every command in diagnostics/ imports it from beside itself"),
     ("spikes", "It needs the standard library and the folder diagnostics/spikelog/ beside it (copy both):"),
     ("lint", "It needs the standard library and the folder diagnostics/trainlint/ beside it (copy both):"),
 ])
