@@ -105,7 +105,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, CaseError, load_case, validate_case, CHECK_TIMEOUT, CheckTimeout, time_limit
+from ml_debug_contract import CheckResult, CaseError, load_case, validate_case, CHECK_TIMEOUT, CheckTimeout, time_limit, ArgumentParser
 
 CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
     ("data_sanity", "data_sanity"),  # the batch alone
@@ -221,7 +221,7 @@ def make_demo_case(broken=True):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")

@@ -64,7 +64,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -251,7 +251,7 @@ TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: se
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--surface", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_surface) returns {loss, x_range, y_range, target}; "
                              "without it, the embedded demo")

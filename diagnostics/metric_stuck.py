@@ -70,7 +70,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -259,7 +259,7 @@ TIMEOUT = 600.0  # seconds the user's code may run: three short training runs of
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_problem) returns the problem dict; without it, the demo")
     parser.add_argument("--healthy", action="store_true", help="run the demo's healthy twin")

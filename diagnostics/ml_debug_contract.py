@@ -1,10 +1,13 @@
 """ml_debug_contract: the one contract every ml-debug command keeps, in one module beside the checks.
 
-Every model check in diagnostics/ imports what it shares from here (and needs nothing else but
-torch and the standard library), so `python diagnostics/<check>.py` runs from a checkout, from the
-installed skill folder (install_skill copies this file with the checks) and from the wheel.
+Every command in diagnostics/ imports what it shares from here, from beside itself, so
+`python diagnostics/<command>.py` runs from a checkout, from the installed skill folder
+(install_skill copies this file with the commands) and from the wheel. Loading it takes only the
+standard library: the functions that handle a model import torch when they run, so the commands
+that read logs, runs or code (spikes, sweeps, lint, bad_samples) need no torch.
 
-What it holds, in the order a run meets it:
+What it holds
+    ArgumentParser                 argparse's, but bad usage is one line on stderr and exit 2
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
@@ -22,11 +25,21 @@ import importlib.util
 import json
 import os
 import random
+import re
 import signal
 import sys
 import threading
 
-import torch
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with a one-line error: `<prog>: error: <message>` on stderr, exit 2, no usage block.
+
+    Bad usage is bad input (DESIGN.md, "Safety"); `--help` is argparse's own.
+    """
+
+    def error(self, message):
+        one_line = re.sub(r"\s*\n\s*", " ", str(message).strip())
+        self.exit(2, f"{self.prog}: error: {one_line}\n")
 
 
 @dataclasses.dataclass
@@ -75,6 +88,8 @@ def load_case(spec):
 
 def validate_case(case, where="case"):
     """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    import torch
+
     if not isinstance(case, dict):
         raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
     missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
@@ -108,6 +123,8 @@ def validate_case(case, where="case"):
 
 def to_device(obj, device):
     """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    import torch
+
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, dict):
@@ -134,6 +151,8 @@ def preserved(model, optimizer=None):
     every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
     plus every CUDA device once CUDA is initialised).
     """
+    import torch
+
     modules = list(model.modules())
     params = list(model.parameters())
     tensors = params + list(model.buffers())
@@ -199,7 +218,7 @@ def time_limit(seconds):
 
 def cli_main(check, demo_case, description, argv=None):
     """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")

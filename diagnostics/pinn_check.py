@@ -66,7 +66,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 
-from ml_debug_contract import CheckTimeout, time_limit
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -225,7 +225,7 @@ TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss t
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_pinn) returns the problem dict; without it, the demo")
     parser.add_argument("--healthy", action="store_true", help="run the demo's healthy twin")

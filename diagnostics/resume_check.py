@@ -152,7 +152,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult
+from ml_debug_contract import CheckResult, ArgumentParser
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
@@ -846,12 +846,6 @@ def lr_text(lr):
     return "/".join(f"{v:.4g}" for v in lr) if isinstance(lr, tuple) else f"{lr:.4g}"
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # bad usage: one line on stderr, exit 2
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def within(seconds, work):
     """work() in a worker thread; its result, or CheckError naming what it waits on after `seconds`.
 
@@ -879,7 +873,7 @@ def within(seconds, work):
 
 
 def main(argv=None):
-    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trainer", help="path/to/file.py[:factory]: a function (default make_trainer) returning a new "
                         "trainer; without it, runs the embedded demo with a planted bug")
     parser.add_argument("--bug", choices=BUGS, help="the bug the demo plants (default data_restart)")

@@ -93,7 +93,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -434,7 +434,7 @@ TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small ag
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", metavar="FILE.py[:factory]",
                         help="a file whose factory(n_actions, gamma) returns your agent (default factory: make_agent); "
                              "without it, the embedded demo agent with a planted bug")

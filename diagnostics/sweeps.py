@@ -81,6 +81,8 @@ import random
 import statistics
 import sys
 
+from ml_debug_contract import ArgumentParser
+
 ALPHA = 0.05  # two-sided 5%: the convention the `|t| > 2` rule of thumb approximates
 POWER = 0.8  # the usual planning target (Cohen); our choice, printed with the figure
 MAX_SEEDS = 100_000  # seeds_needed beyond this is reported as null: no affordable rerun shows the effect
@@ -447,7 +449,7 @@ def finite(obj):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", help="CSV/TSV or JSONL of runs, one row per run; without it, the embedded demo")
     parser.add_argument("--param", help="the column of the parameter being compared (e.g. lr)")
     parser.add_argument("--seed", help="the column holding each run's seed")

@@ -67,6 +67,81 @@ def test_help_exits_0(path, help_runs):
     assert run["help"].strip()
 
 
+ENTRY_POINTS = [*COMMANDS, ROOT / "ml_debug" / "cli.py", ROOT / "tools" / "install_skill.py"]  # and `ml-debug` itself
+
+
+def typed_option(source):
+    """The first option that argparse converts or checks (type=int or float, or choices=) in this source; or None."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            keywords = {keyword.arg: keyword.value for keyword in node.keywords}
+            kind = keywords.get("type")
+            if "choices" in keywords or (isinstance(kind, ast.Name) and kind.id in ("int", "float")):
+                return node.args[0].value
+    return None
+
+
+def bad_usages(path):
+    """The argument lists argparse must refuse: an unknown flag, and a bad value for the first typed option (the
+    contract's --timeout for a check whose CLI is cli_main)."""
+    source = path.read_text()
+    option = typed_option(source) or (typed_option(CONTRACT.read_text()) if "cli_main(" in source else None)
+    usages = [["--no-such-flag"]]
+    if option:
+        usages.append([option, "not-a-value"] if option.startswith("-") else ["not-a-value"])
+    return usages
+
+
+BAD_USAGES = [(path, argv) for path in ENTRY_POINTS for argv in bad_usages(path)]
+
+RUN_BAD_USAGE = """
+import contextlib, io, json, os, runpy, sys
+sys.path.append(os.getcwd())  # the ml_debug package of this checkout, for ml_debug/cli.py
+results = []
+for path, argv in json.loads(sys.argv[1]):
+    sys.path.insert(0, os.path.dirname(path))  # as `python path` does
+    sys.argv, err = [path, *argv], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            runpy.run_path(path, run_name="__main__")
+        code = "returned without exiting"
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    sys.path.remove(os.path.dirname(path))
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_usage_runs():
+    """Every entry point with each of its bad usages, as __main__, all in one interpreter (torch imports once)."""
+    runs = [(str(path), argv) for path, argv in BAD_USAGES]
+    proc = subprocess.run([sys.executable, "-c", RUN_BAD_USAGE, json.dumps(runs)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return dict(zip(map(str, range(len(runs))), json.loads(proc.stdout.splitlines()[-1])))
+
+
+@pytest.mark.parametrize("index", range(len(BAD_USAGES)),
+                         ids=[f"{path.name} {' '.join(argv)}" for path, argv in BAD_USAGES])
+def test_bad_usage_is_one_line_and_exit_2(index, bad_usage_runs):
+    """Issue 22: argparse printed its usage block on every bad flag; the contract's ArgumentParser says one line."""
+    run = bad_usage_runs[str(index)]
+    lines = run["stderr"].splitlines()
+    assert run["code"] == 2, run
+    assert len(lines) == 1 and lines[0].strip() and "usage:" not in run["stderr"], run["stderr"]
+
+
+def test_every_entry_point_is_tried_with_a_bad_value():
+    tried = {path.name for path, argv in BAD_USAGES if argv != ["--no-such-flag"]}
+    assert {"doctor.py", "init_loss.py", "spikes.py", "bad_samples.py", "monitor.py", "cli.py"} <= tried
+    assert len(tried) > 25
+
+
 def test_there_are_model_diagnostics():
     assert {"doctor.py", "init_loss.py"} <= {p.name for p in MODEL_DIAGNOSTICS}
 
