@@ -62,7 +62,7 @@ import sys
 import zlib
 from collections import Counter
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, json_text
 
 TOP_CHAR = 0.5  # clean prose and code measure 0.06-0.19: past half, one character is the sample — our assumption
 RUN = 200  # the longest run in this repo's code is 91 (a comment banner) — our assumption
@@ -244,7 +244,7 @@ def main(argv=None):
     except OSError as error:
         print(f"bad_samples.py: error: {args.path}: {error.strerror}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2) if args.json else report(name, result))
+    print(json_text(result) if args.json else report(name, result))
     sys.stdout.flush()
     return 1 if result["flagged"] else 0
 

@@ -90,7 +90,6 @@ Next step
 import argparse
 import contextlib
 import importlib.util
-import json
 import os
 import signal
 import sys
@@ -105,7 +104,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, CaseError, load_case, validate_case, CHECK_TIMEOUT, CheckTimeout, time_limit, ArgumentParser
+from ml_debug_contract import (ArgumentParser, CheckResult, CaseError, load_case, validate_case, CHECK_TIMEOUT, CheckTimeout,
+                               time_limit, json_text)
 
 CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) -> CheckResult
     ("data_sanity", "data_sanity"),  # the batch alone
@@ -258,7 +258,7 @@ def main(argv=None):
                 return 2
             results = run_checks(case, timeout=args.timeout or None)
         title = case.get("captured") or args.case or f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
-        text = json.dumps({"checks": [r.to_dict() for r in results]}, indent=2, default=str) if args.json else report(results, title)
+        text = json_text({"checks": [r.to_dict() for r in results]}) if args.json else report(results, title)
         try:
             print(text, flush=True)
         except (BrokenPipeError, OSError):  # `| head` closed stdout, or /dev/full: nothing left to say it on

@@ -63,7 +63,7 @@ from pathlib import Path
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the trainlint package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-from ml_debug_contract import ArgumentParser  # noqa: E402
+from ml_debug_contract import ArgumentParser, json_text  # noqa: E402
 from trainlint.docs import render_docs  # noqa: E402
 from trainlint.rules import RULES  # noqa: E402
 from trainlint.run import Config, lint_paths, lint_source  # noqa: E402
@@ -76,7 +76,7 @@ class Parser(ArgumentParser):
 
     def error(self, message):
         if self.json:
-            print(json.dumps({"findings": [], "errors": [{"path": "", "message": message}]}))
+            print(json_text({"findings": [], "errors": [{"path": "", "message": message}]}, indent=None))
         super().error(message)
 
 
@@ -143,8 +143,8 @@ def main(argv=None):
     for path, reason, _ in errors:
         print(f"{path}: skipped: {reason}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"findings": [f.as_json() for f in findings],
-                          "errors": [{"path": p, "message": m} for p, m, _ in errors]}, indent=2))
+        print(json_text({"findings": [f.as_json() for f in findings],
+                         "errors": [{"path": p, "message": m} for p, m, _ in errors]}))
     else:
         for f in findings:
             print(f"{f.where()}: {f.rule} {f.message}")

@@ -51,7 +51,6 @@ Next step
 """
 import argparse
 import importlib.util
-import json
 import math
 import os
 import sys
@@ -64,7 +63,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -286,7 +285,7 @@ def main(argv=None):
         print(f"error: the loss could not be evaluated: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
         d = result["details"]
         print(f"[{result['status'].upper()}] loss_surface: {result['summary']}")

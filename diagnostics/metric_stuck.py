@@ -57,7 +57,6 @@ Next step
 import argparse
 import copy
 import importlib.util
-import json
 import os
 import sys
 
@@ -70,7 +69,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -286,7 +285,7 @@ def main(argv=None):
         print(f"error: the check could not run on this problem: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
         d = result["details"]
         print(f"[{result['status'].upper()}] metric_stuck: {result['summary']}")

@@ -8,6 +8,7 @@ that read logs, runs or code (spikes, sweeps, lint, bad_samples) need no torch.
 
 What it holds
     ArgumentParser                 argparse's, but bad usage is one line on stderr and exit 2
+    json_text                      strict JSON for --json: null for NaN/inf, listed in "non_finite"
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
@@ -23,6 +24,7 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import random
 import re
@@ -40,6 +42,38 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         one_line = re.sub(r"\s*\n\s*", " ", str(message).strip())
         self.exit(2, f"{self.prog}: error: {one_line}\n")
+
+
+def json_text(obj, indent=2):
+    """`obj` as strict JSON text, for every command's --json (DESIGN.md, "Safety").
+
+    JSON has no NaN or Infinity (Python's json writes them, and strict readers refuse the result), so a
+    non-finite number becomes null and the top-level object gets "non_finite": the JSON Pointers of the
+    values that were replaced (RFC 6901: "/details/loss"); the key is there only when something was. Torch
+    and numpy scalars become numbers; anything else JSON cannot hold is written as its str().
+    """
+    replaced = []
+    strict = _finite(obj, "", replaced)
+    if replaced:
+        strict = {**strict, "non_finite": replaced}
+    return json.dumps(strict, indent=indent, allow_nan=False, default=str)
+
+
+def _finite(value, pointer, replaced):
+    """`value` with every NaN or infinity inside it as None, each one's JSON Pointer appended to `replaced`."""
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is loaded
+    if (torch is not None and isinstance(value, torch.Tensor) and value.ndim == 0) or \
+            (type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(pointer)
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}", replaced)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item, f"{pointer}/{index}", replaced) for index, item in enumerate(value)]
+    return value
 
 
 @dataclasses.dataclass
@@ -245,7 +279,7 @@ def cli_main(check, demo_case, description, argv=None):
         print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(json_text(result.to_dict()))
     else:
         print(f"[{result.status.upper()}] {result.id}: {result.summary}")
     return 1 if result.status == "fail" else 0

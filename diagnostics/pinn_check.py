@@ -53,7 +53,6 @@ Next step
 """
 import argparse
 import importlib.util
-import json
 import math
 import os
 import sys
@@ -66,7 +65,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 
-from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -252,7 +251,7 @@ def main(argv=None):
         print(f"error: the check could not run on this problem: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(outcome, indent=2))
+        print(json_text(outcome))
     else:
         d = outcome["details"]
         print(f"[{outcome['status'].upper()}] pinn_check: {outcome['summary']}")

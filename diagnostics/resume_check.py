@@ -138,7 +138,6 @@ import ctypes
 import hashlib
 import importlib.util
 import io
-import json
 import os
 import random
 import sys
@@ -152,7 +151,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, ArgumentParser
+from ml_debug_contract import CheckResult, ArgumentParser, json_text
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
@@ -920,7 +919,7 @@ def main(argv=None):
         except Exception as exc:  # anything else the user's trainer set off: one line, not a traceback
             print(f"error: the check could not run: {type(exc).__name__}: " + " ".join(str(exc).split()), file=sys.stderr)
             return 2
-        sys.stdout.write((json.dumps(result.to_dict(), indent=2, default=str) if args.json else report(result)) + "\n")
+        sys.stdout.write((json_text(result.to_dict()) if args.json else report(result)) + "\n")
         sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
         return 130

@@ -80,7 +80,6 @@ Next step
 """
 import argparse
 import importlib.util
-import json
 import os
 import sys
 
@@ -93,7 +92,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -461,7 +460,7 @@ def main(argv=None):
     except Exception as exc:  # the user's agent raised inside a probe: one line, not a traceback
         print(f"error: the agent raised during the probes: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2) if args.json else report_text(result))
+    print(json_text(result) if args.json else report_text(result))
     return 1 if result["status"] == "fail" else 0
 
 

@@ -152,7 +152,6 @@ Next step
 import argparse
 import collections
 import contextlib
-import json
 import math
 import os
 import sys
@@ -165,7 +164,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, json_text
 
 ALPHA = 0.97  # ZClip's EMA factor (evidence zclip-readme#default-alpha)
 WARMUP = 25  # steps that initialise the statistics: ZClip's warmup_steps (evidence zclip-readme#default-warmup-steps)
@@ -523,7 +522,7 @@ def main(argv=None):
     try:
         try:
             result = demo(not args.healthy, args.steps, args.seed, skip_z=args.skip_z, warmup=args.warmup)
-            text = json.dumps(result) if args.json else _report(result, not args.healthy, args.steps)
+            text = json_text(result, indent=None) if args.json else _report(result, not args.healthy, args.steps)
         except ValueError as exc:
             parser.error(str(exc))
         except RestartFromCheckpoint as exc:  # a skip_z so low that healthy steps look like outliers

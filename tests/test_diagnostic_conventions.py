@@ -142,6 +142,64 @@ def test_every_entry_point_is_tried_with_a_bad_value():
     assert len(tried) > 25
 
 
+def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_json_text_writes_null_for_a_non_finite_number_and_lists_where():
+    import numpy
+    import torch
+
+    from ml_debug_contract import json_text
+
+    text = json_text({"id": "x", "loss": float("nan"), "details": {
+        "per_pass": [1.0, float("inf"), torch.tensor(float("-inf"))], "a/b": numpy.float32("nan"),
+        "scalar": torch.tensor(2.5), "count": numpy.int64(3), "pair": (float("nan"), 1)}})
+    parsed = json.loads(text, parse_constant=refuse)
+    assert parsed["loss"] is None and parsed["details"]["per_pass"] == [1.0, None, None]
+    assert parsed["details"]["a/b"] is None and parsed["details"]["pair"] == [None, 1]
+    assert parsed["details"]["scalar"] == 2.5 and parsed["details"]["count"] == 3
+    assert parsed["non_finite"] == ["/loss", "/details/per_pass/1", "/details/per_pass/2", "/details/a~1b",
+                                    "/details/pair/0"]
+    assert json.loads(json_text({"loss": 1.0, "steps": [1, 2]})) == {"loss": 1.0, "steps": [1, 2]}  # no flag when finite
+
+
+NAN_CASE = """
+import torch
+
+def make_case():
+    torch.manual_seed(0)
+    return {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            "loss_fn": lambda out, y: torch.nn.functional.cross_entropy(out, y) * float("nan"),
+            "task": {"kind": "classification"}}
+"""
+
+
+def test_a_check_with_a_nan_loss_prints_strict_json(tmp_path):
+    """init_loss's details hold the NaN loss it fails on: Python's json wrote `NaN`, which strict readers refuse."""
+    (tmp_path / "nan_case.py").write_text(NAN_CASE)
+    proc = subprocess.run([sys.executable, str(DIAGNOSTICS / "init_loss.py"), "--case", str(tmp_path / "nan_case.py"),
+                           "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout, parse_constant=refuse)
+    assert result["status"] == "fail" and result["details"]["loss"] is None
+    assert {"/details/loss", "/details/loss_per_pass/0"} <= set(result["non_finite"])
+
+
+JSON_COMMANDS = [p for p in COMMANDS if '"--json"' in p.read_text() or "cli_main(" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", JSON_COMMANDS, ids=lambda p: p.name)
+def test_every_json_output_goes_through_json_text(path):
+    tree = ast.parse(path.read_text())
+    dumps = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in ("dump", "dumps")
+             and isinstance(node.value, ast.Name) and node.value.id == "json"]
+    assert not dumps, f"json.dumps at line {dumps}: print --json with the contract's json_text"
+    imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module == "ml_debug_contract" for alias in node.names}
+    assert imported & {"json_text", "cli_main"}
+
+
 def test_there_are_model_diagnostics():
     assert {"doctor.py", "init_loss.py"} <= {p.name for p in MODEL_DIAGNOSTICS}
 
