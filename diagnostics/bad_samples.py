@@ -62,6 +62,8 @@ import sys
 import zlib
 from collections import Counter
 
+from ml_debug_contract import ArgumentParser, json_text
+
 TOP_CHAR = 0.5  # clean prose and code measure 0.06-0.19: past half, one character is the sample — our assumption
 RUN = 200  # the longest run in this repo's code is 91 (a comment banner) — our assumption
 ZLIB = 0.1  # clean text compresses to 0.26-0.80, one sentence repeated 57 times to 0.03 (measured) — our assumption
@@ -215,16 +217,11 @@ def report(name, result):
     return "\n".join(lines)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not the usage block: bad usage is bad input
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv=None):
-    parser = Parser(prog="bad_samples.py", description=__doc__.split("\n\n", 1)[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Limits: " + ", ".join([f"top_char > {TOP_CHAR}", f"run >= {RUN}", f"zlib < {ZLIB}",
-                                                                    f"symbols > {SYMBOLS}", f"control > {CONTROL}"]))
+    parser = ArgumentParser(prog="bad_samples.py", description=__doc__.split("\n\n", 1)[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Limits: " + ", ".join([f"top_char > {TOP_CHAR}", f"run >= {RUN}", f"zlib < {ZLIB}",
+                                                           f"symbols > {SYMBOLS}", f"control > {CONTROL}"]))
     parser.add_argument("path", nargs="?", help="a .jsonl file (one object per line) or a text file (one sample per "
                                                 "line); none: the embedded demo shard")
     parser.add_argument("--field", default="text", help="the JSONL field holding the text (default: text)")
@@ -247,7 +244,7 @@ def main(argv=None):
     except OSError as error:
         print(f"bad_samples.py: error: {args.path}: {error.strerror}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2) if args.json else report(name, result))
+    print(json_text(result) if args.json else report(name, result))
     sys.stdout.flush()
     return 1 if result["flagged"] else 0
 

@@ -79,6 +79,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from ml_debug_contract import ArgumentParser
+
 TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute
 KEPT_CALLS = 8  # model and loss calls remembered between two backward() calls (a validation pass without no_grad)
 LOSS_FUNCTIONS = ("cross_entropy", "nll_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "mse_loss",
@@ -768,7 +770,7 @@ def demo_training():
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("script", nargs="?", help="the training script; its own arguments go after --; "
                         "without it, captures an embedded demo loop")
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -90,6 +90,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
+from ml_debug_contract import ArgumentParser
+
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
 STALL_FRACTION = 0.8  # the stack is written at 80% of the limit: before the collective's own timeout unwinds it
 MARKER = ".dist_check"  # a folder holding this file was made by dist_check: its rank files may be replaced
@@ -417,10 +419,10 @@ def run_one_rank(args):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="dist_check.py", description=__doc__.split("\n\n", 1)[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Under torchrun each rank runs the test; with --nproc N this starts N local "
-                                            "ranks itself. Exit 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.")
+    parser = ArgumentParser(prog="dist_check.py", description=__doc__.split("\n\n", 1)[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Under torchrun each rank runs the test; with --nproc N this starts N local "
+                                   "ranks itself. Exit 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.")
     parser.add_argument("--nproc", type=int, help="start N local ranks (CPU: gloo) instead of running as one torchrun rank")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds each collective may take before it counts as a hang (default {DEFAULT_TIMEOUT:g})")

@@ -30,6 +30,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
+from ml_debug_contract import ArgumentParser
+
 
 def model_loss(output, labels):
     """The loss a transformers model computes itself when the batch holds `labels`."""
@@ -72,6 +74,6 @@ def case_from_hf(model, batch, optimizer=None, **task):
 
 
 if __name__ == "__main__":
-    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
     print(__doc__)
     sys.exit(0)

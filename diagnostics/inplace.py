@@ -34,7 +34,7 @@ Command
 
 Output
     $ python diagnostics/inplace.py
-    [FAIL] inplace: backward fails: `mul_` at inplace.py:424 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:422 (torch: modified by an inplace operation)
+    [FAIL] inplace: backward fails: `mul_` at inplace.py:214 (in module DemoGate) changes a value saved for backward by MulBackward0 at inplace.py:212 (torch: modified by an inplace operation)
     (exit code 1)
     $ python diagnostics/inplace.py --healthy
     [PASS] inplace: forward and backward ran; no in-place op on a tensor autograd tracks
@@ -51,17 +51,9 @@ Next step
     `t = t.masked_fill(mask, 0)`, `g = g * 0.5`. In-place ops save memory only on values no
     backward needs; when unsure, do without them. Then run gradient_flow.
 """
-import argparse
 import contextlib
-import copy
-import dataclasses
-import importlib.util
-import json
 import os
-import random
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -73,209 +65,7 @@ import re
 import traceback
 import warnings
 
-# --- shared block: byte-identical in every model diagnostic (tests/test_diagnostic_conventions.py compares them) ---
-@dataclasses.dataclass
-class CheckResult:
-    """One check's verdict, the shape `doctor --json` prints for each check."""
-
-    id: str
-    status: str  # "pass" | "warn" | "fail" | "skip"
-    summary: str
-    details: dict = dataclasses.field(default_factory=dict)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
-
-class CaseError(Exception):
-    """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
-
-
-def load_case(spec):
-    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
-    path, _, factory_name = spec.partition(":")
-    factory_name = factory_name or "make_case"
-    if not os.path.exists(path):
-        raise CaseError(f"case file not found: {path}")
-    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
-        raise CaseError(f"case file {path} is not a regular file")
-    case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
-        sys.path.append(case_dir)
-    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
-        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        raise CaseError(f"case file {path} has no function {factory_name}()")
-    try:
-        case = factory()
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:
-        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
-    return validate_case(case, f"{path}:{factory_name}")
-
-
-def validate_case(case, where="case"):
-    """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
-    if not isinstance(case, dict):
-        raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
-    missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
-    if missing:
-        raise CaseError(f"{where} is missing {', '.join(missing)}")
-    if not isinstance(case["model"], torch.nn.Module):
-        raise CaseError(f"{where}: model is {type(case['model']).__name__}, expected torch.nn.Module")
-    batch = case["batch"]
-    if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-        raise CaseError(f"{where}: batch must be (inputs, targets)")
-    if not callable(case["loss_fn"]):
-        raise CaseError(f"{where}: loss_fn is not callable")
-    if "optimizer" in case and not callable(case["optimizer"]):
-        raise CaseError(f"{where}: optimizer must be a function params -> torch.optim.Optimizer")
-    task = case.get("task", {})
-    if not isinstance(task, dict):
-        raise CaseError(f"{where}: task must be a dict of hints")
-    kinds = ("classification", "regression", "causal_lm", "seq2seq", "other")
-    if task.get("kind", "other") not in kinds:
-        raise CaseError(f"{where}: task kind {task['kind']!r} is not one of {', '.join(kinds)}")
-    case = dict(case)
-    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-    if isinstance(case["model"], wrappers):
-        case["model"] = case["model"].module  # checks run locally: going through DDP's forward would start collectives
-    device = next(case["model"].parameters(), torch.empty(0)).device
-    case["batch"] = to_device(tuple(batch), device)
-    case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
-    case.setdefault("task", {})
-    return case
-
-
-def to_device(obj, device):
-    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, dict):
-        return {key: to_device(value, device) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(to_device(value, device) for value in obj)
-    return obj
-
-
-def forward(model, inputs):
-    """Call the model the way the case contract says: tensor, tuple (*args) or dict (**kwargs)."""
-    if isinstance(inputs, dict):
-        return model(**inputs)
-    if isinstance(inputs, (tuple, list)):
-        return model(*inputs)
-    return model(inputs)
-
-
-@contextlib.contextmanager
-def preserved(model, optimizer=None):
-    """Restore everything a check may touch, also when the check raises.
-
-    Covers parameter and buffer values, requires_grad flags, .grad tensors, train/eval mode of
-    every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
-    plus every CUDA device once CUDA is initialised).
-    """
-    modules = list(model.modules())
-    params = list(model.parameters())
-    tensors = params + list(model.buffers())
-    saved_values = [t.detach().clone() for t in tensors]
-    saved_requires_grad = [p.requires_grad for p in params]
-    saved_grads = [None if p.grad is None else p.grad.detach().clone() for p in params]
-    saved_modes = [m.training for m in modules]
-    hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
-    saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
-    saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
-    saved_python_rng = random.getstate()
-    saved_torch_rng = torch.get_rng_state()
-    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
-    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for tensor, value in zip(tensors, saved_values):
-                tensor.copy_(value)
-        for p, flag, grad in zip(params, saved_requires_grad, saved_grads):
-            p.requires_grad_(flag)
-            p.grad = grad
-        for m, mode, hooks in zip(modules, saved_modes, saved_hooks):
-            m.training = mode
-            for name, saved in hooks.items():
-                live = getattr(m, name)
-                live.clear()
-                live.update(saved)
-        if optimizer is not None:
-            optimizer.load_state_dict(saved_optimizer)
-        random.setstate(saved_python_rng)
-        torch.set_rng_state(saved_torch_rng)
-        if saved_cuda_rng is not None:
-            torch.cuda.set_rng_state_all(saved_cuda_rng)
-
-
-CHECK_TIMEOUT = 120.0  # seconds per check: the slowest healthy real-model case's slowest check takes ~10 s on one busy CPU thread (measured)
-
-
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def cli_main(check, demo_case, description, argv=None):
-    """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
-                        "without it, runs the embedded demo with a planted bug")
-    parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    parser.add_argument("--timeout", type=float, default=CHECK_TIMEOUT,
-                        help=f"seconds the check may run (default {CHECK_TIMEOUT:g}; 0: no limit)")
-    args = parser.parse_args(argv)
-    if not args.timeout >= 0:
-        parser.error("--timeout must be a number of seconds >= 0")
-    try:
-        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
-        with time_limit(args.timeout):
-            result = check(case)
-    except CheckTimeout:  # preserved() inside the check restored the model on the way out
-        print(f"error: the check ran past its {args.timeout:g} s time limit and was stopped: the model or loss hangs, "
-              f"or is far slower than one batch should be (raise --timeout for a big model)", file=sys.stderr)
-        return 2
-    except CaseError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        return 130
-    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
-        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
-    else:
-        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
-    return 1 if result.status == "fail" else 0
-# --- end shared block ---
+from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
 
 INPLACE_ERRORS = ("modified by an inplace operation", "in-place operation", "is being modified inplace")  # torch's wordings
 AUGMENTED = {"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__", "__iand__",

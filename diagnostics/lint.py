@@ -54,16 +54,16 @@ Next step
     learn), init_loss.py (a loss that starts at the wrong value). Each rule's section in
     refs/static_analysis.md shows the bug and its fix side by side.
 """
-import argparse
 import errno
 import json
 import os
 import sys
 from pathlib import Path
 
-if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the trainlint package sits beside this file
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the trainlint package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
+from ml_debug_contract import ArgumentParser, json_text  # noqa: E402
 from trainlint.docs import render_docs  # noqa: E402
 from trainlint.rules import RULES  # noqa: E402
 from trainlint.run import Config, lint_paths, lint_source  # noqa: E402
@@ -71,13 +71,13 @@ from trainlint.run import Config, lint_paths, lint_source  # noqa: E402
 __all__ = ["RULES", "Config", "lint_paths", "lint_source", "render_docs", "main", "run"]
 
 
-class Parser(argparse.ArgumentParser):
+class Parser(ArgumentParser):
     json = False  # --json was asked for: errors come as a JSON object on stdout too
 
     def error(self, message):
         if self.json:
-            print(json.dumps({"findings": [], "errors": [{"path": "", "message": message}]}))
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+            print(json_text({"findings": [], "errors": [{"path": "", "message": message}]}, indent=None))
+        super().error(message)
 
 
 def parse_ids(text, parser):
@@ -143,8 +143,8 @@ def main(argv=None):
     for path, reason, _ in errors:
         print(f"{path}: skipped: {reason}", file=sys.stderr)
     if args.json:
-        print(json.dumps({"findings": [f.as_json() for f in findings],
-                          "errors": [{"path": p, "message": m} for p, m, _ in errors]}, indent=2))
+        print(json_text({"findings": [f.as_json() for f in findings],
+                         "errors": [{"path": p, "message": m} for p, m, _ in errors]}))
     else:
         for f in findings:
             print(f"{f.where()}: {f.rule} {f.message}")

@@ -50,14 +50,10 @@ Next step
     describes the patterns (plateaus, shifted minima, NaN regions, scale) with examples.
 """
 import argparse
-import contextlib
 import importlib.util
-import json
 import math
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -66,6 +62,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -251,32 +249,8 @@ def load_surface(spec):
 TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: seconds, unless the loss hangs
 
 
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--surface", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_surface) returns {loss, x_range, y_range, target}; "
                              "without it, the embedded demo")
@@ -311,7 +285,7 @@ def main(argv=None):
         print(f"error: the loss could not be evaluated: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
         d = result["details"]
         print(f"[{result['status'].upper()}] loss_surface: {result['summary']}")

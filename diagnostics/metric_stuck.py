@@ -55,14 +55,10 @@ Next step
     state (weight decay, momentum from an earlier phase) that fights a term.
 """
 import argparse
-import contextlib
 import copy
 import importlib.util
-import json
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -72,6 +68,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -259,32 +257,8 @@ def load_problem(spec):
 TIMEOUT = 600.0  # seconds the user's code may run: three short training runs of the user's model; minutes on a CPU at most
 
 
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_problem) returns the problem dict; without it, the demo")
     parser.add_argument("--healthy", action="store_true", help="run the demo's healthy twin")
@@ -311,7 +285,7 @@ def main(argv=None):
         print(f"error: the check could not run on this problem: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(json_text(result))
     else:
         d = result["details"]
         print(f"[{result['status'].upper()}] metric_stuck: {result['summary']}")

@@ -1,16 +1,24 @@
 """ml_debug_contract: the one contract every ml-debug command keeps, in one module beside the checks.
 
-Every model check in diagnostics/ imports what it shares from here (and needs nothing else but
-torch and the standard library), so `python diagnostics/<check>.py` runs from a checkout, from the
-installed skill folder (install_skill copies this file with the checks) and from the wheel.
+Every command in diagnostics/ imports what it shares from here, from beside itself, so
+`python diagnostics/<command>.py` runs from a checkout, from the installed skill folder
+(install_skill copies this file with the commands) and from the wheel. Loading it takes only the
+standard library: the functions that handle a model import torch when they run, so the commands
+that read logs, runs or code (spikes, sweeps, lint, bad_samples) need no torch.
 
-What it holds, in the order a run meets it:
+What it holds
+    ArgumentParser                 argparse's, but bad usage is one line on stderr and exit 2
+    json_text                      strict JSON for --json: null for NaN/inf, listed in "non_finite"
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
     preserved                      the user's model, optimizer, RNG, mode and hooks as they were
     time_limit, CheckTimeout       a check that runs past its limit is stopped
     cli_main                       the CLI every model check shares (--case, --json, --healthy)
+    supervised, SupervisedError    user code in a child process: killed at its time limit, one line
+                                   for whatever ends it (exit, os._exit, fork, a BaseException)
+    WriteGuard                     a script's writes go to a scratch folder or are refused (Landlock,
+                                   where the kernel has it, refuses the rest)
 
 The contract itself is DESIGN.md, "Safety" and "A verdict".
 """
@@ -20,15 +28,58 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import random
+import re
 import select
 import signal
 import sys
 import threading
 import time
 
-import torch
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser with a one-line error: `<prog>: error: <message>` on stderr, exit 2, no usage block.
+
+    Bad usage is bad input (DESIGN.md, "Safety"); `--help` is argparse's own.
+    """
+
+    def error(self, message):
+        one_line = re.sub(r"\s*\n\s*", " ", str(message).strip())
+        self.exit(2, f"{self.prog}: error: {one_line}\n")
+
+
+def json_text(obj, indent=2):
+    """`obj` as strict JSON text, for every command's --json (DESIGN.md, "Safety").
+
+    JSON has no NaN or Infinity (Python's json writes them, and strict readers refuse the result), so a
+    non-finite number becomes null and the top-level object gets "non_finite": the JSON Pointers of the
+    values that were replaced (RFC 6901: "/details/loss"); the key is there only when something was. Torch
+    and numpy scalars become numbers; anything else JSON cannot hold is written as its str().
+    """
+    replaced = []
+    strict = _finite(obj, "", replaced)
+    if replaced:
+        strict = {**strict, "non_finite": replaced}
+    return json.dumps(strict, indent=indent, allow_nan=False, default=str)
+
+
+def _finite(value, pointer, replaced):
+    """`value` with every NaN or infinity inside it as None, each one's JSON Pointer appended to `replaced`."""
+    torch = sys.modules.get("torch")  # a tensor exists only once torch is loaded
+    if (torch is not None and isinstance(value, torch.Tensor) and value.ndim == 0) or \
+            (type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        replaced.append(pointer)
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item, f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}", replaced)
+                for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item, f"{pointer}/{index}", replaced) for index, item in enumerate(value)]
+    return value
 
 
 @dataclasses.dataclass
@@ -77,6 +128,8 @@ def load_case(spec):
 
 def validate_case(case, where="case"):
     """Check the case contract of DESIGN.md ("A case") and fill in defaults."""
+    import torch
+
     if not isinstance(case, dict):
         raise CaseError(f"{where} returned {type(case).__name__}, expected a dict with model, batch, loss_fn")
     missing = [key for key in ("model", "batch", "loss_fn") if key not in case]
@@ -110,6 +163,8 @@ def validate_case(case, where="case"):
 
 def to_device(obj, device):
     """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    import torch
+
     if isinstance(obj, torch.Tensor):
         return obj.to(device)
     if isinstance(obj, dict):
@@ -136,6 +191,8 @@ def preserved(model, optimizer=None):
     every submodule, module hooks, optimizer state, and the Python and torch RNG streams (CPU,
     plus every CUDA device once CUDA is initialised).
     """
+    import torch
+
     modules = list(model.modules())
     params = list(model.parameters())
     tensors = params + list(model.buffers())
@@ -201,7 +258,7 @@ def time_limit(seconds):
 
 def cli_main(check, demo_case, description, argv=None):
     """The CLI every model diagnostic shares: --case FILE[:factory], --json, --healthy; exit 0/1/2."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--case", help="path/to/case.py[:factory] returning the case dict (default factory: make_case); "
                         "without it, runs the embedded demo with a planted bug")
     parser.add_argument("--healthy", action="store_true", help="run the embedded demo's healthy twin instead")
@@ -211,24 +268,34 @@ def cli_main(check, demo_case, description, argv=None):
     args = parser.parse_args(argv)
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
-    try:
+
+    def work(send):  # with --case, in the supervised child: the case file is the user's code
         case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
-        with time_limit(args.timeout):
-            result = check(case)
-    except CheckTimeout:  # preserved() inside the check restored the model on the way out
-        print(f"error: the check ran past its {args.timeout:g} s time limit and was stopped: the model or loss hangs, "
-              f"or is far slower than one batch should be (raise --timeout for a big model)", file=sys.stderr)
-        return 2
-    except CaseError as exc:
+        send("phase", ["the check", args.timeout or None])
+        try:
+            with time_limit(args.timeout):
+                return check(case).to_dict()
+        except CheckTimeout:  # preserved() inside the check restored the model on the way out
+            raise CaseError(f"the check ran past its {args.timeout:g} s time limit and was stopped: the model or loss "
+                            "hangs, or is far slower than one batch should be (raise --timeout for a big model)") from None
+        except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line
+            raise CaseError(f"the check could not run on this case: {one_line(exc)}") from None
+
+    try:
+        if args.case:
+            outcome = dict(supervised(work, f"loading {args.case}", USER_CODE_LIMIT, stdout_to_stderr=args.json))
+            if "error" in outcome:
+                raise CaseError(outcome["error"])
+            result = CheckResult(**outcome["done"])
+        else:
+            result = CheckResult(**work(lambda kind, payload: None))
+    except (CaseError, SupervisedError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
         return 130
-    except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line, not a traceback
-        print(f"error: the check could not run on this case: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2, default=str))
+        print(json_text(result.to_dict()))
     else:
         print(f"[{result.status.upper()}] {result.id}: {result.summary}")
     return 1 if result.status == "fail" else 0
@@ -352,7 +419,7 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
                 done, status = os.waitpid(pid, os.WNOHANG)
                 status = status if done else None
             if status is not None and (eof or not select.select([read_fd], [], [], 0)[0]):
-                raise SupervisedError(f"the process running {phase} {_ended(status)} before it answered", phase)
+                raise SupervisedError(f"{phase}: the process {_ended(status)} before it answered", phase)
             if deadline is not None and time.monotonic() >= deadline:
                 raise SupervisedError(f"{phase} ran past its {limit:g} s time limit and was stopped", phase)
     finally:
@@ -474,6 +541,8 @@ class WriteGuard:
         import io
         import shutil
         import tempfile
+
+        import torch
         guard, original = self, {name: getattr(os, name) for name in (
             "open", "remove", "unlink", "rmdir", "rename", "replace", "mkdir", "makedirs", "truncate", "chmod", "utime",
             "link", "symlink")}

@@ -144,6 +144,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
+from ml_debug_contract import ArgumentParser
+
 
 def _local(tensor):
     """The part of a (possibly DTensor) tensor this rank holds."""
@@ -368,17 +370,12 @@ def _spikes_summary(path):
     return f"read back by spikes.py (the same as `{command}`):\n{spikes.summary(spikes.analyze(path))}"
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv=None):
-    parser = Parser(prog="monitor.py", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description=__doc__.split("\n\n", 1)[0],
-                    epilog="Runs the embedded demo: a small MLP trained on CPU for 300 steps with a TrainingMonitor, "
-                           "a bad batch planted at step 200 (none with --healthy); then reads the log back with "
-                           "spikes.py. Exit 0 when the demo ran, 2 on bad usage.")
+    parser = ArgumentParser(prog="monitor.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description=__doc__.split("\n\n", 1)[0],
+                            epilog="Runs the embedded demo: a small MLP trained on CPU for 300 steps with a TrainingMonitor, "
+                                   "a bad batch planted at step 200 (none with --healthy); then reads the log back with "
+                                   "spikes.py. Exit 0 when the demo ran, 2 on bad usage.")
     parser.add_argument("--healthy", action="store_true", help="run the demo without the planted bad batch")
     parser.add_argument("--every", type=int, default=1, help="log every N steps (default 1)")
     parser.add_argument("--out", help="where to write the JSONL log (default: a new monitor_demo_*.jsonl file in the "

@@ -52,14 +52,10 @@ Next step
     refs/pinn.md: non-dimensionalisation step by step, term weighting, and curricula.
 """
 import argparse
-import contextlib
 import importlib.util
-import json
 import math
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -68,6 +64,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 import torch.nn as nn
+
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -225,32 +223,8 @@ def load_problem(spec):
 TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss term: seconds, unless the model hangs
 
 
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--problem", metavar="FILE.py[:factory]",
                         help="a file whose factory (default make_pinn) returns the problem dict; without it, the demo")
     parser.add_argument("--healthy", action="store_true", help="run the demo's healthy twin")
@@ -277,7 +251,7 @@ def main(argv=None):
         print(f"error: the check could not run on this problem: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(outcome, indent=2))
+        print(json_text(outcome))
     else:
         d = outcome["details"]
         print(f"[{outcome['status'].upper()}] pinn_check: {outcome['summary']}")

@@ -135,11 +135,9 @@ import argparse
 import contextlib
 import copy
 import ctypes
-import dataclasses
 import hashlib
 import importlib.util
 import io
-import json
 import os
 import random
 import sys
@@ -153,6 +151,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
+from ml_debug_contract import CheckResult, ArgumentParser, json_text
+
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
 SEED = 0  # what the check seeds before each make_trainer() call, like the top of a script
@@ -162,19 +162,6 @@ RNG_WORDS = ("rng", "random", "generator")  # key names that mark an RNG state (
 BUGS = ("data_restart", "rng", "optimizer", "scheduler")
 TIMEOUT = 300.0  # s for the whole check: the demo's 27 steps and 5 trainer builds take ~4 s on a busy CPU (measured);
 # a small configuration of a real model adds its imports and a first-step compile (minutes at worst: assumed)
-
-
-@dataclasses.dataclass
-class CheckResult:
-    """The check's verdict, in the shape every diagnostic returns (`doctor --json` prints it)."""
-
-    id: str
-    status: str  # "pass" | "fail"
-    summary: str
-    details: dict = dataclasses.field(default_factory=dict)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
 
 
 class CheckError(Exception):
@@ -858,12 +845,6 @@ def lr_text(lr):
     return "/".join(f"{v:.4g}" for v in lr) if isinstance(lr, tuple) else f"{lr:.4g}"
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # bad usage: one line on stderr, exit 2
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def within(seconds, work):
     """work() in a worker thread; its result, or CheckError naming what it waits on after `seconds`.
 
@@ -891,7 +872,7 @@ def within(seconds, work):
 
 
 def main(argv=None):
-    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trainer", help="path/to/file.py[:factory]: a function (default make_trainer) returning a new "
                         "trainer; without it, runs the embedded demo with a planted bug")
     parser.add_argument("--bug", choices=BUGS, help="the bug the demo plants (default data_restart)")
@@ -938,7 +919,7 @@ def main(argv=None):
         except Exception as exc:  # anything else the user's trainer set off: one line, not a traceback
             print(f"error: the check could not run: {type(exc).__name__}: " + " ".join(str(exc).split()), file=sys.stderr)
             return 2
-        sys.stdout.write((json.dumps(result.to_dict(), indent=2, default=str) if args.json else report(result)) + "\n")
+        sys.stdout.write((json_text(result.to_dict()) if args.json else report(result)) + "\n")
         sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
         return 130

@@ -79,13 +79,9 @@ Next step
     refs/rl.md says what else to check (reward scale, observation normalisation, seeds).
 """
 import argparse
-import contextlib
 import importlib.util
-import json
 import os
-import signal
 import sys
-import threading
 
 try:
     import torch
@@ -95,6 +91,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 import torch.nn.functional as F
+
+from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -434,32 +432,8 @@ def load_agent_factory(spec):
 TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small agent for seconds on a CPU; a user's agent may be 100x slower
 
 
-class CheckTimeout(BaseException):
-    """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds):
-    """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CheckTimeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--agent", metavar="FILE.py[:factory]",
                         help="a file whose factory(n_actions, gamma) returns your agent (default factory: make_agent); "
                              "without it, the embedded demo agent with a planted bug")
@@ -486,7 +460,7 @@ def main(argv=None):
     except Exception as exc:  # the user's agent raised inside a probe: one line, not a traceback
         print(f"error: the agent raised during the probes: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(result, indent=2) if args.json else report_text(result))
+    print(json_text(result) if args.json else report_text(result))
     return 1 if result["status"] == "fail" else 0
 
 

@@ -152,7 +152,6 @@ Next step
 import argparse
 import collections
 import contextlib
-import json
 import math
 import os
 import sys
@@ -164,6 +163,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 import torch.distributed as dist
+
+from ml_debug_contract import ArgumentParser, json_text
 
 ALPHA = 0.97  # ZClip's EMA factor (evidence zclip-readme#default-alpha)
 WARMUP = 25  # steps that initialise the statistics: ZClip's warmup_steps (evidence zclip-readme#default-warmup-steps)
@@ -500,18 +501,13 @@ def _report(result, broken, steps):
     return "\n".join(lines)
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv=None):
-    parser = Parser(prog="spike_guard.py", formatter_class=argparse.RawDescriptionHelpFormatter,
-                    description=__doc__.split("\n\n", 1)[0],
-                    epilog="Runs the embedded demo: a small MLP trained on CPU for 300 steps twice on the same "
-                           "batches, without and with SpikeGuard, a bad batch planted at step 200 (none with "
-                           "--healthy). Exit 0 when the demo ran, 1 when the guarded run raised RestartFromCheckpoint, "
-                           "2 on bad usage.")
+    parser = ArgumentParser(prog="spike_guard.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+                            description=__doc__.split("\n\n", 1)[0],
+                            epilog="Runs the embedded demo: a small MLP trained on CPU for 300 steps twice on the same "
+                                   "batches, without and with SpikeGuard, a bad batch planted at step 200 (none with "
+                                   "--healthy). Exit 0 when the demo ran, 1 when the guarded run raised RestartFromCheckpoint, "
+                                   "2 on bad usage.")
     parser.add_argument("--healthy", action="store_true", help="run the demo without the planted bad batch")
     parser.add_argument("--json", action="store_true", help="print the losses of both runs and the events as JSON")
     parser.add_argument("--skip-z", type=float, default=SKIP_Z,
@@ -526,7 +522,7 @@ def main(argv=None):
     try:
         try:
             result = demo(not args.healthy, args.steps, args.seed, skip_z=args.skip_z, warmup=args.warmup)
-            text = json.dumps(result) if args.json else _report(result, not args.healthy, args.steps)
+            text = json_text(result, indent=None) if args.json else _report(result, not args.healthy, args.steps)
         except ValueError as exc:
             parser.error(str(exc))
         except RestartFromCheckpoint as exc:  # a skip_z so low that healthy steps look like outliers

@@ -81,7 +81,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # monitor, spike_guard and spikes sit beside this file
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # monitor, spike_guard, spikes and the contract sit beside this file
+from ml_debug_contract import ArgumentParser  # noqa: E402
 import spikes  # noqa: E402
 from monitor import TrainingMonitor  # noqa: E402
 from spike_guard import RestartFromCheckpoint, SpikeGuard  # noqa: E402
@@ -286,9 +287,9 @@ def guard_table(plain, guarded, at, pocket):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="spike_lab.py", description=__doc__.split("\n\n", 1)[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="Exit 0 when the drill ran, 2 on bad usage.")
+    parser = ArgumentParser(prog="spike_lab.py", description=__doc__.split("\n\n", 1)[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Exit 0 when the drill ran, 2 on bad usage.")
     parser.add_argument("--scenario", choices=SCENARIOS, default="pocket", help="the failure to inject (default pocket)")
     parser.add_argument("--at", type=int, default=300, help="the step of the failure (default 300)")
     parser.add_argument("--steps", type=int, default=600, help="training steps (default 600: about 20 s on one CPU core)")

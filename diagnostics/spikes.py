@@ -161,14 +161,13 @@ The code: this file is the command; diagnostics/spikelog/ holds what it reads an
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
 screen), report.py, plot.py.
 """
-import argparse
-import json
 import os
 import sys
 
-if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the spikelog package sits beside this file
+if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the spikelog package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
+from ml_debug_contract import ArgumentParser, json_text  # noqa: E402
 from spikelog import CliError  # noqa: E402
 from spikelog.detect import analyze  # noqa: E402
 from spikelog.detect.thresholds import MIN_POINTS  # noqa: E402
@@ -181,7 +180,7 @@ __all__ = ["CliError", "analyze", "summary", "postmortem", "plot", "main", "FORM
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
                     "HF trainer_state.json, W&B and Lightning CSV, plain-text logs of nanoGPT, llm.c, "
                     "modded-nanogpt, Megatron-LM, the HF Trainer, torchtune and fairseq); optionally plot them and draft a "
@@ -212,7 +211,7 @@ def main(argv=None):
         except OSError as exc:
             print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
             return 2
-        text = json.dumps(report.to_json(), indent=1, allow_nan=False) if args.json else summary(report)
+        text = json_text(report.to_json(), indent=1) if args.json else summary(report)
         try:
             sys.stdout.write(text + "\n")
             sys.stdout.flush()

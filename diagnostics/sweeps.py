@@ -81,6 +81,8 @@ import random
 import statistics
 import sys
 
+from ml_debug_contract import ArgumentParser, json_text
+
 ALPHA = 0.05  # two-sided 5%: the convention the `|t| > 2` rule of thumb approximates
 POWER = 0.8  # the usual planning target (Cohen); our choice, printed with the figure
 MAX_SEEDS = 100_000  # seeds_needed beyond this is reported as null: no affordable rerun shows the effect
@@ -435,19 +437,8 @@ def write_demo(path, broken):
     return len(demo_rows(broken))
 
 
-def finite(obj):
-    """obj with every non-finite float as None: JSON has no NaN or Infinity."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {key: finite(value) for key, value in obj.items()}
-    if isinstance(obj, list):
-        return [finite(value) for value in obj]
-    return obj
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="?", help="CSV/TSV or JSONL of runs, one row per run; without it, the embedded demo")
     parser.add_argument("--param", help="the column of the parameter being compared (e.g. lr)")
     parser.add_argument("--seed", help="the column holding each run's seed")
@@ -473,7 +464,7 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        print(json.dumps(finite(result), indent=2, allow_nan=False) if args.json else report_text(result))
+        print(json_text(result) if args.json else report_text(result))
     except BrokenPipeError:  # `sweeps.py runs.csv | head`: the reader left, which is fine
         sys.stdout = None
     return 0

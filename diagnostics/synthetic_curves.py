@@ -32,13 +32,14 @@ or from the command line (stdlib only):
 `--rows N` sets the length; the planted patterns keep their spacing, so a longer curve holds more of them.
 The lines that plant a pattern carry a `# BUG:` comment; `clean` is the healthy twin.
 """
-import argparse
 import csv
 import json
 import math
 import os
 import random
 import sys
+
+from ml_debug_contract import ArgumentParser
 
 SPIKE_TYPES = ("fast_recovery", "slow_recovery", "no_recovery", "divergence")
 SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "lasting_offset", "grad_spikes", "creep", "nan", "resume", "repeat_data", "datasets")
@@ -338,8 +339,8 @@ def match(found, planted, tolerance=MATCH_STEPS):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Write a synthetic training log (CSV) with known, planted "
-                                                 "loss patterns, and optionally its ground truth (JSON).")
+    parser = ArgumentParser(description="Write a synthetic training log (CSV) with known, planted "
+                                            "loss patterns, and optionally its ground truth (JSON).")
     parser.add_argument("--scenario", choices=SCENARIOS, default="mixed", help="what to plant (default: mixed)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     parser.add_argument("--rows", type=int, help="number of logged steps (default depends on the scenario)")

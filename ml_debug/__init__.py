@@ -27,6 +27,8 @@ _API = {"TrainingMonitor": "monitor", "SpikeGuard": "spike_guard", "RestartFromC
 def load(name):
     """diagnostics/<name>.py as the module ml_debug.<name>, loaded once from the file itself."""
     qualified = f"{__name__}.{name}"
+    if str(DIAGNOSTICS) not in sys.path:  # the files import ml_debug_contract (and the doctor its checks) from beside them
+        sys.path.append(str(DIAGNOSTICS))
     if qualified not in sys.modules:
         spec = importlib.util.spec_from_file_location(qualified, DIAGNOSTICS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
@@ -51,6 +53,4 @@ def run_doctor(case, checks=None):
     A case that breaks the contract raises ml_debug.doctor.CaseError. The model is left as found.
     """
     doctor = load("doctor")
-    if str(DIAGNOSTICS) not in sys.path:
-        sys.path.append(str(DIAGNOSTICS))  # the doctor imports each check by module name, as from its own folder
     return doctor.run_checks(doctor.validate_case(case), checks)

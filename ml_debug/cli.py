@@ -9,10 +9,11 @@
 Arguments after the subcommand go to the file unchanged; `ml-debug <subcommand> --help` prints its
 own help. Exit codes are the file's: 0 nothing failed, 1 a check failed, 2 bad usage.
 """
+import argparse
 import runpy
 import sys
 
-from ml_debug import DIAGNOSTICS, PACK_ROOT, __version__
+from ml_debug import DIAGNOSTICS, PACK_ROOT, __version__, load
 
 COMMANDS = {  # subcommand -> (file, what it does)
     "doctor": (DIAGNOSTICS / "doctor.py", "run every check that applies to a training case (no --case: a demo with a planted bug)"),
@@ -63,20 +64,24 @@ def install_skill(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(usage(), file=sys.stdout if argv else sys.stderr)
-        return 0 if argv else 2
-    if argv[0] == "--version":
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage())
+        return 0
+    if argv[:1] == ["--version"]:
         print(f"ml-debug {__version__}")
         return 0
-    command, args = argv[0], argv[1:]
-    if command not in COMMANDS:
-        print(f"ml-debug: error: unknown command {command!r}; one of: {', '.join(COMMANDS)} (see ml-debug --help)",
-              file=sys.stderr)
-        return 2
-    if command == "install-skill":
-        return install_skill(args)
-    return run_file(COMMANDS[command][0], args)
+    parser = load("ml_debug_contract").ArgumentParser(prog="ml-debug", add_help=False)  # bad usage: one line, exit 2
+    parser.add_argument("command", choices=COMMANDS)
+    parser.add_argument("args", nargs=argparse.REMAINDER)  # the command's own, passed on unchanged
+    try:
+        if not argv or argv[0].startswith("-"):
+            parser.error(f"a command comes first, one of: {', '.join(COMMANDS)} (see ml-debug --help)")
+        parsed = parser.parse_args(argv)
+    except SystemExit as exc:
+        return exc.code
+    if parsed.command == "install-skill":
+        return install_skill(parsed.args)
+    return run_file(COMMANDS[parsed.command][0], parsed.args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ At build time (mkdocs.yml `hooks:`) it:
   markdown, then the whole file included by pymdownx.snippets, so the page always shows the
   tested file; the .py itself is published beside it, for download; a tool that imports a package
   beside it (diagnostics/spikelog/ for spikes.py, diagnostics/trainlint/ for lint.py) shows and
-  publishes that folder's modules too;
+  publishes that folder's modules too; a command's page names the contract module it imports
+  (diagnostics/ml_debug_contract.py, which has a page of its own);
 - generates the overview pages refs/index.md (unless refs/ has its own), diagnostics/index.md and
   evidence/index.md, and the nav;
 - points links to diagnostics/<name>.py at the generated page and links to a folder at its index
@@ -39,6 +40,7 @@ LINK_TARGET = re.compile(r"(\]\(\s*<?|^ {0,3}\[[^\]]+\]:\s*<?)(?![a-zA-Z][\w+.-]
 # A paragraph line (group 1: its `>` markers) followed by a list item at the same blockquote level.
 PARAGRAPH_THEN_LIST = re.compile(r"^((?:>[ \t]?)*)(?![-*+][ \t]|\d{1,9}[.)][ \t]|[#|>\s]).+\n(?=\1(?:[-*+]|1[.)])[ \t]+\S)", re.M)
 PY_MENTION = re.compile(r"(?<![\[`])`(diagnostics/[\w-]+\.py)`(?![`\]])")
+CONTRACT = "ml_debug_contract"  # diagnostics/ml_debug_contract.py: the module the commands import, no command itself
 
 # A diagnostic's docstring sections (CONTRIBUTING.md, "Diagnostics"); Command and Output are code.
 SECTION_TITLES = ("Symptom", "What it checks", "Command", "Output", "How to read it", "Next step")
@@ -90,15 +92,18 @@ def diagnostic_page(name, path, text):
     folders = sibling_packages(source)
     modules = [source, *(module.read_text(encoding="utf-8") for folder in folders for module in package_modules(folder))]
     library = "torch and the standard library" if imports_torch(modules) else "the standard library"
-    needs = (f"only {library}" if not folders else
-             f"{library.replace(' and ', ', ')} and " + ", ".join(f"the folder `diagnostics/{folder}/`" for folder in folders)
-             + " beside it (copy both)")
+    beside = [f"the folder `diagnostics/{folder}/`" for folder in folders]
+    beside += [f"`diagnostics/{CONTRACT}.py`"] if re.search(rf"^from {CONTRACT} import ", source, re.M) else []
+    needs = (f"only {library}" if not beside else
+             ", ".join([library.replace(" and ", ", "), *beside[:-1]]) + f" and {beside[-1]} beside it "
+             + ("(copy both)" if len(beside) == 1 else "(copy them all)"))
+    usage = (f"It needs {needs}: `python diagnostics/{name}.py --help`." if name != CONTRACT else
+             "It is no command: every command in diagnostics/ imports it from beside itself, so copy it with any of them.")
     page = (
         f"# {name}.py\n\n"
         f"{docstring_markdown(text) if text else '*This diagnostic has no docstring yet.*'}\n\n"
         "## Source {#source}\n\n"
-        f"The file the tests run, included when the site is built ([download {name}.py]({name}.py)). "
-        f"It needs {needs}: `python diagnostics/{name}.py --help`.\n\n"
+        f"The file the tests run, included when the site is built ([download {name}.py]({name}.py)). {usage}\n\n"
         f"{fence(source)}{{.python .diagnostic-source}}\n"
         f'--8<-- "diagnostics/{name}.py"\n'
         f"{fence(source)}\n"
@@ -212,8 +217,9 @@ def overview_pages(pack, docstrings):
     if docstrings:
         pages["diagnostics/index.md"] = index_page(
             "Diagnostics",
-            "One self-contained PyTorch file per check, runnable on its own with torch and the standard "
-            "library. Each page shows the file's guide, then its full source, included from the file the tests run.",
+            f"One PyTorch file per check, runnable with torch, the standard library and [{CONTRACT}.py]({CONTRACT}.md) "
+            "(the contract every command imports) beside it. Each page shows the file's guide, then its full source, "
+            "included from the file the tests run.",
             ("file", "what it is for"),
             [(f"[{name}.py]({name}.md)", prose(first_paragraph(text or "").removeprefix(f"{name}: ")))
              for name, text in docstrings.items()],

@@ -10,6 +10,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DIAGNOSTICS = ROOT / "diagnostics"
+CONTRACT = DIAGNOSTICS / "ml_debug_contract.py"  # the module every command imports: no command itself
+COMMANDS = sorted(p for p in DIAGNOSTICS.glob("*.py") if p != CONTRACT)  # every other file is a command
 SHARED = ROOT.parent / "shared"  # present in CI and in a developer checkout; absent for users
 
 sys.path.insert(0, str(DIAGNOSTICS))

@@ -2,25 +2,40 @@
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from conftest import DIAGNOSTICS, ROOT
+from conftest import COMMANDS, CONTRACT, DIAGNOSTICS, ROOT
 
-FILES = sorted(DIAGNOSTICS.glob("*.py"))
-MODEL_DIAGNOSTICS = [p for p in FILES if "\ndef make_demo_case(" in p.read_text()]
+MODEL_DIAGNOSTICS = [p for p in COMMANDS if "\ndef make_demo_case(" in p.read_text()]
 SECTIONS = ["Symptom", "What it checks", "Command", "Output", "How to read it", "Next step"]
-IMPORTS = ("import argparse\nimport contextlib\nimport copy\nimport dataclasses\nimport importlib.util\nimport json\n"
-           "import os\nimport random\nimport signal\nimport sys\nimport threading\n\n" + "try:\n    import torch\n")
-BLOCK = re.compile(r"^# --- shared block.*?^# --- end shared block ---$", re.S | re.M)
+TORCH_FIRST = ("try:\n    import torch\nexcept KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, "
+               "end quietly like main() does\n    if __name__ == \"__main__\":\n        sys.exit(130)\n    raise\n")
+
+
+def top_level_names(tree):
+    """The names a module's top level defines: its functions, classes and assigned names."""
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for target in targets for t in ast.walk(target) if isinstance(t, ast.Name)}
+    return names
+
+
+CONTRACT_NAMES = {name for name in top_level_names(ast.parse(CONTRACT.read_text())) if not name.startswith("_")}
 
 
 RUN_HELP = """
-import contextlib, io, json, runpy, sys
+import contextlib, io, json, os, runpy, sys
 results = {}
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as `python diagnostics/<file>` puts the file's folder first
 for path in sys.argv[1:]:
     sys.argv, out = [path, "--help"], io.StringIO()
     try:
@@ -39,44 +54,226 @@ print(json.dumps(results))
 @pytest.fixture(scope="module")
 def help_runs():
     """`diagnostics/<file> --help` for every file, each run as __main__, all in one interpreter (torch imports once)."""
-    proc = subprocess.run([sys.executable, "-c", RUN_HELP, *map(str, FILES)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", RUN_HELP, *map(str, COMMANDS)], capture_output=True, text=True,
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: p.name)
 def test_help_exits_0(path, help_runs):
     run = help_runs[str(path)]
     assert run["code"] == 0, run["code"]
     assert run["help"].strip()
 
 
+ENTRY_POINTS = [*COMMANDS, ROOT / "ml_debug" / "cli.py", ROOT / "tools" / "install_skill.py"]  # and `ml-debug` itself
+
+
+def typed_option(source):
+    """The first option that argparse converts or checks (type=int or float, or choices=) in this source; or None."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument" and node.args \
+                and isinstance(node.args[0], ast.Constant):
+            keywords = {keyword.arg: keyword.value for keyword in node.keywords}
+            kind = keywords.get("type")
+            if "choices" in keywords or (isinstance(kind, ast.Name) and kind.id in ("int", "float")):
+                return node.args[0].value
+    return None
+
+
+def bad_usages(path):
+    """The argument lists argparse must refuse: an unknown flag, and a bad value for the first typed option (the
+    contract's --timeout for a check whose CLI is cli_main)."""
+    source = path.read_text()
+    option = typed_option(source) or (typed_option(CONTRACT.read_text()) if "cli_main(" in source else None)
+    usages = [["--no-such-flag"]]
+    if option:
+        usages.append([option, "not-a-value"] if option.startswith("-") else ["not-a-value"])
+    return usages
+
+
+BAD_USAGES = [(path, argv) for path in ENTRY_POINTS for argv in bad_usages(path)]
+
+RUN_BAD_USAGE = """
+import contextlib, io, json, os, runpy, sys
+sys.path.append(os.getcwd())  # the ml_debug package of this checkout, for ml_debug/cli.py
+results = []
+for path, argv in json.loads(sys.argv[1]):
+    sys.path.insert(0, os.path.dirname(path))  # as `python path` does
+    sys.argv, err = [path, *argv], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            runpy.run_path(path, run_name="__main__")
+        code = "returned without exiting"
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    sys.path.remove(os.path.dirname(path))
+    results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps(results))
+"""
+
+
+@pytest.fixture(scope="module")
+def bad_usage_runs():
+    """Every entry point with each of its bad usages, as __main__, all in one interpreter (torch imports once)."""
+    runs = [(str(path), argv) for path, argv in BAD_USAGES]
+    proc = subprocess.run([sys.executable, "-c", RUN_BAD_USAGE, json.dumps(runs)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return dict(zip(map(str, range(len(runs))), json.loads(proc.stdout.splitlines()[-1])))
+
+
+@pytest.mark.parametrize("index", range(len(BAD_USAGES)),
+                         ids=[f"{path.name} {' '.join(argv)}" for path, argv in BAD_USAGES])
+def test_bad_usage_is_one_line_and_exit_2(index, bad_usage_runs):
+    """Issue 22: argparse printed its usage block on every bad flag; the contract's ArgumentParser says one line."""
+    run = bad_usage_runs[str(index)]
+    lines = run["stderr"].splitlines()
+    assert run["code"] == 2, run
+    assert len(lines) == 1 and lines[0].strip() and "usage:" not in run["stderr"], run["stderr"]
+
+
+def test_every_entry_point_is_tried_with_a_bad_value():
+    tried = {path.name for path, argv in BAD_USAGES if argv != ["--no-such-flag"]}
+    assert {"doctor.py", "init_loss.py", "spikes.py", "bad_samples.py", "monitor.py", "cli.py"} <= tried
+    assert len(tried) > 25
+
+
+def refuse(constant):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_json_text_writes_null_for_a_non_finite_number_and_lists_where():
+    import numpy
+    import torch
+
+    from ml_debug_contract import json_text
+
+    text = json_text({"id": "x", "loss": float("nan"), "details": {
+        "per_pass": [1.0, float("inf"), torch.tensor(float("-inf"))], "a/b": numpy.float32("nan"),
+        "scalar": torch.tensor(2.5), "count": numpy.int64(3), "pair": (float("nan"), 1)}})
+    parsed = json.loads(text, parse_constant=refuse)
+    assert parsed["loss"] is None and parsed["details"]["per_pass"] == [1.0, None, None]
+    assert parsed["details"]["a/b"] is None and parsed["details"]["pair"] == [None, 1]
+    assert parsed["details"]["scalar"] == 2.5 and parsed["details"]["count"] == 3
+    assert parsed["non_finite"] == ["/loss", "/details/per_pass/1", "/details/per_pass/2", "/details/a~1b",
+                                    "/details/pair/0"]
+    assert json.loads(json_text({"loss": 1.0, "steps": [1, 2]})) == {"loss": 1.0, "steps": [1, 2]}  # no flag when finite
+
+
+NAN_CASE = """
+import torch
+
+def make_case():
+    torch.manual_seed(0)
+    return {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            "loss_fn": lambda out, y: torch.nn.functional.cross_entropy(out, y) * float("nan"),
+            "task": {"kind": "classification"}}
+"""
+
+
+def test_a_check_with_a_nan_loss_prints_strict_json(tmp_path):
+    """init_loss's details hold the NaN loss it fails on: Python's json wrote `NaN`, which strict readers refuse."""
+    (tmp_path / "nan_case.py").write_text(NAN_CASE)
+    proc = subprocess.run([sys.executable, str(DIAGNOSTICS / "init_loss.py"), "--case", str(tmp_path / "nan_case.py"),
+                           "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout, parse_constant=refuse)
+    assert result["status"] == "fail" and result["details"]["loss"] is None
+    assert {"/details/loss", "/details/loss_per_pass/0"} <= set(result["non_finite"])
+
+
+JSON_COMMANDS = [p for p in COMMANDS if '"--json"' in p.read_text() or "cli_main(" in p.read_text()]
+
+
+@pytest.mark.parametrize("path", JSON_COMMANDS, ids=lambda p: p.name)
+def test_every_json_output_goes_through_json_text(path):
+    tree = ast.parse(path.read_text())
+    dumps = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr in ("dump", "dumps")
+             and isinstance(node.value, ast.Name) and node.value.id == "json"]
+    assert not dumps, f"json.dumps at line {dumps}: print --json with the contract's json_text"
+    imported = {alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module == "ml_debug_contract" for alias in node.names}
+    assert imported & {"json_text", "cli_main"}
+
+
 def test_there_are_model_diagnostics():
     assert {"doctor.py", "init_loss.py"} <= {p.name for p in MODEL_DIAGNOSTICS}
 
 
-def test_shared_blocks_are_byte_identical():
-    blocks = {p.name: BLOCK.findall(p.read_text()) for p in FILES}
-    holders = {name: found for name, found in blocks.items() if found}
-    assert holders, "no file holds the shared block"
-    for name, found in holders.items():
-        assert len(found) == 1, f"{name} holds the shared block {len(found)} times"
-    reference_name, [reference] = next(iter(holders.items()))
-    differing = [name for name, [block] in holders.items() if block != reference]
-    assert not differing, f"shared block differs from {reference_name}'s in: {', '.join(differing)}"
+def test_no_file_holds_a_copy_of_the_contract():
+    """The model checks once carried the contract as a copied block; the copies are gone for good."""
+    copies = [p.relative_to(DIAGNOSTICS).as_posix() for p in sorted(DIAGNOSTICS.rglob("*.py"))
+              if re.search(r"^# --- (end )?shared block", p.read_text(), re.M)]
+    assert not copies
 
 
-TIME_LIMIT = re.compile(r"^class CheckTimeout\(BaseException\):.*?^        signal\.signal\(signal\.SIGALRM, previous\)$", re.S | re.M)
+def test_the_contract_is_a_module_and_holds_the_names():
+    assert {"CheckResult", "CaseError", "load_case", "validate_case", "to_device", "forward", "preserved", "CHECK_TIMEOUT",
+            "CheckTimeout", "time_limit", "cli_main"} <= CONTRACT_NAMES
+    assert "__main__" not in CONTRACT.read_text(), "the contract is imported, never run"
 
 
-def test_every_time_limit_is_the_shared_blocks():
-    """Tools that run user code outside the shared block (rl_probes, metric_stuck, ...) carry its time limit verbatim."""
-    pieces = {p.name: TIME_LIMIT.findall(p.read_text()) for p in FILES}
-    reference = pieces["doctor.py"][0]
-    holders = [name for name, found in pieces.items() if found]
-    assert {"rl_probes.py", "metric_stuck.py", "loss_surface.py", "pinn_check.py"} <= set(holders)
-    assert not [name for name in holders if pieces[name] != [reference]]
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: p.name)
+def test_commands_import_the_contract_and_define_none_of_it(path):
+    tree = ast.parse(path.read_text())
+    redefined = top_level_names(tree) & CONTRACT_NAMES
+    assert not redefined, f"defines {sorted(redefined)} itself: import them from ml_debug_contract"
+    imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module == "ml_debug_contract" for alias in node.names}
+    parameters = {node.arg for node in ast.walk(tree) if isinstance(node, ast.arg)}  # capture.py's time_limit=
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)} & CONTRACT_NAMES - parameters
+    assert used <= imported, f"uses {sorted(used - imported)} without importing them from ml_debug_contract"
+    if path in MODEL_DIAGNOSTICS:
+        assert {"CheckResult", "validate_case"} <= imported
+
+
+RUN_ALONE = """
+import contextlib, io, json, runpy, sys
+results = {}
+for folder, name in json.loads(sys.argv[1]):
+    sys.path.insert(0, folder)  # as `python folder/name` puts the script's folder first
+    for args in (["--help"], []):
+        sys.modules.pop("ml_debug_contract", None)
+        sys.argv, out = [f"{folder}/{name}", *args], io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out):
+                runpy.run_path(sys.argv[0], run_name="__main__")
+            code = "returned without exiting"
+        except SystemExit as exc:
+            code = exc.code
+        contract = sys.modules.get("ml_debug_contract")
+        results[f"{name} {' '.join(args)}".strip()] = {"code": code, "out": out.getvalue(),
+                                                       "contract": getattr(contract, "__file__", None)}
+    sys.path.remove(folder)
+print(json.dumps(results))
+"""
+
+
+def test_a_check_copied_alone_with_the_contract_runs(tmp_path):
+    """Each model check with ml_debug_contract.py, and nothing else, in a folder of its own: --help and the demo."""
+    folders = []
+    for path in MODEL_DIAGNOSTICS:
+        folder = tmp_path / f"copy-of-{path.stem}"  # not importable: the doctor must not take the folder for its check
+        folder.mkdir()
+        shutil.copy(path, folder)
+        shutil.copy(CONTRACT, folder)
+        folders.append((str(folder), path.name))
+    proc = subprocess.run([sys.executable, "-c", RUN_ALONE, json.dumps(folders)], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    results = json.loads(proc.stdout.splitlines()[-1])
+    for folder, name in folders:
+        helped, demo = results[f"{name} --help"], results[name]
+        assert helped["code"] == 0 and "--json" in helped["out"], (name, helped["code"])
+        assert demo["contract"] == f"{folder}/ml_debug_contract.py", name
+        if name == "doctor.py":  # alone, it finds none of its checks beside it: each one is skipped, none fails
+            assert demo["code"] == 0 and "init_loss.py is not next to doctor.py" in demo["out"], demo
+        else:  # the embedded demo's planted bug fails
+            assert demo["code"] == 1, (name, demo)
 
 
 @pytest.mark.parametrize("path", MODEL_DIAGNOSTICS, ids=lambda p: p.name)
@@ -89,8 +286,8 @@ def test_model_diagnostic_layout(path):
     output = docstring.split("\nOutput\n", 1)[1].split("\nHow to read it\n", 1)[0]
     assert output.strip() and "#OUTPUT#" not in output, "the Output section must hold a real captured run"
     after_docstring = source.split('"""', 2)[2].lstrip("\n")
-    assert after_docstring.startswith(IMPORTS), "the standard imports must come first"
-    assert BLOCK.search(source), "no shared block"
+    assert TORCH_FIRST in after_docstring.split("\nfrom ml_debug_contract import ")[0], \
+        "torch must be imported (Ctrl-C there ends quietly) before the contract"
     assert any(line.split("# BUG:")[0].strip() for line in source.splitlines() if "# BUG:" in line), \
         "the broken demo needs a `# BUG:` comment on its planted line"
     if path.name != "doctor.py":
@@ -99,9 +296,10 @@ def test_model_diagnostic_layout(path):
 
 
 CTRL_C = """
-import runpy, sys
+import os, runpy, sys
 import torch  # loaded before the tracer is set: tracing every call of torch's import took ~10 s per tool
 path = sys.argv[1]
+sys.path.insert(0, os.path.dirname(path))  # as `python path` does: the contract module is beside it
 def trace(frame, event, arg):  # Ctrl-C arriving as main() starts: deterministic, unlike a timed SIGINT
     if event == "call" and frame.f_code.co_name == "main" and frame.f_code.co_filename == path:
         raise KeyboardInterrupt
@@ -112,7 +310,8 @@ runpy.run_path(path, run_name="__main__")
 
 
 CTRL_C_IN_IMPORT = """
-import runpy, sys
+import os, runpy, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as `python path` does: the contract module is beside it
 class Interrupt:  # Ctrl-C arriving while torch loads: deterministic, unlike a timed SIGINT
     def find_spec(self, name, path=None, target=None):
         if name == "torch":
@@ -130,7 +329,7 @@ def imports_torch_on_load(path):
     return any(isinstance(s, ast.Import) and any(a.name == "torch" for a in s.names) for s in statements)
 
 
-TORCH_COMMANDS = [p for p in FILES if imports_torch_on_load(p)]
+TORCH_COMMANDS = [p for p in COMMANDS if imports_torch_on_load(p)]
 
 
 @pytest.mark.hostile

@@ -25,6 +25,7 @@ NO_RUNS = {
     "spikes.py": "its Output shows a log written by synthetic_curves.py; tests/test_spikes.py checks it",
     "synthetic_curves.py": "a data generator with no tutorial Output section",
     "hf_case.py": "a one-function helper for case files; tests/test_real_models.py runs it on four transformers models",
+    "ml_debug_contract.py": "the module every command imports, no command itself; tests/test_diagnostic_conventions.py",
 }
 # Files whose runs start processes of their own or train for long: their own test runs the command once, compares
 # it with the docstring and checks its verdicts on the same run.

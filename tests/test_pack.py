@@ -172,6 +172,9 @@ def test_install_copies_only_agent_files_and_validates(tmp_path):
     assert not list(target.rglob("__pycache__"))
     agentskills = subprocess.run([sys.executable, "-m", "skills_ref.cli", "validate", str(target)], capture_output=True, text=True)
     assert agentskills.returncode == 0, agentskills.stdout + agentskills.stderr
+    check = subprocess.run([sys.executable, str(target / "diagnostics" / "init_loss.py"), "--healthy"], capture_output=True,
+                           text=True, cwd=tmp_path)  # the installed check finds the contract module it imports
+    assert (check.returncode, check.stderr) == (0, ""), check.stderr
 
 
 def test_install_replaces_an_earlier_install_but_not_a_stranger(tmp_path):

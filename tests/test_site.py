@@ -87,9 +87,12 @@ def test_a_tool_with_a_folder_shows_and_publishes_every_module(site, tool, folde
 
 
 @pytest.mark.parametrize("tool, needs", [
-    ("nan_watch", "It needs only torch and the standard library:"),
-    ("spikes", "It needs the standard library and the folder diagnostics/spikelog/ beside it (copy both):"),
-    ("lint", "It needs the standard library and the folder diagnostics/trainlint/ beside it (copy both):"),
+    ("nan_watch", "It needs torch, the standard library and diagnostics/ml_debug_contract.py beside it (copy both):"),
+    ("ml_debug_contract", "It is no command: every command in diagnostics/ imports it from beside itself"),
+    ("spikes", "It needs the standard library, the folder diagnostics/spikelog/ and diagnostics/ml_debug_contract.py "
+              "beside it (copy them all):"),
+    ("lint", "It needs the standard library, the folder diagnostics/trainlint/ and diagnostics/ml_debug_contract.py "
+             "beside it (copy them all):"),
 ])
 def test_a_page_says_what_its_file_needs_to_run(site, tool, needs):
     """torch only where the file or its folder imports it: lint and spikes run without (a rule's example

@@ -23,7 +23,6 @@ failure half-way leaves the earlier install as it was.
 Exit 0 when installed and valid, 1 when the copy does not validate, 2 on bad usage or a refusal
 (one line on stderr).
 """
-import argparse
 import hashlib
 import json
 import os
@@ -35,6 +34,9 @@ from pathlib import Path
 import check_pack
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "diagnostics") not in sys.path:  # the commands' contract module, with the one-line usage errors
+    sys.path.append(str(ROOT / "diagnostics"))
+from ml_debug_contract import ArgumentParser  # noqa: E402
 SKILL_NAME = "ml-debug"
 AGENT_FILES = ("SKILL.md", "PLAYBOOK.md", "refs", "evidence", "diagnostics")
 MANIFEST = ".install-manifest.json"  # inside the install; hidden, so an agent does not read it as part of the skill
@@ -202,14 +204,9 @@ def validate_install(target):
     return [str(p) for p in check_pack.Checker(target, shared=None).run()]
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # bad usage: one line on stderr, exit 2
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
 def main(argv=None, source=ROOT):
     """The command line; `source` is the pack's top folder to install from (this repository by default)."""
-    parser = Parser(prog="install_skill.py", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="install_skill.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("dest", type=Path, help="the agent's skills folder; the skill lands in DEST/ml-debug/")
     parser.add_argument("--force", action="store_true",
                         help="replace DEST/ml-debug even when it holds files this installer did not write (they are lost)")
