@@ -27,7 +27,7 @@ Command
 
 Output
     $ python diagnostics/target_leak.py
-    [FAIL] target_leak: the output at position 5 moves when inputs[1][5], which holds the target of position 5, changes (by 1.2 of its scale): the model reads its own answers
+    [FAIL] target_leak: the output at position 5 moves when inputs[1][5], which holds the target that position is scored against, changes (by 1.2 of its scale): the model reads its own answers
     (exit code 1)
     $ python diagnostics/target_leak.py --healthy
     [PASS] target_leak: inputs[1] (shift 1) carries the targets; no output moves when the target of its own position changes
@@ -36,8 +36,10 @@ Output
 How to read it
     details["carriers"] lists each input that carries the targets: its name, the shift and
     the share of scored positions where it equals them; details["moved"] maps each carrier to
-    the positions t whose output moved when the carrier's copy of target t changed, with the
-    relative change.
+    the output positions that moved when the carrier's copy of the target they are scored
+    against changed, with that target's position and the relative change. Which output position
+    is scored against which target is read from your loss: the positions whose gradient moves
+    when one target changes (a loss that shifts inside scores position t - 1 against target t).
 
 Next step
     PLAYBOOK.md#target-leak. Feed the decoder the targets shifted right (a start token, then
@@ -115,6 +117,31 @@ def _carriers(inputs, targets, kept, time_dim, sequence):
     return found
 
 
+def _scored_positions(case, output, prediction, targets, p, time_dim):
+    """The output positions scored against target position p: where the loss's gradient moves when target p changes.
+
+    A loss that shifts inside (logits[:, :-1] against labels[:, 1:], as Hugging Face models do) scores position p - 1
+    against target p; the plain one scores p. Empty when target p is not scored (ignored) or the loss cannot say.
+    """
+    def gradient(targets):
+        leaf = prediction.detach().float().requires_grad_(True)
+        with torch.enable_grad():
+            loss = case["loss_fn"](_replace(output, prediction, leaf.to(prediction.dtype)), targets)
+            return torch.autograd.grad(loss, leaf, allow_unused=True)[0]
+
+    changed = targets.clone()
+    spot = changed.select(time_dim, p)
+    spot.copy_((spot + 1) % (int(targets.max()) + 1))
+    try:
+        before, after = gradient(targets), gradient(changed)
+    except Exception:  # a loss that cannot take a leaf, or the changed class: no position is claimed
+        return []
+    if before is None or after is None:
+        return []
+    moved = (after - before).abs().movedim(time_dim, 0).flatten(1).amax(1)
+    return [q for q in range(moved.shape[0]) if moved[q] > 1e-7]
+
+
 def check_target_leak(case):
     """Change each input's copy of target t and watch whether the output at position t moves."""
     case = validate_case(case)
@@ -133,7 +160,8 @@ def check_target_leak(case):
                "moved": {}}
     with preserved(model), torch.no_grad():
         model.eval()  # no dropout noise, no batch statistics mixing positions
-        prediction = _prediction(forward(model, inputs))
+        output = forward(model, inputs)
+        prediction = _prediction(output)
         if prediction is None:
             return CheckResult("target_leak", "skip", "the model returns its own loss: which output position is scored "
                                "against which target is inside the model (causal_dependency covers causal LMs)", details)
@@ -144,31 +172,30 @@ def check_target_leak(case):
         steps = targets.shape[time_dim] if targets.dim() >= 2 else 1
         scale = float(prediction.float().abs().max()) or 1.0
         for name, tensor, shift, _ in carriers:
-            for t in sorted({steps // 2, steps - 1 - shift} if targets.dim() >= 2 else {0}):
-                if t < 0:
+            for p in sorted({steps // 2, steps - 1 - shift} if targets.dim() >= 2 else {0}):
+                scored = _scored_positions(case, output, prediction, targets, p, time_dim) if targets.dim() >= 2 else [0]
+                if p < 0 or not scored:
                     continue
                 changed = tensor.clone()
-                if targets.dim() >= 2:
-                    where = changed.select(time_dim, t + shift)
-                else:
-                    where = changed
+                where = changed.select(time_dim, p + shift) if targets.dim() >= 2 else changed
                 where.copy_((where + 1) % (int(max(tensor.max(), targets.max())) + 1))  # another class, in range
                 moved_to = _prediction(forward(model, _replace(inputs, tensor, changed)))
-                at = (lambda p: p.select(time_dim, t)) if targets.dim() >= 2 else (lambda p: p)
-                change = float((at(moved_to).float() - at(prediction).float()).abs().max()) / scale
-                if change > MOVED:
-                    details["moved"].setdefault(name, {})[t] = change
+                for q in scored:
+                    at = (lambda t: t.select(time_dim, q)) if targets.dim() >= 2 else (lambda t: t)
+                    change = float((at(moved_to).float() - at(prediction).float()).abs().max()) / scale
+                    if change > MOVED:
+                        details["moved"].setdefault(name, {})[q] = {"target": p, "change": change}
     if details["moved"]:
         name, moved = next(iter(details["moved"].items()))
-        t, change = next(iter(moved.items()))
+        q, seen = next(iter(moved.items()))
         shift = next(s for n, _, s, _ in carriers if n == name)
-        where = f"{name}[{t + shift}]" if targets.dim() >= 2 else name
+        where = f"{name}[{seen['target'] + shift}]" if targets.dim() >= 2 else name
         details["next"] = ("feed the decoder the targets shifted right (a start token, then targets[:, :-1]) under a causal "
                            "mask, or stop passing the targets to the model")
-        position = f"the output at position {t}" if targets.dim() >= 2 else "the output"
-        return CheckResult("target_leak", "fail", f"{position} moves when {where}, which holds the target of "
-                           f"{'position ' + str(t) if targets.dim() >= 2 else 'its row'}, changes (by {change:.2g} of its "
-                           "scale): the model reads its own answers", details)
+        position = f"the output at position {q}" if targets.dim() >= 2 else "the output"
+        return CheckResult("target_leak", "fail", f"{position} moves when {where}, which holds the target "
+                           f"{'that position is scored against' if targets.dim() >= 2 else 'of its row'}, changes (by "
+                           f"{seen['change']:.2g} of its scale): the model reads its own answers", details)
     names = ", ".join(f"{name} (shift {shift})" for name, _, shift, _ in carriers)
     verb = "carries" if len(carriers) == 1 else "carry"
     return CheckResult("target_leak", "pass", f"{names} {verb} the targets; no output moves when the target of its own "

@@ -14,9 +14,9 @@ What it checks
 
       gradients  the first optimizer step runs, and at the same optimizer's second step .grad
                  is compared with two explanations, each fitted up to one scale (clipping and a
-                 GradScaler multiply it): "the first step's gradient plus every fresh gradient
-                 since" (never cleared) and "the fresh gradients alone" (cleared). Fail when
-                 only the first fits (relative residual under 1e-3, the other over 1e-2).
+                 GradScaler multiply it): kept (the first step's gradient plus every fresh one
+                 since) and cleared (the fresh gradients since the last clearing). Fail when
+                 only kept fits (relative residual under 1e-3, the other over 1e-2).
       mode       the model's mode at the forward pass that fed backward(). When the whole model
                  was in eval mode and it has modules that compute differently in train mode
                  (dropout with p > 0, batch statistics), the batch is run in both modes: fail
@@ -62,7 +62,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, validate_case
+from ml_debug_contract import CaseError, CheckResult, cli_main, forward, preserved, validate_case
 
 MODE_EFFECT = 1e-3  # relative output change between modes above float noise (float32 sums agree to ~1e-6): our assumption
 
@@ -133,7 +133,10 @@ def check_training_loop(case):
 
 def make_demo_case(broken=True):
     """A small classifier's loop, captured as `doctor --script` does; the broken twin never clears its gradients."""
-    import capture  # the loop facts come from a capture; the check itself reads only the case
+    try:
+        import capture  # the loop facts come from a capture; the check itself reads only the case
+    except ModuleNotFoundError:
+        raise CaseError("the demo captures an embedded loop: copy capture.py beside training_loop.py") from None
 
     clears_gradients = True
     if broken:

@@ -261,6 +261,8 @@ def test_a_check_copied_alone_with_the_contract_runs(tmp_path):
         folder.mkdir()
         shutil.copy(path, folder)
         shutil.copy(CONTRACT, folder)
+        if path.name == "training_loop.py":  # its demo is a captured loop: capture.py travels with it (its docstring says)
+            shutil.copy(DIAGNOSTICS / "capture.py", folder)
         folders.append((str(folder), path.name))
     proc = subprocess.run([sys.executable, "-c", RUN_ALONE, json.dumps(folders)], capture_output=True, text=True,
                           cwd=tmp_path, timeout=300)

@@ -288,4 +288,8 @@ def test_hf_style_cases_pass_every_check(factory):
     """Dict inputs, a ModelOutput-like result, labels inside the inputs: every check runs for real and passes."""
     case = doctor.validate_case(getattr(healthy, factory)(), factory)
     statuses = {result.id: result.status for result in doctor.run_checks(case)}
-    assert statuses == {check_id: "pass" for check_id, _ in doctor.CHECKS}, statuses
+    expected = {check_id: "pass" for check_id, _ in doctor.CHECKS}
+    expected["training_loop"] = "skip"  # a case file has no loop to look at
+    if factory == "make_hf_style_lm_labels_inside":
+        expected["target_leak"] = "skip"  # the model returns its own loss: the scoring is inside the model
+    assert statuses == expected, statuses
