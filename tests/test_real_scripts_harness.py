@@ -47,11 +47,13 @@ def test_validate_refuses_a_name_used_twice():
         manifest.validate([entry(), entry()])
 
 
-def test_a_twin_applies_exactly_once():
+def test_a_twin_applies_exactly_once_and_leaves_python():
     assert run.apply_twin("a = f(x)\nb = 2\n", "f(x)", "f(0)  # BUG: zero") == "a = f(0)  # BUG: zero\nb = 2\n"
     for text in ("b = 2\n", "f(x) + f(x)\n"):
         with pytest.raises(run.HarnessError, match="occurs [02] times, not once"):
             run.apply_twin(text, "f(x)", "f(0)  # BUG: zero")
+    with pytest.raises(run.HarnessError, match="breaks the file's syntax: '\\(' was never closed at line 1"):
+        run.apply_twin("x = f(a, b)\n", "x = f(a", "x = f(a * 2  # BUG: the comment swallows the line's end")
 
 
 def test_the_snapshot_finds_changed_removed_and_created_files(tmp_path):

@@ -121,5 +121,20 @@ def bsds300(cwd):
             Image.fromarray(rng.integers(0, 256, size=(256, 256, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
 
 
+def cora(cwd):
+    """The GAT example's ./cora: cora.content (id, binary features, class name a line) and cora.cites (id pairs),
+    1,700 nodes (it splits off 1,200 test and 400 validation nodes) with 16 features and 3 classes."""
+    rng = _rng()
+    folder = cwd / "cora"
+    folder.mkdir()
+    ids = np.arange(1, 1701)
+    features = rng.integers(0, 2, size=(len(ids), 16))
+    classes = rng.choice(["Neural_Networks", "Theory", "Rule_Learning"], size=len(ids))
+    rows = (["\t".join([str(i), *map(str, row), c]) for i, row, c in zip(ids, features, classes)],
+            ["\t".join(map(str, pair)) for pair in rng.choice(ids, size=(3 * len(ids), 2))])
+    for name, lines in zip(("cora.content", "cora.cites"), rows):
+        (folder / name).write_text("\n".join(lines) + "\n")
+
+
 def nothing(cwd):
     """The script makes its own data (fake images, an environment, a 2-D point cloud)."""

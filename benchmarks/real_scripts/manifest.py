@@ -11,6 +11,7 @@ Per entry (validate() checks the shape):
     data        a data maker (datamakers.py): writes the tiny local data the script reads, relative to cwd
     user_files  files of "the user's" planted (1 MB each, relative to cwd) where the script would save: a changed or
                 removed one is a SAFETY failure
+    env         environment variables the script needs on today's torch (each with a comment saying why)
     packages    what the script needs beyond torch, transformers, lightning and the scientific stack (README: install)
     warn        {check id: reason}: a WARN the healthy script deserves; any other WARN is false
     bug         a real bug of the script itself (not planted): its FAILs are true, and one is expected
@@ -77,6 +78,7 @@ ENTRIES = [
     dict(name="time_sequence", repo=EXAMPLES[0], commit=EXAMPLES[1], files=["time_sequence_prediction/train.py"],
          script="time_sequence_prediction/train.py", args=["--steps", "1"], data=datamakers.sine_traindata,
          user_files=["predict0.pdf"],
+         env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"},  # torch >= 2.6 refuses its numpy traindata.pt by default
          twins=[{"file": "time_sequence_prediction/train.py", "find": "self.lstm1(input_t, (h_t, c_t))",
                  "replace": "self.lstm1(input_t * 0, (h_t, c_t))  # BUG: the input is zeroed",
                  "check": "input_dependence"}]),
@@ -84,9 +86,10 @@ ENTRIES = [
          args=["--dataset", "fake", "--batchSize", "8", "--ngf", "8", "--ndf", "8", "--nz", "16", "--niter", "1",
                "--workers", "0", "--outf", "out", "--manualSeed", "1"],
          data=datamakers.nothing, user_files=["out/netG_epoch_0.pth", "out/netD_epoch_0.pth"], packages=TORCHVISION,
-         twins=[{"file": "dcgan/main.py", "find": "optimizerD = optim.Adam(netD.parameters(), lr=opt.lr,",
-                 "replace": "optimizerD = optim.Adam(netD.parameters(), lr=opt.lr * 5000,  # BUG: lr 1.0 for Adam",
-                 "check": "update_ratio"}]),
+         twins=[{"file": "dcgan/main.py",
+                 "find": "optimizerD = optim.Adam(netD.parameters(), lr=opt.lr, betas=(opt.beta1, 0.999))",
+                 "replace": "optimizerD = optim.Adam(netD.parameters(), lr=opt.lr * 5000, betas=(opt.beta1, 0.999))"
+                            "  # BUG: lr 1.0 for Adam", "check": "update_ratio"}]),
     dict(name="imagenet_dummy", repo=EXAMPLES[0], commit=EXAMPLES[1], files=["imagenet/main.py"],
          script="imagenet/main.py", args=["--dummy", "-a", "resnet18", "-b", "4", "-j", "0", "--epochs", "1", "--no-accel"],
          data=datamakers.nothing, user_files=["checkpoint.pth.tar", "model_best.pth.tar"], packages=TORCHVISION,
@@ -124,6 +127,8 @@ ENTRIES = [
          twins=[{"file": "super_resolution/model.py", "find": "x = self.relu(self.conv1(x))",
                  "replace": "x = self.relu(self.conv1(x * 0))  # BUG: the low-resolution image is zeroed",
                  "check": "input_dependence"}]),
+    dict(name="gat", repo=EXAMPLES[0], commit=EXAMPLES[1], files=["gat/main.py"], script="gat/main.py",
+         args=["--epochs", "1", "--hidden-dim", "8", "--num-heads", "2", "--no-accel"], data=datamakers.cora),
     dict(name="reinforce", repo=EXAMPLES[0], commit=EXAMPLES[1], files=["reinforcement_learning/reinforce.py"],
          script="reinforcement_learning/reinforce.py", args=["--seed", "1"], data=datamakers.nothing, packages=GYM),
     dict(name="actor_critic", repo=EXAMPLES[0], commit=EXAMPLES[1], files=["reinforcement_learning/actor_critic.py"],
@@ -159,8 +164,8 @@ ENTRIES = [
                  "replace": "lr=config.learning_rate * 1000,  # BUG: lr 1.0 for AdamW", "check": "update_ratio"}]),
 ]
 
-FIELDS = {"name", "repo", "commit", "files", "script", "cwd", "args", "data", "user_files", "packages", "warn", "bug",
-          "exit", "twins"}
+FIELDS = {"name", "repo", "commit", "files", "script", "cwd", "args", "data", "user_files", "env", "packages", "warn",
+          "bug", "exit", "twins"}
 REQUIRED = {"name", "repo", "commit", "files", "script", "args", "data"}
 
 

@@ -56,11 +56,16 @@ def read_files(gitdir, repo, commit, paths):
 
 
 def apply_twin(text, find, replace):
-    """text with find replaced by replace; find must occur exactly once."""
+    """text with find replaced by replace; find must occur exactly once, and the result must still be Python."""
     count = text.count(find)
     if count != 1:
         raise HarnessError(f"twin find string occurs {count} times, not once: {find!r}")
-    return text.replace(find, replace)
+    patched = text.replace(find, replace)
+    try:
+        compile(patched, "twin", "exec")
+    except SyntaxError as exc:
+        raise HarnessError(f"twin {replace!r} breaks the file's syntax: {exc.msg} at line {exc.lineno}") from None
+    return patched
 
 
 def snapshot(root):
@@ -141,7 +146,7 @@ def run_one(entry, files, doctor, timeout, env, twin=None):
             (workdir / user_file).parent.mkdir(parents=True, exist_ok=True)
             (workdir / user_file).write_bytes(os.urandom(USER_FILE_BYTES))
         before = snapshot(Path(tmp))
-        run_env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [env.get("PYTHONPATH"), str(root)])))
+        run_env = dict(env, **entry.get("env", {}), PYTHONPATH=os.pathsep.join([env["PYTHONPATH"], str(root)]))
         run = run_doctor(doctor, workdir, root / entry["script"], entry["args"], timeout, run_env)
         run["files"] = compare(before, snapshot(Path(tmp)))
     run["safe"] = not run["files"]["changed"] and not run["files"]["removed"]
@@ -158,10 +163,10 @@ def counts(run):
 def row(name, healthy, verdict, twins):
     caught = sum(t["caught"] for t in twins)
     touched = healthy["files"]["changed"] + healthy["files"]["removed"]
-    return (f"{name:24} {counts(healthy):15} {','.join(verdict['false_fail']) or '-':28} "
-            f"{','.join(verdict['false_warn']) or '-':28} {f'{caught}/{len(twins)}' if twins else '-':6} "
-            f"{healthy['seconds'] or 0:6.0f} {len(touched):3}/{len(healthy['files']['created']):<3} "
-            f"{'ok' if healthy['safe'] and all(t['safe'] for t in twins) else 'SAFETY'}")
+    return (f"{name:24} {counts(healthy):13} {f'{caught}/{len(twins)}' if twins else '-':5} "
+            f"{healthy['seconds'] or 0:5.0f} {len(touched):3}/{len(healthy['files']['created']):<3} "
+            f"{'ok' if healthy['safe'] and all(t['safe'] for t in twins) else 'SAFETY':6} "
+            f"{','.join(verdict['false_fail']) or '-'} | {','.join(verdict['false_warn']) or '-'}")
 
 
 def main(argv=None):
@@ -188,12 +193,15 @@ def main(argv=None):
             raise HarnessError(f"{args.out} exists: name another file or pass --force to overwrite it")
         sources = {e["name"]: read_files(git_dir(args.mirrors, e["repo"]), e["repo"], e["commit"], e["files"])
                    for e in entries}
+        for e in entries:  # every twin applies once and compiles before anything runs
+            for twin in e.get("twins", []):
+                apply_twin(sources[e["name"]][twin["file"]].decode(), twin["find"], twin["replace"])
     except HarnessError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "shim"), str(args.site)]), MPLBACKEND="Agg")
     print(f"doctor {args.doctor}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    print(f"{'script':24} {'verdicts':15} {'false FAIL':28} {'false WARN':28} {'twins':6} {'s':>6} touched/new safety")
+    print(f"{'script':24} {'verdicts':13} twins {'s':>5} touch/new safety false FAIL | false WARN")
     results = []
     for entry in entries:
         healthy = run_one(entry, sources[entry["name"]], args.doctor, args.timeout, env)
