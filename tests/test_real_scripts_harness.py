@@ -34,6 +34,7 @@ def test_the_manifest_holds_twenty_real_scripts_each_with_a_verdict_to_check():
     (entry(script="u.py"), "is not among its files"),
     (entry(commit="abc"), "40 hex digits"),
     (entry(data="maker"), "a data maker"),
+    (entry(bug="a string"), "bug is"),
     (entry(twins=[{"file": "t.py", "find": "a", "replace": "b", "check": "c"}]), "'# BUG:'"),
     (entry(twins=[{"file": "t.py", "find": "a", "replace": "b  # BUG: x"}]), "exactly file, find, replace, check"),
 ])
@@ -89,10 +90,12 @@ def test_judge_counts_false_fails_and_unexplained_warns():
     assert run.judge(entry(), result(a="pass", b="skip"))["ok"]
 
 
-def test_judge_takes_a_real_bug_s_fails_as_true_and_says_whether_one_came():
-    verdict = run.judge(entry(bug="sees its answers"), result(a="fail"))
+def test_judge_takes_the_fail_that_shows_a_real_bug_as_true_and_others_as_false():
+    bug = entry(bug={"why": "sees its answers", "checks": ["answers"]})
+    verdict = run.judge(bug, result(answers="fail", a="pass"))
     assert verdict["ok"] and verdict["bug_caught"] and not verdict["false_fail"]
-    assert not run.judge(entry(bug="sees its answers"), result(a="pass"))["bug_caught"]
+    verdict = run.judge(bug, result(answers="pass", a="fail"))
+    assert (verdict["ok"], verdict["bug_caught"], verdict["false_fail"]) == (False, False, ["a"])
 
 
 def test_judge_expects_exit_2_where_the_script_never_steps_and_reports_other_errors():

@@ -90,18 +90,19 @@ def write_results(path, results, force):
 
 def judge(entry, run):
     """Healthy-run verdict against the entry's expectations: false FAILs, false WARNs, and (for a real bug) whether
-    a check FAILed on it. A run without the doctor's JSON (exit 2, a timeout, a crash) is an error unless the
+    a check that shows it FAILed. A run without the doctor's JSON (exit 2, a timeout, a crash) is an error unless the
     entry expects that exit code."""
     if "exit" in entry:
         return {"ok": run["rc"] == 2, "false_fail": [], "false_warn": [], "error": None if run["rc"] == 2 else
                 f"expected exit 2 ({entry['exit']}), got {run['rc']}"}
     if run["checks"] is None:
         return {"ok": False, "false_fail": [], "false_warn": [], "error": run["error"]}
+    bug_checks = entry.get("bug", {}).get("checks", [])
     fails = [c for c, s in run["checks"].items() if s == "fail"]
     warns = [c for c, s in run["checks"].items() if s == "warn" and c not in entry.get("warn", {})]
-    verdict = {"false_fail": [] if "bug" in entry else fails, "false_warn": warns, "error": None}
+    verdict = {"false_fail": [c for c in fails if c not in bug_checks], "false_warn": warns, "error": None}
     if "bug" in entry:
-        verdict["bug_caught"] = bool(fails)
+        verdict["bug_caught"] = any(c in bug_checks for c in fails)
     verdict["ok"] = not verdict["false_fail"] and not warns
     return verdict
 
