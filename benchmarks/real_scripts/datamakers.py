@@ -109,6 +109,12 @@ def mnist_fabric(cwd):
     mnist_raw(cwd.parent.parent.parent / "Datasets")
 
 
+def mnist_lightning_basics(cwd):
+    """MNIST for Lightning's pytorch/basics LightningCLI examples: DATASETS_PATH is examples/Datasets, and they split
+    the training set into exactly 55,000 + 5,000 images, so it has 60,000 (47 MB of random pixels)."""
+    mnist_raw(cwd.parent.parent / "Datasets", n_train=60000)
+
+
 def bsds300(cwd):
     """super_resolution's dataset/BSDS300/images/{train,test}: a few 256 x 256 JPEGs (it crops 256 and downscales)."""
     from PIL import Image

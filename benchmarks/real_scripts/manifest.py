@@ -26,6 +26,8 @@ EXAMPLES = ("pytorch/examples", "77f55b912142e11fcfdf5b530231fb9c52f181e8")
 LIGHTNING = ("Lightning-AI/pytorch-lightning", "7f0c3436cd3f6ad3753125672024fc415cbcb414")
 TORCHVISION = ["torchvision==0.28.0"]
 GYM = ["gymnasium==1.4.0"]
+JSONARGPARSE = ["jsonargparse==4.53.0", "docstring-parser", "typeshed-client"]  # LightningCLI
+LIGHTNING_CLI_ARGS = ["--trainer.max_epochs=1", "--trainer.accelerator=cpu", "--data.batch_size=16"]
 WLM = ["word_language_model/main.py", "word_language_model/data.py", "word_language_model/model.py"]
 WLM_ARGS = ["--emsize", "16", "--nhid", "16", "--nlayers", "1", "--bptt", "8", "--batch_size", "4", "--epochs", "1",
             "--nhead", "2", "--dropout", "0.0"]
@@ -162,6 +164,21 @@ ENTRIES = [
          user_files=["mnist_cnn.pt"], packages=TORCHVISION,
          twins=[{"file": "examples/fabric/image_classifier/train_torch.py", "find": "x = torch.flatten(x, 1)",
                  "replace": "x = torch.flatten(x, 1).roll(1, 0)  # BUG: each row gets its neighbour's features",
+                 "check": "batch_independence"}]),
+    dict(name="lightning_autoencoder", repo=LIGHTNING[0], commit=LIGHTNING[1],
+         files=["examples/pytorch/basics/autoencoder.py"], script="examples/pytorch/basics/autoencoder.py",
+         args=LIGHTNING_CLI_ARGS, data=datamakers.mnist_lightning_basics, packages=TORCHVISION + JSONARGPARSE,
+         twins=[{"file": "examples/pytorch/basics/autoencoder.py", "find": "z = self.encoder(x)",
+                 "replace": "z = self.encoder(x * 0)  # BUG: the encoder never sees the image",
+                 "check": "input_dependence"}]),
+    dict(name="lightning_backbone_classifier", repo=LIGHTNING[0], commit=LIGHTNING[1],
+         files=["examples/pytorch/basics/backbone_image_classifier.py"],
+         script="examples/pytorch/basics/backbone_image_classifier.py", args=LIGHTNING_CLI_ARGS,
+         data=datamakers.mnist_lightning_basics, packages=TORCHVISION + JSONARGPARSE,
+         bug={"why": "a ReLU on the logits (return torch.relu(self.l2(x))): a class whose logit goes negative gets no "
+                     "gradient and can never be predicted again", "checks": ["gradient_flow", "overfit_one_batch"]},
+         twins=[{"file": "examples/pytorch/basics/backbone_image_classifier.py", "find": "x = x.view(x.size(0), -1)",
+                 "replace": "x = x.view(x.size(0), -1).roll(1, 0)  # BUG: each row gets its neighbour's image",
                  "check": "batch_independence"}]),
     dict(name="tiny_diffusion", repo="tanelp/tiny-diffusion", commit="726b6bbbf2c9e3d23dff9eaea2fda10d0af6a78c",
          files=["ddpm.py", "datasets.py", "positional_embeddings.py"], script="ddpm.py",
