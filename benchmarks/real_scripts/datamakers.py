@@ -111,8 +111,10 @@ def mnist_fabric(cwd):
 
 def mnist_lightning_basics(cwd):
     """MNIST for Lightning's pytorch/basics LightningCLI examples: DATASETS_PATH is examples/Datasets, and they split
-    the training set into exactly 55,000 + 5,000 images, so it has 60,000 (47 MB of random pixels)."""
+    the training set into exactly 55,000 + 5,000 images, so it has 60,000 (47 MB of random pixels). Their MNIST
+    (lightning.pytorch.demos.mnist_datamodule) first probes torchvision's with a download into ./data: a small one."""
     mnist_raw(cwd.parent.parent / "Datasets", n_train=60000)
+    mnist_raw(cwd / "data")
 
 
 def bsds300(cwd):
