@@ -138,3 +138,18 @@ def test_an_existing_results_file_is_refused_before_anything_runs(tmp_path):
     proc = harness("--only", "nanogpt", "--mirrors", str(tmp_path), "--out", str(tmp_path / "r.json"))
     assert_one_line_error(proc)
     assert "--force" in proc.stderr and (tmp_path / "r.json").read_text() == "{}"
+
+
+def test_the_totals_line_counts_what_done_when_counts():
+    files = {"changed": [], "removed": [], "created": []}
+    healthy = {"checks": {"a": "fail"}, "safe": True, "files": files}
+    results = [
+        {"name": "s1", "healthy": healthy, "verdict": {"false_fail": ["a"], "false_warn": ["b", "c"]},
+         "twins": [{"caught": True, "safe": True}, {"caught": False, "safe": False}]},
+        {"name": "s2", "healthy": dict(healthy, checks=None), "verdict": {"false_fail": [], "false_warn": []},
+         "twins": []},
+        {"name": "s3", "healthy": healthy, "verdict": {"false_fail": [], "false_warn": [], "bug_caught": True},
+         "twins": []},
+    ]
+    assert run.totals(results) == ("3 entries, 2 with verdicts: 1 false FAILs in 1 scripts, 2 false WARNs; real bugs "
+                                   "caught 1/1; twins caught 1/2; SAFETY: s1")

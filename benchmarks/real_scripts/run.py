@@ -115,9 +115,11 @@ def run_doctor(doctor, workdir, script, args, timeout, env):
                             start_new_session=True)
     try:
         out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except BaseException as exc:  # past the time limit, or Ctrl-C: its own session does not get the SIGINT
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
+        if not isinstance(exc, subprocess.TimeoutExpired):
+            raise
         return {"rc": None, "seconds": round(time.perf_counter() - start, 1), "checks": None, "summaries": {},
                 "error": f"timed out after {timeout:g} s"}
     seconds = round(time.perf_counter() - start, 1)
@@ -168,6 +170,19 @@ def row(name, healthy, verdict, twins):
             f"{healthy['seconds'] or 0:5.0f} {len(touched):3}/{len(healthy['files']['created']):<3} "
             f"{'ok' if healthy['safe'] and all(t['safe'] for t in twins) else 'SAFETY':6} "
             f"{','.join(verdict['false_fail']) or '-'} | {','.join(verdict['false_warn']) or '-'}")
+
+
+def totals(results):
+    """One line: the numbers issue 21's "Done when" counts."""
+    judged = [r for r in results if r["healthy"]["checks"] is not None]
+    bugs = [r["verdict"]["bug_caught"] for r in results if "bug_caught" in r["verdict"]]
+    twins = [t["caught"] for r in results for t in r["twins"]]
+    unsafe = [r["name"] for r in results if not all(run["safe"] for run in [r["healthy"], *r["twins"]])]
+    return (f"{len(results)} entries, {len(judged)} with verdicts: "
+            f"{sum(len(r['verdict']['false_fail']) for r in judged)} false FAILs in "
+            f"{sum(bool(r['verdict']['false_fail']) for r in judged)} scripts, "
+            f"{sum(len(r['verdict']['false_warn']) for r in judged)} false WARNs; real bugs caught {sum(bugs)}/{len(bugs)}; "
+            f"twins caught {sum(twins)}/{len(twins)}; SAFETY: {', '.join(unsafe) or 'none'}")
 
 
 def main(argv=None):
@@ -221,6 +236,7 @@ def main(argv=None):
         results.append({"name": entry["name"], "repo": entry["repo"], "commit": entry["commit"],
                         "script": entry["script"], "args": entry["args"], "healthy": healthy, "verdict": verdict,
                         "twins": twins})
+    print(totals(results))
     if args.out:
         write_results(args.out, {"doctor": str(args.doctor), "results": results}, args.force)
     return 0
