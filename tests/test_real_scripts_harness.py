@@ -1,6 +1,7 @@
 """The real-scripts harness's own logic (benchmarks/real_scripts/), with no network and no fetched file: the manifest's
 shape, the one-line twins, the tiny-data makers, the file snapshot that finds a touched user file, the verdicts
 against expectations, and the runner's one-line errors."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -11,10 +12,10 @@ import pytest
 from conftest import ROOT, assert_one_line_error
 
 HARNESS = ROOT / "benchmarks" / "real_scripts"
-sys.path.insert(0, str(HARNESS))
-import datamakers  # noqa: E402
-import manifest  # noqa: E402
-import run  # noqa: E402
+_spec = importlib.util.spec_from_file_location("real_scripts_run", HARNESS / "run.py")  # "run" is too common a name
+run = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(run)  # puts its folder on sys.path: manifest and datamakers come with it
+manifest, datamakers = run.manifest, run.manifest.datamakers
 
 
 def entry(**fields):
