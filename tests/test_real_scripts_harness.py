@@ -67,7 +67,7 @@ def test_the_snapshot_finds_changed_removed_and_created_files(tmp_path):
     (tmp_path / "out" / "remove").unlink()
     (tmp_path / "new").write_text("log")
     assert run.compare(before, run.snapshot(tmp_path)) == {
-        "changed": ["out/change"], "removed": ["out/remove"], "created": ["new"]}
+        "changed": ["out/change (12 -> 0 bytes)"], "removed": ["out/remove"], "created": ["new"]}
 
 
 def test_the_results_file_is_never_overwritten_without_force(tmp_path):

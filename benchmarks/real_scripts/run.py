@@ -69,14 +69,16 @@ def apply_twin(text, find, replace):
 
 
 def snapshot(root):
-    """{relative path: sha256} of every file under root."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    """{relative path: (sha256, bytes)} of every file under root."""
+    return {str(p.relative_to(root)): (hashlib.sha256(data).hexdigest(), len(data))
+            for p in sorted(root.rglob("*")) if p.is_file() for data in [p.read_bytes()]}
 
 
 def compare(before, after):
-    """What happened to the files: changed and removed ones were there before (a SAFETY failure); created are new."""
-    return {"changed": sorted(p for p in before if p in after and after[p] != before[p]),
+    """What happened to the files: changed ones (with their sizes before and after) and removed ones were there
+    before (a SAFETY failure); created ones are new."""
+    return {"changed": [f"{p} ({before[p][1]} -> {after[p][1]} bytes)" for p in sorted(before)
+                        if p in after and after[p] != before[p]],
             "removed": sorted(p for p in before if p not in after),
             "created": sorted(p for p in after if p not in before)}
 
@@ -230,6 +232,9 @@ def main(argv=None):
         print(row(entry["name"], healthy, verdict, twins), flush=True)
         if verdict["error"] or healthy["error"]:
             print(f"    {verdict['error'] or healthy['error']}")
+        touched = sorted({f for r in [healthy, *twins] for f in r["files"]["changed"] + r["files"]["removed"]})
+        if touched:
+            print(f"    SAFETY: {', '.join(touched)}")
         for twin in twins:
             if not twin["caught"]:
                 print(f"    twin {twin['check']} not caught: {twin['error'] or twin['checks'].get(twin['check'], 'absent')}")
