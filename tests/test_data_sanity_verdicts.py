@@ -1,0 +1,69 @@
+"""data_sanity's verdicts on the shapes real scripts feed it: a threshold alone warns, a shown harm fails.
+
+Lessons from real scripts (issue 21): pytorch/examples' siamese network feeds raw 0-255 pixels into a net whose first
+layers cope (BatchNorm), word_language_model passes an LSTM hidden state (layers, B, H) beside its (T, B) tokens, and
+Lightning's demo transformer flattens its (B, T) targets to B*T rows. Our own look-alikes of each.
+"""
+import torch
+
+import data_sanity
+
+
+def image_case(net, pixels_as_given):
+    torch.manual_seed(0)
+    pixels = torch.randint(0, 256, (32, 1, 8, 8)).float()
+    labels = (pixels.mean(dim=(1, 2, 3)) > 127.5).long()
+    images = pixels if pixels_as_given else (pixels / 255.0 - 0.5) / 0.29
+    return {"model": net, "batch": (images, labels), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 2}}
+
+
+def plain_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+
+
+def batchnorm_first_net():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                               torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 2))
+
+
+def test_raw_pixels_fail_where_the_experiment_shows_the_harm():
+    result = data_sanity.check_data_sanity(image_case(plain_net(), pixels_as_given=True))
+    assert result.status == "fail", result.summary
+    (raw_first, raw_last), (fixed_first, fixed_last) = (result.details["scale_trial"]["as_given"],
+                                                        result.details["scale_trial"]["standardised"])
+    assert not raw_last < 2 * fixed_last and fixed_last < fixed_first
+
+
+def test_raw_pixels_into_a_net_that_copes_only_warn():
+    result = data_sanity.check_data_sanity(image_case(batchnorm_first_net(), pixels_as_given=True))
+    assert result.status == "warn", result.summary
+    assert "no harm shown" in result.summary
+
+
+def test_an_rnn_hidden_state_and_flattened_targets_are_not_a_row_disagreement():
+    torch.manual_seed(0)
+    tokens = torch.randint(0, 20, (12, 4))  # (T, B): time-major
+    hidden = (torch.zeros(1, 4, 8), torch.zeros(1, 4, 8))  # (layers, B, H)
+
+    class Lstm(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.rnn, self.head = torch.nn.Embedding(20, 8), torch.nn.LSTM(8, 8), torch.nn.Linear(8, 20)
+
+        def forward(self, x, state):
+            out, _ = self.rnn(self.embed(x), state)
+            return self.head(out).view(-1, 20)  # flattened inside, as the Lightning demo does
+
+    case = {"model": Lstm(), "batch": ((tokens, hidden), torch.randint(0, 20, (48,))),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "batch_dim": 1}}
+    result = data_sanity.check_data_sanity(case)
+    assert result.status == "pass", result.summary
+
+
+def test_targets_with_other_rows_than_the_inputs_warn():
+    case = {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(16, 4), torch.randint(0, 3, (10,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    assert data_sanity.check_data_sanity(case).status == "warn"
