@@ -243,6 +243,7 @@ class Capture:
         self.built_lrs = {}  # id(optimizer) -> each group's lr when the optimizer was built
         self._model_calls = collections.deque(maxlen=KEPT_CALLS)  # (module, args, kwargs, output, context: _context())
         self._loss_calls = collections.deque(maxlen=KEPT_CALLS)  # (name, function, args, kwargs, output)
+        self._inner_loss_calls = collections.deque(maxlen=KEPT_CALLS)  # the same, made inside a model (its own loss)
         self._found = None  # what the first backward() was traced to
         self.backwards = 0  # backward() calls seen: a script that never steps may update its weights by hand
         self._watch = None  # between the first and second step (second_step): what _second_step() compares
@@ -338,6 +339,7 @@ class Capture:
             self._found = f"the capture could not trace the loss ({type(exc).__name__}: {exc}); {HOW_TO_CASE}"
         self._model_calls.clear()
         self._loss_calls.clear()
+        self._inner_loss_calls.clear()
 
     # --- from the backward()'d tensor to model, batch and loss -------------------------------------
     def _trace(self, loss):
@@ -361,7 +363,12 @@ class Capture:
             scalars = [(path, t) for path, t in _tensors(output) if t.dim() == 0 and t.is_floating_point() and feeds(t)]
             if scalars:
                 path, _ = next((s for s in scalars if s[0][-1:] == ("loss",)), scalars[0])
-                return self._found_model(module, args, kwargs, output, context, path=path)
+                found = self._found_model(module, args, kwargs, output, context, path=path)
+                inner = [call for call in self._inner_loss_calls if torch.is_tensor(call[4]) and feeds(call[4])]
+                if isinstance(found, dict) and len(inner) == 1 and inner[0][0] in ("cross_entropy", "nll_loss"):
+                    name, function, _, inner_kwargs, _ = inner[0]  # nanoGPT, makemore: F.cross_entropy(..., ignore_index=-1)
+                    found["inner_loss"] = (name, inner_kwargs.get("ignore_index", getattr(function, "ignore_index", -100)))
+                return found
         return ("no torch.nn loss or F.* loss call and no loss returned by a model reached backward(): a loss written by "
                 f"hand cannot be replayed; {HOW_TO_CASE}")
 
@@ -440,7 +447,8 @@ class Capture:
                 return _pick(out, path)
 
             prediction = next((t for p, t in _tensors(output) if p != path and t.dim() >= 2), None)
-            kind = ignore_index = None
+            inner = found.get("inner_loss")  # the model's own loss made by one cross_entropy / nll_loss call inside it
+            kind, ignore_index = (KINDS[inner[0]], inner[1]) if inner else (None, None)
         else:
             name, function, extra, kwargs, target, recipe, prefix, suffix, prediction, pred, shifted, ignore_index = found["loss"]
             targets, unflatten = self._targets(target, prediction[:, :-1] if shifted else prediction, pred, found["memo"])
@@ -613,8 +621,9 @@ def capturing(source="the code", time_limit=TIME_LIMIT, skip_saves=True, second_
 
         def patched(*args, **kwargs):
             output = original(*args, **kwargs)
-            if captured._depth() == 0 and torch.is_grad_enabled():  # inside a model or a loss module: not the script's loss
-                captured._loss_calls.append((name, original, args, kwargs, output))
+            if torch.is_grad_enabled():  # inside a model: the model's own loss, whose settings (ignore_index) we keep
+                calls = captured._loss_calls if captured._depth() == 0 else captured._inner_loss_calls
+                calls.append((name, original, args, kwargs, output))
             return output
         return patched
 

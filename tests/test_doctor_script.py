@@ -359,3 +359,36 @@ def test_a_loss_term_written_by_hand_is_named_not_silently_dropped(loss_form, te
     captured = capture.capture_case(_vae_loop, loss_form)["captured"]
     named = re.search(r"adds (\d+) term\(s\) besides binary_cross_entropy", captured)
     assert (int(named.group(1)) if named else 0) == terms, captured
+
+
+def _own_loss_loop(ignore_index):
+    """makemore's and nanoGPT's shape: the model computes its loss with F.cross_entropy(..., ignore_index) inside."""
+    torch.manual_seed(0)
+
+    class CharModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(27, 8), torch.nn.Linear(8, 27)
+
+        def forward(self, idx, targets=None):
+            logits = self.head(self.embed(idx))
+            if targets is None:
+                return logits, None
+            return logits, torch.nn.functional.cross_entropy(logits.view(-1, 27), targets.view(-1), ignore_index=ignore_index)
+
+    model = CharModel()
+    optimizer = torch.optim.AdamW(model.parameters())
+    x = torch.randint(0, 27, (4, 6))
+    y = torch.cat([x[:, 1:], torch.full((4, 1), ignore_index)], dim=1)  # the end of each word: masked
+    _, loss = model(x, y)
+    loss.backward()
+    optimizer.step()
+
+
+@pytest.mark.parametrize("ignore_index", [-1, -100])
+def test_the_ignore_index_of_a_loss_made_inside_the_model_is_kept(ignore_index):
+    """Without it, makemore's -1 targets read as labels outside the classes (a false labels fail) and no causal_lm."""
+    case = capture.capture_case(_own_loss_loop, ignore_index)
+    assert case["task"] == {"kind": "causal_lm", "ignore_index": ignore_index, "vocab_size": 27}
+    import labels
+    assert labels.check_labels(doctor.validate_case(case)).status == "pass"
