@@ -63,7 +63,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import CheckTimeout, time_limit, ArgumentParser, json_text
+from ml_debug_contract import ArgumentParser, CaseError, CheckTimeout, json_text, one_line, run_user_code, time_limit
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -266,23 +266,28 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
+
+    def work():  # with --surface, in the supervised child: the file is the user's code
+        try:
+            with time_limit(args.timeout):
+                if not 5 <= args.grid <= 401:
+                    raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
+                if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
+                    raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
+                surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
+                return check_loss_surface(surface, args.grid, args.png)
+        except CheckTimeout:
+            raise CaseError(f"your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
+                            f"slower than expected: raise --timeout)") from None
+        except SurfaceError as exc:
+            raise CaseError(str(exc)) from None
+        except Exception as exc:  # the user's code raised: one line, not a traceback
+            raise CaseError(f"the loss could not be evaluated: {one_line(exc)}") from None
+
     try:
-        with time_limit(args.timeout):
-            if not 5 <= args.grid <= 401:
-                raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
-            if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
-                raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
-            surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
-            result = check_loss_surface(surface, args.grid, args.png)
-    except CheckTimeout:
-        print(f"error: your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
-              f"slower than expected: raise --timeout)", file=sys.stderr)
-        return 2
-    except SurfaceError as exc:
+        result = run_user_code(work, f"running {args.surface}", args.timeout, args.json) if args.surface else work()
+    except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # the user's loss raised: one line, not a traceback
-        print(f"error: the loss could not be evaluated: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json_text(result))

@@ -17,6 +17,7 @@ What it holds
     cli_main                       the CLI every model check shares (--case, --json, --healthy)
     supervised, SupervisedError    user code in a child process: killed at its time limit, one line
                                    for whatever ends it (exit, os._exit, fork, a BaseException)
+    run_user_code                  the same for a tool that wants the value, or CaseError
     WriteGuard                     a script's writes go to a scratch folder or are refused (Landlock,
                                    where the kernel has it, refuses the rest)
 
@@ -309,7 +310,7 @@ SUPERVISED = sys.platform.startswith("linux") and hasattr(os, "fork")  # fork: t
 KILL_GRACE = 10.0  # seconds past a phase's own limit before the parent kills: the child's own timer speaks first
 
 
-class SupervisedError(Exception):
+class SupervisedError(CaseError):
     """The child gave no answer: killed at its time limit, or its process ended. The message is one line."""
 
     def __init__(self, message, phase):
@@ -429,6 +430,15 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
         os.close(read_fd)
+
+
+def run_user_code(work, phase, limit, stdout_to_stderr=False):
+    """work() (which runs the user's file and returns a JSON-able value) in the supervised child: its value, or
+    CaseError with one line for whatever ended it (work's own CaseError, exit, os._exit, a kill at limit + KILL_GRACE)."""
+    outcome = dict(supervised(lambda send: work(), phase, limit or None, stdout_to_stderr))
+    if "error" in outcome:
+        raise CaseError(outcome["error"])
+    return outcome["done"]
 
 
 # --- a user's script writes nothing of the user's -------------------------------------------------------

@@ -132,3 +132,53 @@ def test_a_check_whose_process_dies_is_that_checks_fail_and_the_rest_are_skipped
     assert checks["data_sanity"]["status"] == "pass"
     assert checks["init_loss"]["status"] == "fail" and "exit status 3" in checks["init_loss"]["summary"]
     assert checks["gradient_flow"]["status"] == "skip" and "init_loss" in checks["gradient_flow"]["summary"]
+
+
+# --- every other tool that runs a user's file: the same kinds, through each tool's own CLI -------------------------
+# tool -> (module, flag, a healthy file body built from the tool's own demo, the exit code of that healthy body)
+TOOLS = {
+    "init_loss --case": ("init_loss", "--case",
+                         "from init_loss import make_demo_case\ndef make_case():\n    return make_demo_case(broken=False)\n", 0),
+    "nan_watch --case": ("nan_watch", "--case",
+                         "from nan_watch import make_demo_case\ndef make_case():\n    return make_demo_case(broken=False)\n", 0),
+    "metric_stuck --problem": ("metric_stuck", "--problem",
+                               "from metric_stuck import make_demo_problem\ndef make_problem():\n"
+                               "    return make_demo_problem(None)\n", 0),
+    "pinn_check --problem": ("pinn_check", "--problem",
+                             "from pinn_check import make_demo_pinn\ndef make_pinn():\n    return make_demo_pinn(None)\n", 0),
+    "loss_surface --surface": ("loss_surface", "--surface",
+                               "from loss_surface import make_demo_surface\ndef make_surface():\n"
+                               "    return make_demo_surface(None)\n", 0),
+    "rl_probes --agent": ("rl_probes", "--agent", "from rl_probes import ReferenceAgent as make_agent\n", 0),
+}
+ENDING = [kind for kind, (_, code, _) in KINDS.items() if code == 2]  # the kinds that end the run: exit 2, one line
+REPORTING = ["reads-stdin", "non-daemon-thread", "forks"]  # the kinds after which the tool must still report
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+@pytest.mark.parametrize("kind", sorted(ENDING) + REPORTING)
+def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, capfd, monkeypatch):
+    import importlib
+    module_name, flag, body, healthy_code = TOOLS[tool]
+    planted, code, pattern = KINDS[kind]
+    if code == 0:
+        code = healthy_code
+    monkeypatch.setattr(ml_debug_contract, "USER_CODE_LIMIT", HANG_LIMIT)  # the --case tools' start limit
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    module = importlib.import_module(module_name)
+    path = tmp_path / "user_file.py"
+    path.write_text(planted + body)
+    argv = [flag, str(path), "--timeout", str(HANG_LIMIT if pattern == r"time limit" else START_LIMIT)]
+    started = time.monotonic()
+    exit_code = module.main(argv) if hasattr(module, "main") else module.cli_main(
+        getattr(module, f"check_{module_name}"), module.make_demo_case, module.__doc__, argv)
+    seconds = time.monotonic() - started
+    out, err = capfd.readouterr()
+    assert exit_code == code, (out, err)
+    assert seconds < 60, "the parent must not wait on the user's threads, forks or loops"
+    if pattern is None:
+        assert out.strip() and "Traceback" not in err
+    else:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
