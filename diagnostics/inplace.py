@@ -77,10 +77,10 @@ FRAME = re.compile(r'File "(.+?)", line (\d+), in (\S+)\n {4}(.*)')
 
 
 def is_own(filename, line):
-    """A line of this check's machinery (the step, the shared forward), which calls the user's model."""
+    """A line of this check's machinery (the step, the contract's forward), which calls the user's model."""
     codes = (forward.__code__, run_step.__code__, InplaceOps.__torch_function__.__code__)
-    return os.path.abspath(filename) == os.path.abspath(__file__) and any(
-        line in {n for _, _, n in code.co_lines()} for code in codes)
+    return any(os.path.abspath(filename) == os.path.abspath(code.co_filename) and line in {n for _, _, n in code.co_lines()}
+               for code in codes)
 
 
 def user_line(frames):

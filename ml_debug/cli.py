@@ -9,7 +9,6 @@
 Arguments after the subcommand go to the file unchanged; `ml-debug <subcommand> --help` prints its
 own help. Exit codes are the file's: 0 nothing failed, 1 a check failed, 2 bad usage.
 """
-import argparse
 import runpy
 import sys
 
@@ -72,16 +71,16 @@ def main(argv=None):
         return 0
     parser = load("ml_debug_contract").ArgumentParser(prog="ml-debug", add_help=False)  # bad usage: one line, exit 2
     parser.add_argument("command", choices=COMMANDS)
-    parser.add_argument("args", nargs=argparse.REMAINDER)  # the command's own, passed on unchanged
     try:
         if not argv or argv[0].startswith("-"):
             parser.error(f"a command comes first, one of: {', '.join(COMMANDS)} (see ml-debug --help)")
-        parsed = parser.parse_args(argv)
+        command = parser.parse_args(argv[:1]).command
     except SystemExit as exc:
         return exc.code
-    if parsed.command == "install-skill":
-        return install_skill(parsed.args)
-    return run_file(COMMANDS[parsed.command][0], parsed.args)
+    args = argv[1:]  # the command's own, passed on unchanged (a `--` among them too)
+    if command == "install-skill":
+        return install_skill(args)
+    return run_file(COMMANDS[command][0], args)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import init_scale
 import input_dependence
 import labels
 from conftest import ROOT
+from ml_debug_contract import load_case
 from state_snapshot import assert_unchanged, differences, snapshot
 
 MODULES = {"data_sanity": data_sanity, "init_scale": init_scale, "labels": labels, "init_loss": init_loss,
@@ -27,7 +28,7 @@ def demo(check_id, broken):
 
 
 def zoo_case(spec):
-    return init_loss.load_case(str(ZOO / spec))
+    return load_case(str(ZOO / spec))
 
 
 @pytest.mark.parametrize("check_id", MODULES)

@@ -15,6 +15,7 @@ import inplace
 import label_alignment
 import registration
 from conftest import ROOT
+from ml_debug_contract import load_case
 from state_snapshot import assert_unchanged, snapshot
 
 MODULES = {"label_alignment": label_alignment, "registration": registration, "batchnorm": batchnorm, "inplace": inplace}
@@ -29,7 +30,7 @@ def check(check_id, case):
 
 
 def corpus_case(check_id, factory):
-    return label_alignment.load_case(f"{CORPUS / CORPUS_FILES[check_id]}:{factory}")
+    return load_case(f"{CORPUS / CORPUS_FILES[check_id]}:{factory}")
 
 
 def corpus_module(check_id):
@@ -132,7 +133,7 @@ def test_inplace_refused_in_the_forward_pass_names_the_line():
 
 def classifier_with_ignore_index(ignore_index):
     """The zoo's MLP classifier with a criterion that ignores `ignore_index`."""
-    case = label_alignment.load_case(f"{ZOO / 'healthy.py'}:make_mlp_classifier")
+    case = load_case(f"{ZOO / 'healthy.py'}:make_mlp_classifier")
     case["loss_fn"] = torch.nn.CrossEntropyLoss(ignore_index=ignore_index)
     return case
 
@@ -147,7 +148,7 @@ def test_ignore_index_on_a_real_class_of_one_label_per_sample():
 
 def test_ignore_index_on_trailing_padding_passes():
     """A pad id (0) ignored by the loss, at the ends of the rows only: what ignore_index is for."""
-    case = label_alignment.load_case(f"{ZOO / 'healthy.py'}:make_causal_lm")
+    case = load_case(f"{ZOO / 'healthy.py'}:make_causal_lm")
     inputs, targets = case["batch"]  # token ids 0..31, targets -100 at the end of two rows
     inputs, targets = inputs % 31 + 1, torch.where(targets == -100, 0, targets % 31 + 1)  # real ids 1..31, padding 0
     case["batch"] = (inputs, targets)

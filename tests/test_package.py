@@ -174,3 +174,14 @@ def test_install_skill_without_the_skill_extra_says_what_to_install(venv):
     proc = run(venv, "python", "-c", code)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0, proc.stderr
     assert "ml-debug[skill]" in proc.stderr and not dest.exists()
+
+
+def test_the_arguments_after_a_command_reach_its_file_unchanged(monkeypatch):
+    """`ml-debug lint -- -odd.py`: the `--` is lint's to read, not the dispatcher's."""
+    from ml_debug import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "run_file", lambda path, args: seen.append((path.name, args)) or 0)
+    assert cli.main(["lint", "--", "-odd.py", "--json"]) == 0
+    assert seen == [("lint.py", ["--", "-odd.py", "--json"])]
+    assert cli.main(["lint", "--no-such-flag"]) == 0 and seen[-1] == ("lint.py", ["--no-such-flag"])
