@@ -21,6 +21,10 @@ What it checks
       plateau    it went down and stalled above the target, and still does at 10x the learning
                  rate: probabilities fed to a logits loss (double softmax), a capacity bug (a
                  width-1 bottleneck), label smoothing, targets the inputs cannot explain.
+      probabilities_into_nll
+                 the outputs are probabilities (rows summing to 1) and the loss is exactly
+                 -mean(p[target]): NLLLoss given a softmax, not a log_softmax; the loss heads
+                 to -1 instead of 0.
 
     Why the retry at 10x: the test should not fail a sound model only because your learning
     rate (Adam 3e-4 is a forgiving baseline for a long run) is slow for a 300-step sprint, and it
@@ -66,7 +70,9 @@ How to read it
     "inconclusive": the step budget ran out (details["next"] is the call with more steps). fail: read details["failure"] and
     details["losses"] (the loss every 10 steps; details["retry_losses"] at 10x): flat, diverging
     and plateau point at different bugs, listed above. details["outputs_are_probabilities"] is
-    true when the outputs are non-negative rows summing to 1 (a softmax before the loss).
+    true when the outputs are non-negative rows summing to 1 (a softmax before the loss);
+    details["probabilities_into_nll"] when, on top of that, the loss is -mean(p[target]): NLLLoss
+    given probabilities instead of log-probabilities (its loss heads to -1, not 0).
 
 Next step
     PLAYBOOK.md#overfit-one-batch. Flat: print the optimizer's lr and check that it was built
@@ -347,6 +353,16 @@ def _looks_like_probabilities(output):
     return bool((output >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
 
 
+def _probabilities_into_nll(output, targets, loss):
+    """True when the loss is -mean(p[target]) of probability outputs: NLLLoss given softmax, not log_softmax, outputs."""
+    if not (_looks_like_probabilities(output) and torch.is_tensor(targets) and not targets.is_floating_point()
+            and tuple(targets.shape) == tuple(output.shape[:-1])):
+        return False
+    kept = targets >= 0  # NLLLoss leaves out ignore_index (-100 by default)
+    picked = output.detach().gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[kept]
+    return picked.numel() > 0 and abs(float(-picked.double().mean()) - loss) <= 1e-4 * max(1.0, abs(loss))  # float noise
+
+
 def _stalled(losses):
     """The loss fell by less than FLAT of its start over the last STALL_WINDOW steps."""
     return len(losses) > STALL_WINDOW and losses[-STALL_WINDOW - 1] - losses[-1] < FLAT * abs(losses[0])
@@ -381,22 +397,30 @@ def _train(case, model, inputs, targets, lr_scale, steps, target):
 def _classify(losses, noisy=False):
     """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau").
 
-    noisy: the objective samples noise, so single steps jump about: compare the mean of the first and of the last
-    NOISE_WINDOW steps, and call "flat" a change within twice the last window's spread."""
+    A run that stopped on a runaway (NaN/inf, or 4x its start) is diverging, noise or not. noisy: the objective samples
+    noise, so single steps jump about: compare means over NOISE_WINDOW steps; "flat" when every such mean stays within
+    twice the last window's spread of the first one, "diverging" when the last mean rose that far above the lowest."""
     start = abs(losses[0])
-    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+    if not abs(losses[-1]) < RUNAWAY * start or not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
         return "diverging"
     if noisy:
-        head, tail = losses[:NOISE_WINDOW], losses[-NOISE_WINDOW:]
-        first, last = sum(head) / len(head), sum(tail) / len(tail)
-        spread = (sum((v - last) ** 2 for v in tail) / len(tail)) ** 0.5
-        return ("flat" if abs(last - first) <= max(FLAT * start, 2 * spread) else
-                "diverging" if last > first else "plateau")
+        means = _window_means(losses)
+        tail = losses[-NOISE_WINDOW:]
+        spread = (sum((v - means[-1]) ** 2 for v in tail) / len(tail)) ** 0.5
+        band = max(FLAT * start, 2 * spread)
+        return ("flat" if all(abs(m - means[0]) <= band for m in means) else
+                "diverging" if means[-1] > min(means) + band else "plateau")
     if abs(losses[-1]) > (1 + FLAT) * start:
         return "diverging"
     if max(abs(v - losses[0]) for v in losses) <= FLAT * start:
         return "flat"
     return "plateau"
+
+
+def _window_means(losses):
+    """The mean of every NOISE_WINDOW consecutive losses (one mean when the run is shorter)."""
+    width = min(NOISE_WINDOW, len(losses))
+    return [sum(losses[i:i + width]) / width for i in range(len(losses) - width + 1)]
 
 
 def _settled_low(losses, stop):
@@ -411,13 +435,18 @@ def _every_10(losses):
     return [round(v, 4) for v in picked]
 
 
-def _trace(losses):
+def _trace(losses, noisy=False):
+    """From the first loss to the last; for an objective that samples noise, from the first window's mean to the last's
+    (one draw can sit above the start in a run whose mean fell)."""
+    if noisy and len(losses) > NOISE_WINDOW:
+        means = _window_means(losses)
+        return f"{means[0]:.4g} -> {means[-1]:.4g} in {len(losses) - 1} steps, means over {NOISE_WINDOW} steps"
     return f"{losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses) - 1} steps"
 
 
 def _settled(losses, where, details, not_optimised, missing):
     return CheckResult("overfit_one_batch", "warn" if missing else "pass",
-                       f"the loss fell and settled{where} ({_trace(losses)}): the objective samples noise, so its loss "
+                       f"the loss fell and settled{where} ({_trace(losses, noisy=True)}): the objective samples noise, so its loss "
                        f"has a floor above zero{not_optimised}", details)
 
 
@@ -451,7 +480,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
             reference = min(reference, float(torch.tensor(float(classes)).log()))
         details = {"rows": k, "steps_budget": steps, "start_loss": start_value, "target": TARGET * reference,
-                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples}
+                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples,
+                   "probabilities_into_nll": _probabilities_into_nll(_first_tensor(output), targets, start_value)}
         if not torch.isfinite(start):
             details.update(failure="nonfinite_at_start", next="run nan_watch (where it first appears) and labels (all ignored?)")
             return CheckResult("overfit_one_batch", "fail", f"the loss is {start_value} before any step: run nan_watch and labels",
@@ -481,7 +511,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
             if abs(retry[-1]) <= details["target"]:
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
-                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}{not_optimised}",
+                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses, samples)}{not_optimised}",
                                    details)
             if samples and _settled_low(retry, retry_stop):
                 return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
@@ -489,14 +519,17 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                 details.update(failure="inconclusive", next=f"rerun alone with more steps: check_overfit_one_batch("
                                f"case, steps={4 * steps})")
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: still falling when the {RETRY_STEPS * steps} "
-                                   f"steps at {RETRY_LR:g}x ran out ({_trace(losses)} at your lr, {_trace(retry)} at "
+                                   f"steps at {RETRY_LR:g}x ran out ({_trace(losses, samples)} at your lr, {_trace(retry, samples)} at "
                                    f"{RETRY_LR:g}x){not_optimised}", details)
             if _classify(retry, samples) == "diverging":
                 details.update(failure="inconclusive", next=f"rerun with more steps: check_overfit_one_batch(case, "
                                f"steps={4 * steps})")
-                return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses)}) "
-                                   f"but not to near zero in {steps} steps, and diverged at {RETRY_LR:g}x{not_optimised}",
-                                   details)
+                missed = "stalled" if stop == "stalled" else f"ran out of its {steps} steps"
+                return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
+                                   f"but {missed} above the target, and diverged at {RETRY_LR:g}x: this sprint cannot tell "
+                                   f"a slow lr from a bug{not_optimised}", details)
+        if failure == "diverging" and losses[-1] < 0 and details["probabilities_into_nll"]:
+            failure = "probabilities_into_nll"  # not a runaway: -mean(p[target]) is bounded by -1
         details["failure"] = failure
         if failure == "flat":
             hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
@@ -504,14 +537,19 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                     else "learning rate 0, or far too small for the scale of the loss (unstandardised targets?)" +
                     (", or, as the objective samples noise, a target the inputs cannot predict (a fresh draw where "
                      "the noise that was added was meant?)" if samples else ""))
-            summary = f"flat: the loss did not move ({_trace(losses)}): {hint}"
+            summary = f"flat: the loss did not move ({_trace(losses, samples)}): {hint}"
             details["next"] = "print optimizer.param_groups: check the lr and that the optimizer was built from this model's parameters"
+        elif failure == "probabilities_into_nll":
+            summary = (f"the loss heads to -1, not 0 ({_trace(losses, samples)}): the outputs are probabilities (a softmax) "
+                       f"fed to NLLLoss, which expects log-probabilities, so the loss is -mean(p[target])")
+            details["next"] = "use log_softmax before NLLLoss, or return the logits to CrossEntropyLoss"
         elif failure == "diverging" and losses[-1] < 0:
             summary = f"diverging: the loss heads to -inf ({_trace(losses)}): is its sign flipped (maximising)?"
             details["next"] = "check the sign of the loss (and of any term added to it)"
         elif failure == "diverging":
             blowup = "turns NaN/inf" if not abs(losses[-1]) < float("inf") else "grows"
-            summary = f"diverging: the loss {blowup} ({_trace(losses)}): learning rate too high, or a numerical bug"
+            summary = (f"diverging: the loss {blowup} ({_trace(losses, samples and stop != 'runaway')}): learning rate too high, "
+                       "or a numerical bug")
             details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"
         else:
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
