@@ -101,3 +101,86 @@ def test_a_noisy_loss_at_lr_0_is_still_flat():
     result = overfit(case)
     assert result.status == "fail" and result.details["failure"] == "flat", result.summary
 
+
+# --- update_ratio judges the run the script will do ----------------------------------------------------------------
+
+def update_ratio_of(case):
+    import update_ratio
+    return update_ratio.check_update_ratio(update_ratio.validate_case(case))
+
+
+def _nanogpt_recipe():
+    """nanoGPT's GPT-2 recipe at a tiny width: 12 layers (c_proj at 0.02 / sqrt(24)), AdamW 6e-4, betas (0.9, 0.95),
+    2,000 warmup steps, clipping at 1.0. Adam's first step moves c_proj by 0.15 of its norm; the run trains."""
+    import healthy_own
+    with healthy_own.seeded(20):
+        data = torch.randint(0, 64, (8, 17))
+        model = healthy_own.GPT(n_layer=12)
+    return {"model": model, "batch": (data[:, :-1].contiguous(), data[:, 1:].contiguous()), "loss_fn": healthy_own.lm_loss,
+            "optimizer": lambda params: torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1),
+            "task": {"kind": "causal_lm", "vocab_size": 64, "ignore_index": -1, "clip_grad_norm": 1.0,
+                     "lr_schedule": lambda step: min(1.0, (step + 1) / 2000)}}
+
+
+def test_update_ratio_passes_the_nanogpt_recipe_judged_after_adams_first_step():
+    sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+    result = update_ratio_of(_nanogpt_recipe())
+    assert result.status == "pass", result.summary
+    assert max(result.details["first_step_ratios"].values()) > 0.1 > max(result.details["ratios"].values())
+
+
+def _mnist_like(optimizer):
+    """pytorch/examples' MNIST recipe on an MLP: normalised sparse pixels, dropout, log_softmax into NLL."""
+    generator = torch.Generator().manual_seed(0)
+    x = ((torch.rand(64, 1, 28, 28, generator=generator) < 0.2).float() - 0.1307) / 0.3081
+    y = torch.randint(0, 10, (64,), generator=generator)
+    with healthy.seeded(0):
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Dropout(0.25),
+                                    torch.nn.Linear(128, 10), torch.nn.LogSoftmax(-1))
+    return {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.nll_loss, "optimizer": optimizer,
+            "task": {"kind": "classification", "num_classes": 10}}
+
+
+def test_update_ratio_passes_adadelta_at_its_designed_lr_1():
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.Adadelta(params, lr=1.0)))
+    assert result.status == "pass" and "Adadelta" in result.summary, result.summary
+
+
+def test_update_ratio_skips_lbfgs_with_the_reason_and_other_optimizers_too():
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.LBFGS(params, lr=1.0)))
+    assert result.status == "skip" and "line search" in result.summary and "closure" in result.summary, result.summary
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.Rprop(params)))
+    assert result.status == "skip" and "Rprop" in result.summary, result.summary
+
+
+@pytest.mark.parametrize("optimizer", [lambda params: torch.optim.SGD(params, lr=50.0),
+                                       lambda params: torch.optim.Adam(params, lr=1.0)], ids=["sgd-50", "adam-1"])
+def test_update_ratio_fails_a_too_high_lr_only_with_the_rise_shown(optimizer):
+    import update_ratio
+    result = update_ratio_of(_mnist_like(optimizer))
+    assert result.status == "fail" and "overshoots" in result.summary, result.summary
+    arms = result.details["overshoot"]
+    assert update_ratio._rose(arms["1x"]["before"], arms["1x"]["highest"], arms["1x"]["after"])
+    lower = [arm for name, arm in arms.items() if name != "1x"]
+    assert lower[-1]["after"] < lower[-1]["before"]
+
+
+def test_update_ratio_high_ratio_with_no_rise_shown_is_a_warn_naming_the_experiment():
+    """The demo's MLP with SGD at lr 2 (no momentum): ratios up to 0.17, and 10 steps still lower the loss on the batch."""
+    import update_ratio
+    case = update_ratio.make_demo_case(broken=False)
+    case["optimizer"] = lambda params: torch.optim.SGD(params, lr=2.0)
+    result = update_ratio_of(case)
+    assert result.status == "warn" and "not a harm shown" in result.summary, result.summary
+    assert max(result.details["ratios"].values()) > update_ratio.HIGH_FAIL and "1x" in result.details["overshoot"]
+
+
+def test_update_ratio_judges_an_embedding_on_the_rows_this_batch_used():
+    """A 5,000-row table of which the batch uses 10: the unused rows' zero update is not a step too small."""
+    with healthy.seeded(2):
+        model = torch.nn.Sequential(torch.nn.Embedding(5000, 32), torch.nn.Flatten(), torch.nn.Linear(32 * 4, 3))
+        x, y = torch.randint(0, 10, (32, 4)), torch.randint(0, 3, (32,))
+    result = update_ratio_of({"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+                              "optimizer": lambda params: torch.optim.Adam(params, lr=1e-3)})
+    assert result.status == "pass", result.summary
+    assert 5e-4 < result.details["ratios"]["0.weight"] < 2e-3  # Adam's ~lr per element on rows of std 1
