@@ -23,17 +23,15 @@ EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
     "make_lstm_lm": {"gradient_flow": "the decoder, uniform +-0.1 (10x below the LSTM's own scale), gets 100x the "
                                       "relative gradient of the first LSTM layer at init",
                      "update_ratio": "SGD at the example's lr 20 moves the +-0.1 decoder by a third of its norm per "
-                                     "step at this tiny width (0.002 at the example's real width); the step still pays "
-                                     "off, and the example trains so, but it is a regime to watch"},
-    "make_whisper": {"input_dependence": "at init the decoder barely reads the audio (0.4% change): the 0.02-std "
-                                          "cross-attention passes little of the encoder's stream, where the sinusoidal "
-                                          "positions are large; it grows as the model trains (20x over 30 AdamW steps "
-                                          "at 8 mel bins, measured)",
-                     "gradient_flow": "the same weak path seen from the other side: the encoder's conv front end gets "
-                                      "1% of the decoder's relative gradient at init"},
+                                     "step at this tiny width (0.002 at the example's real width); 10 steps still lower "
+                                     "the batch's loss (no overshoot shown), and the example trains so, but it is a "
+                                     "regime to watch"},
+    "make_whisper": {"gradient_flow": "the decoder's 0.02-std cross-attention reads little of the audio at init, so the "
+                                      "encoder's conv front end gets 1% of the decoder's relative gradient"},
     "make_convnext": {"update_ratio": "AdamW at the recipe's peak lr 4e-3 on 0.02-std weights: the first step moves each "
-                                      "weight by about the lr, a fifth of its rms (the step still pays off); the recipe "
-                                      "warms up for 20 epochs for this reason"},
+                                      "weight by about the lr, a fifth of its rms, and after 8 warm-up steps the "
+                                      "downsampling convs still move by 0.11 of theirs; 10 steps still lower the batch's "
+                                      "loss (no overshoot shown); the recipe warms up for 20 epochs for this reason"},
 }
 CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
 
@@ -68,6 +66,14 @@ def test_case_from_hf_reads_the_task_from_the_model():
     assert healthy_hf.make_vit()["task"] == {"kind": "classification", "ignore_index": -100, "num_classes": 2}
     assert healthy_hf.make_gpt2()["task"]["kind"] == "causal_lm"
     assert "transformers" not in open(ROOT / "diagnostics" / "hf_case.py").read().split('"""', 2)[2].split("def ")[0]
+
+
+def test_whisper_reading_little_of_the_audio_at_init_is_judged_after_training_steps():
+    """At init the decoder barely reads the audio (0.4% change): the 0.02-std cross-attention passes little of the
+    encoder's stream, where the sinusoidal positions are large. It grows as the model trains, so it is no warn."""
+    import input_dependence
+    result = input_dependence.check_input_dependence(doctor.validate_case(healthy_hf.make_whisper()))
+    assert result.status in ("pass", "skip") and result.details["relative_change_at_start"] < input_dependence.WEAK, result
 
 
 def test_time_major_rows_are_told_apart_from_time():

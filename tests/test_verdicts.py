@@ -184,3 +184,133 @@ def test_update_ratio_judges_an_embedding_on_the_rows_this_batch_used():
                               "optimizer": lambda params: torch.optim.Adam(params, lr=1e-3)})
     assert result.status == "pass", result.summary
     assert 5e-4 < result.details["ratios"]["0.weight"] < 2e-3  # Adam's ~lr per element on rows of std 1
+
+
+# --- input_dependence: the targets are not inputs, the script's mode, a decoder near-constant at init -------------
+
+def input_dependence_of(case):
+    import input_dependence
+    return input_dependence.check_input_dependence(input_dependence.validate_case(case))
+
+
+class NanoGPTLike(torch.nn.Module):
+    """nanoGPT's call: `logits, loss = model(x, y)`; the targets are an argument, read by the loss only."""
+
+    def __init__(self, vocab=32, d=32):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(16, d)
+        self.mix = torch.nn.Linear(d, d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = x + torch.tril(torch.ones(idx.shape[1], idx.shape[1])).div(torch.arange(1, idx.shape[1] + 1)[:, None]) @ self.mix(x)
+        logits = self.head(x)
+        loss = None if targets is None else torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+
+def _nanogpt_like_training():
+    torch.manual_seed(0)
+    model = NanoGPTLike()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+    data = torch.randint(0, 32, (8, 17))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()  # as nanoGPT's get_batch makes them
+    _, loss = model(x, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_the_targets_argument_of_model_x_y_is_not_judged_as_an_input():
+    import capture
+    case = capture.capture_case(_nanogpt_like_training)
+    assert case["task"]["target_inputs"] == [1], case["task"]
+    result = input_dependence_of(case)
+    assert result.status == "pass" and list(result.details["per_input"]) == [], result.summary
+
+
+def test_a_model_that_truly_ignores_an_input_still_warns_beside_a_targets_argument():
+    class IgnoresMask(NanoGPTLike):
+        def forward(self, idx, mask, targets=None):
+            return super().forward(idx, targets)  # BUG: the mask is never used
+    torch.manual_seed(0)
+    data = torch.randint(0, 32, (8, 17))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    case = {"model": IgnoresMask(), "batch": ((x, torch.rand(8, 16), y), y),
+            "loss_fn": lambda out, y: out[1], "task": {"target_inputs": [2]}}
+    result = input_dependence_of(case)
+    assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
+
+
+class Discriminator(torch.nn.Module):
+    """DCGAN's discriminator at a tiny size, with its weights_init: convs N(0, 0.02), BatchNorm gains N(1, 0.02). In
+    eval mode with untouched running statistics nothing renormalises the 0.02-std convs, so the logit is tiny and the
+    sigmoid sits at 0.5 for every image; in train mode (how the script trains it) BatchNorm rescales it."""
+
+    def __init__(self, ndf=8):
+        super().__init__()
+        self.main = torch.nn.Sequential(
+            torch.nn.Conv2d(3, ndf, 4, 2, 1, bias=False), torch.nn.LeakyReLU(0.2),
+            torch.nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), torch.nn.BatchNorm2d(ndf * 2), torch.nn.LeakyReLU(0.2),
+            torch.nn.Conv2d(ndf * 2, 1, 4, 1, 0, bias=False), torch.nn.Sigmoid())
+        for module in self.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                torch.nn.init.normal_(module.weight, 1.0, 0.02)
+                torch.nn.init.zeros_(module.bias)
+
+    def forward(self, images):  # (B, 3, 16, 16) -> (B,) probability that each image is real
+        return self.main(images).view(-1)
+
+
+def _discriminator_case():
+    with healthy.seeded(0):
+        model = Discriminator()
+        images = torch.rand(16, 3, 16, 16) * 2 - 1
+    return {"model": model, "batch": (images, torch.ones(16)), "loss_fn": torch.nn.functional.binary_cross_entropy,
+            "task": {"kind": "classification"}}
+
+
+def test_a_batchnorm_model_is_judged_in_the_train_mode_it_trains_in():
+    result = input_dependence_of(_discriminator_case())
+    assert result.status == "pass" and result.details["mode"] == "train", result.summary
+    case = _discriminator_case()
+    case["model"].eval()  # a script that trains in eval mode is judged so
+    assert input_dependence_of(case).details["mode"] == "eval"
+
+
+class Decoder(torch.nn.Module):
+    """A decoder that starts near-constant: a latent read through a small-init layer under a large output bias
+    (a time series model's level, a VAE's sigmoid at 0.5): the input's part of the output is ~0.3% at init."""
+
+    def __init__(self, broken=False):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 32)
+        self.out = torch.nn.Linear(32, 16)
+        torch.nn.init.normal_(self.out.weight, std=1e-3)
+        torch.nn.init.constant_(self.out.bias, 1.0)
+        self.broken = broken
+
+    def forward(self, z):
+        if self.broken:
+            z = torch.zeros_like(z)  # BUG: the latent is overwritten: the output cannot read it
+        return self.out(torch.tanh(self.fc(z)))
+
+
+def _decoder_case(broken=False):
+    with healthy.seeded(0):
+        model = Decoder(broken)
+        z = torch.randn(32, 8)
+        targets = 1.0 + torch.tanh(z @ torch.randn(8, 16))
+    return {"model": model, "batch": (z, targets), "loss_fn": torch.nn.functional.mse_loss, "task": {"kind": "regression"},
+            "optimizer": lambda params: torch.optim.Adam(params, lr=1e-3)}
+
+
+def test_a_decoder_near_constant_at_init_is_judged_after_training_steps():
+    result = input_dependence_of(_decoder_case())
+    assert result.status != "warn", result.summary
+    assert result.details["relative_change_at_start"] < 0.01
+    broken = input_dependence_of(_decoder_case(broken=True))
+    assert broken.status == "fail" and "ignores its input" in broken.summary, broken.summary
