@@ -381,9 +381,11 @@ def mean_change(model, inputs, paths, base):
     return float((comparable(seeded_output(model, changed)) - base).abs().mean())
 
 
-def measure(model, inputs, paths, training):
-    """(output, base, change of the whole input, {input: change}) in the mode the script trains in, without gradients."""
-    model.train(training)
+def measure(model, inputs, paths, modes):
+    """(output, base, change of the whole input, {input: change}) without gradients, every module in the mode `modes`
+    gives it (the modes the script trains in)."""
+    for module, training in modes:
+        module.training = training
     with torch.no_grad():
         output = seeded_output(model, inputs)
         if output is None:
@@ -407,9 +409,10 @@ def ignores_an_input(output, base, whole, per_input):
     return whole <= floor or any(change is not None and change <= floor for change in per_input.values())
 
 
-def train_steps(case, model, steps):
-    """`steps` training steps with one optimizer from the case's factory on its batch (train mode), as the run would."""
-    model.train()
+def train_steps(case, model, steps, modes):
+    """`steps` training steps with one optimizer from the case's factory on its batch, in the modes the run trains in."""
+    for module, training in modes:
+        module.training = training
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
     inputs, targets = case["batch"]
     for step in range(steps):
@@ -431,8 +434,8 @@ def check_input_dependence(case):
         paths = leaves(inputs, case["task"].get("target_inputs", ()))
         if not paths:
             return CheckResult("input_dependence", "skip", "the inputs hold no tensor")
-        training = model.training  # a captured script's model is in the mode it trains in; a fresh one in train mode
-        output, base, whole, per_input = measure(model, inputs, paths, training)
+        modes = [(module, module.training) for module in model.modules()]  # a captured script's: the mode it trains in
+        output, base, whole, per_input = measure(model, inputs, paths, modes)
         if output is None:
             return CheckResult("input_dependence", "skip", "cannot find the prediction tensor in the model's output")
         if not bool(base.isfinite().all()):
@@ -442,24 +445,24 @@ def check_input_dependence(case):
         steps = 0
         while (whole is not None and steps < ZERO_INIT_STEPS and any(not bool(params[n].detach().any()) for n in zero_weights)
                and ignores_an_input(output, base, whole, per_input)):
-            train_steps(case, model, 1)  # zero-initialised layers hide the input at step 0 by design: look after a step
+            train_steps(case, model, 1, modes)  # zero-initialised layers hide the input at step 0 by design: look after a step
             steps += 1
-            output, base, whole, per_input = measure(model, inputs, paths, training)
+            output, base, whole, per_input = measure(model, inputs, paths, modes)
             if base is None or not bool(base.isfinite().all()):
                 return CheckResult("input_dependence", "skip", f"the output holds NaN/inf after {steps} step(s): run nan_watch first")
         weak_at_start = None
         if whole is not None and rounding_floor(output, base) < whole < WEAK * float(base.abs().mean()):
             weak_at_start = whole / float(base.abs().mean())  # near-constant at init (a decoder): judge it as trained
-            train_steps(case, model, WEAK_STEPS)
+            train_steps(case, model, WEAK_STEPS, modes)
             steps += WEAK_STEPS
-            output, base, whole, per_input = measure(model, inputs, paths, training)
+            output, base, whole, per_input = measure(model, inputs, paths, modes)
             if base is None or not bool(base.isfinite().all()):
                 return CheckResult("input_dependence", "skip", f"the output holds NaN/inf after {steps} step(s): run nan_watch first")
     scale, rounding = float(base.abs().mean()), rounding_floor(output, base)
     details = {"relative_change": None if whole is None else whole / max(scale, 1e-30), "mean_abs_change": whole,
                "mean_abs_output": scale, "rounding_floor": rounding,
                "per_input": {key: change / max(scale, 1e-30) for key, change in per_input.items() if change is not None},
-               "zero_weights": zero_weights, "steps_taken": steps, "mode": "train" if training else "eval",
+               "zero_weights": zero_weights, "steps_taken": steps, "mode": "train" if model.training else "eval",
                "relative_change_at_start": weak_at_start}
     if whole is None:
         return CheckResult("input_dependence", "skip", "every input tensor is constant: no different valid input to try", details)

@@ -642,10 +642,10 @@ def check_update_ratio(case):
         spread = (f"ratios {min(judged.values()):.2g} .. {max(judged.values()):.2g} over {len(judged)} weight matrices"
                   if judged else "")
         arms = _overshoot(case, model, trainable, peak, start) if high and not (nonfinite or rounded or unmoved) else {}
-        details["overshoot"] = {f"{multiple:g}x": {"before": _round(before), "highest": _round(peak), "after": _round(after),
-                                                   "steps": steps} for multiple, (before, peak, after, steps) in arms.items()}
+        details["overshoot"] = {f"{multiple:g}x": {"before": _round(first), "highest": _round(top), "after": _round(last),
+                                                   "steps": taken} for multiple, (first, top, last, taken) in arms.items()}
         rose = bool(arms) and _rose(*arms[1.0][:3])
-        fell = next((multiple for multiple, (before, _, after, _) in arms.items() if multiple != 1.0 and after < before), None)
+        fell = next((multiple for multiple, (first, _, last, _) in arms.items() if multiple != 1.0 and last < first), None)
         problems = []
         params = dict(trainable)
         optimizer_made = [name for name in nonfinite if bool(params[name].grad.isfinite().all())]
