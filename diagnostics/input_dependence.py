@@ -46,7 +46,7 @@ What it checks
     sigmoid at 0.5, a time series model's level) is not yet a finding about the model: the check
     trains 20 steps (the case's optimizer, on its batch; undone afterwards) and judges again.
     Above 1e-2 then: a pass; still below but grown 2x or more: a skip "inconclusive" (it is
-    being learned); not grown: the warn, "also after 20 steps of your optimizer".
+    being learned); not grown: the warn, `also after 20 steps of your optimizer`.
 
 Command
     python diagnostics/input_dependence.py                      # embedded demo (planted bug)
