@@ -24,7 +24,9 @@ What it checks
                     the lr each group was built with (a warmup's value at step 0 is not
                     what the run trains at);
       the task      causal_lm when the targets are the inputs shifted by one (or the inputs
-                    themselves, for models that shift inside), else what the loss implies.
+                    themselves, for models that shift inside), else what the loss implies;
+                    target_inputs names the model's argument that is the loss's target
+                    (nanoGPT's `model(x, y)`: position 1), which no check judges as an input.
 
     It stops the script when its first optimizer.step() begins, before the weights change (a
     closure given to step(), as Lightning and LBFGS do, runs first: it holds the forward pass).
@@ -440,7 +442,8 @@ class Capture:
             p.grad = None  # the script's own backward filled them; the checks start from a clean model (or the watch does)
         output, path = found["output"], found["path"]
         if found["loss"] is None:  # the model returns its loss
-            targets = next((found["named"][name] for name in TARGET_NAMES if torch.is_tensor(found["named"].get(name))), None)
+            target_name = next((name for name in TARGET_NAMES if torch.is_tensor(found["named"].get(name))), None)
+            targets = found["named"][target_name] if target_name else None
             loss_text = f"{_path_text(path)} (the model's own loss)"
 
             def loss_fn(out, targets, path=path):
@@ -451,6 +454,8 @@ class Capture:
             kind, ignore_index = (KINDS[inner[0]], inner[1]) if inner else (None, None)
         else:
             name, function, extra, kwargs, target, recipe, prefix, suffix, prediction, pred, shifted, ignore_index = found["loss"]
+            given = found["memo"].get(id(target))  # the loss's target tensor, when the model was given it too
+            target_name = next((key for key in TARGET_NAMES if given is not None and found["named"].get(key) is given), None)
             targets, unflatten = self._targets(target, prediction[:, :-1] if shifted else prediction, pred, found["memo"])
             if shifted:  # targets aligned with the output positions: the last one predicts nothing (ignore_index)
                 targets = torch.cat([targets, torch.full_like(targets[:, :1], ignore_index)], dim=1)
@@ -464,6 +469,9 @@ class Capture:
 
             kind = KINDS.get(name)
         task = self._task(kind, ignore_index, found["inputs"], targets, prediction)
+        target_inputs = self._target_inputs(found["inputs"], found["named"], target_name)
+        if target_inputs:
+            task["target_inputs"] = target_inputs  # model(x, y): y is the loss's target, not an input the output reads
         context = found["context"]
         self.case = {"model": model, "batch": (found["inputs"], targets), "loss_fn": loss_fn,
                      "optimizer": _optimizer_factory(optimizer, self.built_lrs), "task": task,
@@ -504,6 +512,16 @@ class Capture:
             text = f".reshape(-1{''.join(f', {n}' for n in rest)})"
             return target.reshape(*out.shape[:k], *rest), (text, lambda t: t.reshape(-1, *rest))
         return target, ("", lambda t: t)
+
+    @staticmethod
+    def _target_inputs(inputs, named, target_name):
+        """Where the model call's target argument sits in the case's inputs: [name] for a dict, [position] for a tuple."""
+        if target_name is None:
+            return []
+        if isinstance(inputs, dict):
+            return [target_name] if target_name in inputs else []
+        position = list(named).index(target_name)
+        return [position] if isinstance(inputs, tuple) and position < len(inputs) else []
 
     @staticmethod
     def _task(kind, ignore_index, inputs, targets, prediction):

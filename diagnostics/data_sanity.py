@@ -9,7 +9,8 @@ Symptom
 What it checks
     The batch only (no forward pass), every tensor in the inputs (tensor, tuple or dict) and
     the targets (an inputs entry "labels", the Hugging Face way of passing the targets to the
-    model, is checked as a target):
+    model, is checked as a target, and so is every input task["target_inputs"] names, as
+    `doctor --script` does for nanoGPT's model(x, y)):
 
       fail   NaN or inf values; an empty tensor; every sample in the batch identical (in every
              input tensor: an all-ones attention mask alone is normal); float inputs with
@@ -213,8 +214,10 @@ def check_data_sanity(case):
         param_dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), None)
         embeddings = [m for m in model.modules() if isinstance(m, (torch.nn.Embedding, torch.nn.EmbeddingBag))]
         input_tensors, target_tensors = named_tensors(inputs, "inputs"), named_tensors(targets, "targets")
-        target_tensors += [pair for pair in input_tensors if pair[0] == LABELS_INSIDE]
-        input_tensors = [pair for pair in input_tensors if pair[0] != LABELS_INSIDE]
+        marked = {LABELS_INSIDE} | {f"inputs[{key!r}]" if isinstance(key, str) else f"inputs[{key}]"
+                                    for key in task.get("target_inputs", ())}  # model(x, y): y is the loss's target
+        target_tensors += [pair for pair in input_tensors if pair[0] in marked]
+        input_tensors = [pair for pair in input_tensors if pair[0] not in marked]
         findings, wild = [], []  # (status, message)
         if not input_tensors:
             findings.append(("fail", "the inputs hold no tensor"))

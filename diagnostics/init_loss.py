@@ -30,7 +30,8 @@ What it checks
     fail   loss > 1.5x chance (outputs too large at init: logits scaled up, init too wide), or
            loss < 0.75x the best constant (the model already knows the targets: leakage, an
            off-by-one that feeds the target in as input, or pretrained weights), or a NaN loss,
-           or a negative loss (a flipped sign), or regression outputs whose shape differs from
+           or a negative loss (a flipped sign; or probability outputs fed to NLLLoss, named as
+           such when the loss is exactly -mean(p[target])), or regression outputs whose shape differs from
            the targets' (MSE broadcasts).
     warn   a loss summed instead of averaged; a classification loss_fn whose all-zero score
            is not ln C (a scale factor, extra terms); regression targets far from zero mean
@@ -122,6 +123,18 @@ def class_dim(out, targets):
     if out.ndim == targets.ndim + 1 and out.ndim >= 3 and out.shape[:1] + out.shape[2:] == targets.shape:
         return 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
     return None
+
+
+def probabilities_into_nll(out, targets, loss):
+    """True when `out` holds probability rows (non-negative, summing to 1 over the last dim) and `loss` is exactly
+    -mean(p[target]): what NLLLoss computes from probabilities given in place of log-probabilities."""
+    if not (out.is_floating_point() and out.ndim >= 2 and not targets.is_floating_point()
+            and tuple(targets.shape) == tuple(out.shape[:-1]) and bool((out >= 0).all())
+            and bool(((out.sum(-1) - 1).abs() < 1e-3).all())):
+        return False
+    kept = targets >= 0  # NLLLoss leaves out ignore_index (-100 by default)
+    picked = out.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[kept]
+    return picked.numel() > 0 and abs(float(-picked.double().mean()) - loss) <= 1e-4 * max(1.0, abs(loss))  # float noise
 
 
 def entropy(p):
@@ -232,6 +245,11 @@ def check_init_loss(case):
         details["next"] = "make the output and target shapes equal (e.g. output.squeeze(-1) or targets.unsqueeze(-1))"
         return CheckResult("init_loss", "fail", f"regression output {tuple(out.shape)} and targets {tuple(targets.shape)} differ "
                            "in shape: MSE broadcasts them and compares every output with every target", details)
+    if loss < 0 and probabilities_into_nll(out.detach(), targets, losses[-1]):
+        details["next"] = "use log_softmax before NLLLoss, or return the logits to CrossEntropyLoss"
+        return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative: the outputs are probabilities (a "
+                           "softmax) fed to NLLLoss, which expects log-probabilities, so the loss is -mean(p[target])",
+                           details)
     if loss < 0:
         details["next"] = "check the sign of the loss: the optimizer maximises a negated loss"
         return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative, which cross-entropy and MSE cannot be: "

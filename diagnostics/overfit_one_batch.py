@@ -21,6 +21,10 @@ What it checks
       plateau    it went down and stalled above the target, and still does at 10x the learning
                  rate: probabilities fed to a logits loss (double softmax), a capacity bug (a
                  width-1 bottleneck), label smoothing, targets the inputs cannot explain.
+      probabilities_into_nll
+                 the outputs are probabilities (rows summing to 1) and the loss is exactly
+                 -mean(p[target]): NLLLoss given a softmax, not a log_softmax; the loss heads
+                 to -1 instead of 0.
 
     Why the retry at 10x: the test should not fail a sound model only because your learning
     rate (Adam 3e-4 is a forgiving baseline for a long run) is slow for a 300-step sprint, and it
@@ -31,9 +35,11 @@ What it checks
     are listed in details["not_in_optimizer"].
 
     Speed: a run also stops when the loss has fallen by less than 1% of its start over the
-    last 50 steps (stalled: the verdict is already in), and the check has a budget of 8 s of CPU time
-    (half for your lr, the rest for the 10x retry); a loss still falling when the retry runs out
-    of time or steps is a warn "inconclusive", never a fail. An objective that samples noise (a
+    last 50 steps (stalled: the verdict is already in). The budget is counted in steps, never in
+    seconds, so a verdict is the same on a fast GPU and a loaded CPU: 300 at your lr, 600 at 10x.
+    A loss still falling when the retry runs out of steps, or one that fell at your lr and
+    diverged at 10x, is a skip "inconclusive" (details["failure"]): the steps ran out before the
+    experiment said anything about the model, so it is neither a pass nor a warn about it. An objective that samples noise (a
     VAE's reparameterisation, a diffusion loss drawing t and the noise: the loss differs under
     two seeds) has a floor above zero: there, a loss that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
     task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
@@ -60,11 +66,13 @@ Output
 How to read it
     pass: the batch was memorised (at your lr, or at 10x if the summary says so); the pipeline
     can learn. It does not prove the model generalises: cs231n notes that random features
-    overfit too. warn: memorised, but some trainable parameters are not in the optimizer; or
-    inconclusive (fell at your lr, diverged at 10x). fail: read details["failure"] and
+    overfit too. warn: memorised, but some trainable parameters are not in the optimizer. skip
+    "inconclusive": the step budget ran out (details["next"] is the call with more steps). fail: read details["failure"] and
     details["losses"] (the loss every 10 steps; details["retry_losses"] at 10x): flat, diverging
     and plateau point at different bugs, listed above. details["outputs_are_probabilities"] is
-    true when the outputs are non-negative rows summing to 1 (a softmax before the loss).
+    true when the outputs are non-negative rows summing to 1 (a softmax before the loss);
+    details["probabilities_into_nll"] when, on top of that, the loss is -mean(p[target]): NLLLoss
+    given probabilities instead of log-probabilities (its loss heads to -1, not 0).
 
 Next step
     PLAYBOOK.md#overfit-one-batch. Flat: print the optimizer's lr and check that it was built
@@ -80,8 +88,6 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-import time  # overfit_one_batch only (the shared imports come first): its time budget, in CPU seconds
-
 from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
@@ -92,13 +98,12 @@ TARGET = 0.05  # "near zero" = 5% of the start (or of ln C) — our assumption, 
 FLAT = 0.01  # the loss never moved by more than 1% of its start: nothing is learning — our assumption
 RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — our assumption
 STALL_WINDOW = 50  # a loss that fell by less than FLAT of its start over 50 steps has stalled — our assumption
-BUDGET = 8.0  # CPU seconds for both runs (CPU, not wall: a busy machine must not change the verdict); half for your lr, the rest for 10x — our assumption (healthy corpus cases: 1-6 s, one thread)
 SAME_LOSS = 1e-4  # two draws whose losses differ by less are one deterministic objective (float noise, not sampling) — our assumption
 NOISE_WINDOW = 10  # steps averaged when the objective samples noise: one step's loss is one draw — our assumption
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
 SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
-RETRY_STEPS = 2  # the retry may take twice the steps while it still falls (the CPU budget still bounds it): memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
+RETRY_STEPS = 2  # the retry may take twice the steps while it still falls: memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention,
                    torch.nn.RNNBase)  # LSTM/GRU/RNN(dropout=p) drop between their layers in train mode; eval changes nothing else
@@ -136,13 +141,23 @@ def _looks_like_probabilities(output):
     return bool((output >= 0).all() and torch.allclose(sums, torch.ones_like(sums), atol=1e-3))
 
 
+def _probabilities_into_nll(output, targets, loss):
+    """True when the loss is -mean(p[target]) of probability outputs: NLLLoss given softmax, not log_softmax, outputs."""
+    if not (_looks_like_probabilities(output) and torch.is_tensor(targets) and not targets.is_floating_point()
+            and tuple(targets.shape) == tuple(output.shape[:-1])):
+        return False
+    kept = targets >= 0  # NLLLoss leaves out ignore_index (-100 by default)
+    picked = output.detach().gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[kept]
+    return picked.numel() > 0 and abs(float(-picked.double().mean()) - loss) <= 1e-4 * max(1.0, abs(loss))  # float noise
+
+
 def _stalled(losses):
     """The loss fell by less than FLAT of its start over the last STALL_WINDOW steps."""
     return len(losses) > STALL_WINDOW and losses[-STALL_WINDOW - 1] - losses[-1] < FLAT * abs(losses[0])
 
 
-def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
-    """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget", "time"."""
+def _train(case, model, inputs, targets, lr_scale, steps, target):
+    """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget"."""
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
     schedule = case["task"].get("lr_schedule")  # the sprint runs at the schedule's peak, as the run does after warmup
     peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
@@ -158,8 +173,7 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
         losses.append(value)
         start = abs(losses[0])
         stop = ("target" if abs(value) <= target else "runaway" if not abs(value) < RUNAWAY * start  # NaN fails `<` too
-                else "stalled" if _stalled(losses) else "budget" if step == steps
-                else "time" if time.process_time() > deadline else None)
+                else "stalled" if _stalled(losses) else "budget" if step == steps else None)
         if stop:
             return losses, optimizer, stop
         loss.backward()
@@ -171,22 +185,30 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, deadline):
 def _classify(losses, noisy=False):
     """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau").
 
-    noisy: the objective samples noise, so single steps jump about: compare the mean of the first and of the last
-    NOISE_WINDOW steps, and call "flat" a change within twice the last window's spread."""
+    A run that stopped on a runaway (NaN/inf, or 4x its start) is diverging, noise or not. noisy: the objective samples
+    noise, so single steps jump about: compare means over NOISE_WINDOW steps; "flat" when every such mean stays within
+    twice the last window's spread of the first one, "diverging" when the last mean rose that far above the lowest."""
     start = abs(losses[0])
-    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+    if not abs(losses[-1]) < RUNAWAY * start or not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
         return "diverging"
     if noisy:
-        head, tail = losses[:NOISE_WINDOW], losses[-NOISE_WINDOW:]
-        first, last = sum(head) / len(head), sum(tail) / len(tail)
-        spread = (sum((v - last) ** 2 for v in tail) / len(tail)) ** 0.5
-        return ("flat" if abs(last - first) <= max(FLAT * start, 2 * spread) else
-                "diverging" if last > first else "plateau")
+        means = _window_means(losses)
+        tail = losses[-NOISE_WINDOW:]
+        spread = (sum((v - means[-1]) ** 2 for v in tail) / len(tail)) ** 0.5
+        band = max(FLAT * start, 2 * spread)
+        return ("flat" if all(abs(m - means[0]) <= band for m in means) else
+                "diverging" if means[-1] > min(means) + band else "plateau")
     if abs(losses[-1]) > (1 + FLAT) * start:
         return "diverging"
     if max(abs(v - losses[0]) for v in losses) <= FLAT * start:
         return "flat"
     return "plateau"
+
+
+def _window_means(losses):
+    """The mean of every NOISE_WINDOW consecutive losses (one mean when the run is shorter)."""
+    width = min(NOISE_WINDOW, len(losses))
+    return [sum(losses[i:i + width]) / width for i in range(len(losses) - width + 1)]
 
 
 def _settled_low(losses, stop):
@@ -201,17 +223,22 @@ def _every_10(losses):
     return [round(v, 4) for v in picked]
 
 
-def _trace(losses):
+def _trace(losses, noisy=False):
+    """From the first loss to the last; for an objective that samples noise, from the first window's mean to the last's
+    (one draw can sit above the start in a run whose mean fell)."""
+    if noisy and len(losses) > NOISE_WINDOW:
+        means = _window_means(losses)
+        return f"{means[0]:.4g} -> {means[-1]:.4g} in {len(losses) - 1} steps, means over {NOISE_WINDOW} steps"
     return f"{losses[0]:.4g} -> {losses[-1]:.4g} in {len(losses) - 1} steps"
 
 
 def _settled(losses, where, details, not_optimised, missing):
     return CheckResult("overfit_one_batch", "warn" if missing else "pass",
-                       f"the loss fell and settled{where} ({_trace(losses)}): the objective samples noise, so its loss "
+                       f"the loss fell and settled{where} ({_trace(losses, noisy=True)}): the objective samples noise, so its loss "
                        f"has a floor above zero{not_optimised}", details)
 
 
-def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
+def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
     """Train on the first `rows` rows of the case's batch until the loss is near zero; classify a failure."""
     case = validate_case(case)
     with preserved(case["model"]):
@@ -228,7 +255,6 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
         for module in model.modules():
             if isinstance(module, DROPOUT_MODULES):
                 module.eval()
-        deadline = time.process_time() + budget
         torch.manual_seed(0)
         output = forward(model, inputs)
         start = case["loss_fn"](output, targets)
@@ -242,7 +268,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
             reference = min(reference, float(torch.tensor(float(classes)).log()))
         details = {"rows": k, "steps_budget": steps, "start_loss": start_value, "target": TARGET * reference,
-                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples}
+                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples,
+                   "probabilities_into_nll": _probabilities_into_nll(_first_tensor(output), targets, start_value)}
         if not torch.isfinite(start):
             details.update(failure="nonfinite_at_start", next="run nan_watch (where it first appears) and labels (all ignored?)")
             return CheckResult("overfit_one_batch", "fail", f"the loss is {start_value} before any step: run nan_watch and labels",
@@ -252,8 +279,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
             return CheckResult("overfit_one_batch", "fail", "flat: the loss does not depend on any trainable parameter "
                                "(a detached graph, or every parameter frozen)", details)
         with preserved(model):
-            losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"],
-                                             time.process_time() + (deadline - time.process_time()) / 2)
+            losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"])
         trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
@@ -269,25 +295,29 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
             return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses, samples)
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
-            retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"],
-                                          deadline)
+            retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"])
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
             if abs(retry[-1]) <= details["target"]:
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
-                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}{not_optimised}",
+                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses, samples)}{not_optimised}",
                                    details)
             if samples and _settled_low(retry, retry_stop):
                 return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
-            if retry_stop in ("time", "budget") and _classify(retry, samples) == "plateau":  # out of time or steps, not stalled
-                details.update(failure="inconclusive", next=f"rerun alone with more time and steps: check_overfit_one_batch("
-                               f"case, steps={4 * steps}, budget={4 * budget:g})")
-                spent = f"{budget:g} s budget" if retry_stop == "time" else f"{RETRY_STEPS * steps} steps at {RETRY_LR:g}x"
-                return CheckResult("overfit_one_batch", "warn", f"still falling when the {spent} ran out "
-                                   f"({_trace(losses)} at your lr, {_trace(retry)} at {RETRY_LR:g}x){not_optimised}", details)
+            if retry_stop == "budget" and _classify(retry, samples) == "plateau":  # out of steps, not stalled
+                details.update(failure="inconclusive", next=f"rerun alone with more steps: check_overfit_one_batch("
+                               f"case, steps={4 * steps})")
+                return CheckResult("overfit_one_batch", "skip", f"inconclusive: still falling when the {RETRY_STEPS * steps} "
+                                   f"steps at {RETRY_LR:g}x ran out ({_trace(losses, samples)} at your lr, {_trace(retry, samples)} at "
+                                   f"{RETRY_LR:g}x){not_optimised}", details)
             if _classify(retry, samples) == "diverging":
-                details.update(failure="inconclusive", next="rerun with more steps: check_overfit_one_batch(case, steps=1000)")
-                return CheckResult("overfit_one_batch", "warn", f"the loss fell at your lr ({_trace(losses)}) but not to near "
-                                   f"zero, and diverged at {RETRY_LR:g}x: rerun with more steps{not_optimised}", details)
+                details.update(failure="inconclusive", next=f"rerun with more steps: check_overfit_one_batch(case, "
+                               f"steps={4 * steps})")
+                missed = "stalled" if stop == "stalled" else f"ran out of its {steps} steps"
+                return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
+                                   f"but {missed} above the target, and diverged at {RETRY_LR:g}x: this sprint cannot tell "
+                                   f"a slow lr from a bug{not_optimised}", details)
+        if failure == "diverging" and losses[-1] < 0 and details["probabilities_into_nll"]:
+            failure = "probabilities_into_nll"  # not a runaway: -mean(p[target]) is bounded by -1
         details["failure"] = failure
         if failure == "flat":
             hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
@@ -295,14 +325,19 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS, budget=BUDGET):
                     else "learning rate 0, or far too small for the scale of the loss (unstandardised targets?)" +
                     (", or, as the objective samples noise, a target the inputs cannot predict (a fresh draw where "
                      "the noise that was added was meant?)" if samples else ""))
-            summary = f"flat: the loss did not move ({_trace(losses)}): {hint}"
+            summary = f"flat: the loss did not move ({_trace(losses, samples)}): {hint}"
             details["next"] = "print optimizer.param_groups: check the lr and that the optimizer was built from this model's parameters"
+        elif failure == "probabilities_into_nll":
+            summary = (f"the loss heads to -1, not 0 ({_trace(losses, samples)}): the outputs are probabilities (a softmax) "
+                       f"fed to NLLLoss, which expects log-probabilities, so the loss is -mean(p[target])")
+            details["next"] = "use log_softmax before NLLLoss, or return the logits to CrossEntropyLoss"
         elif failure == "diverging" and losses[-1] < 0:
             summary = f"diverging: the loss heads to -inf ({_trace(losses)}): is its sign flipped (maximising)?"
             details["next"] = "check the sign of the loss (and of any term added to it)"
         elif failure == "diverging":
             blowup = "turns NaN/inf" if not abs(losses[-1]) < float("inf") else "grows"
-            summary = f"diverging: the loss {blowup} ({_trace(losses)}): learning rate too high, or a numerical bug"
+            summary = (f"diverging: the loss {blowup} ({_trace(losses, samples and stop != 'runaway')}): learning rate too high, "
+                       "or a numerical bug")
             details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"
         else:
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"

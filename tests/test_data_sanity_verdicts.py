@@ -67,3 +67,16 @@ def test_targets_with_other_rows_than_the_inputs_warn():
     case = {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(16, 4), torch.randint(0, 3, (10,))),
             "loss_fn": torch.nn.functional.cross_entropy}
     assert data_sanity.check_data_sanity(case).status == "warn"
+
+
+def test_targets_given_to_the_model_are_checked_as_targets_not_as_token_ids():
+    """makemore's model(x, y) with -1 (ignored) in y: y is no input of the embedding, so its -1 is no bad token id."""
+    torch.manual_seed(0)
+    x = torch.randint(0, 27, (4, 6))
+    y = torch.cat([x[:, 1:], torch.full((4, 1), -1)], dim=1)
+    model = torch.nn.Sequential(torch.nn.Embedding(27, 8), torch.nn.Linear(8, 27))
+    case = {"model": model, "batch": ((x, y), y), "loss_fn": lambda out, t: out.sum(),
+            "task": {"kind": "causal_lm", "ignore_index": -1, "target_inputs": [1]}}
+    assert data_sanity.check_data_sanity(case).status == "pass"
+    del case["task"]["target_inputs"]
+    assert data_sanity.check_data_sanity(case).status == "warn"

@@ -1,0 +1,316 @@
+"""Verdicts by experiment (issue 21): a FAIL is a harm shown on the user's model and batch, a threshold alone is at
+most a WARN, a budget that runs out is inconclusive, and verdicts count steps, not seconds.
+
+The models here are our own look-alikes of what real scripts taught us (nanoGPT's `model(x, y)`, an Adadelta MNIST
+MLP, an LBFGS time series, a DCGAN generator, a VAE decoder), never fetched code.
+"""
+import itertools
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "zoo"))
+import healthy  # noqa: E402
+import overfit_one_batch  # noqa: E402
+
+
+def overfit(case, **kwargs):
+    return overfit_one_batch.check_overfit_one_batch(overfit_one_batch.validate_case(case), **kwargs)
+
+
+# --- overfit_one_batch: a step budget ------------------------------------------------------------------------------
+
+def test_overfit_gives_the_same_verdict_on_a_machine_a_thousand_times_slower(monkeypatch):
+    """The CNN needs the 10x retry (about 370 steps in all): a time budget cut it short on a slow machine."""
+    fast = overfit(healthy.make_cnn_classifier())
+    ticks = itertools.count()
+    with monkeypatch.context() as patch:
+        for clock in ("process_time", "perf_counter", "monotonic", "time"):
+            patch.setattr(time, clock, lambda: 1000.0 * next(ticks))  # every reading 1000 s after the last
+        slow = overfit(healthy.make_cnn_classifier())
+    assert fast.status == slow.status == "pass", (fast.summary, slow.summary)
+    assert fast.details["losses"] == slow.details["losses"]
+
+
+def test_overfit_out_of_steps_is_inconclusive_not_a_warn_about_the_model():
+    result = overfit(healthy.make_cnn_classifier(), steps=5)  # still falling after 5 steps at the lr, 10 at 10x
+    assert result.status == "skip" and result.summary.startswith("inconclusive"), result.summary
+    assert result.details["failure"] == "inconclusive" and "steps=20" in result.details["next"]
+
+
+# --- messages say the cause ----------------------------------------------------------------------------------------
+
+class SoftmaxMLP(healthy.MLP):
+    def forward(self, x):
+        return super().forward(x).softmax(-1)  # BUG: probabilities into NLLLoss, which expects log-probabilities
+
+
+def _softmax_into_nll():
+    case = healthy.make_mlp_classifier()
+    with healthy.seeded(0):
+        case["model"] = SoftmaxMLP(20, 64, 5)
+    case["loss_fn"] = torch.nn.NLLLoss()
+    return case
+
+
+def test_softmax_into_nll_loss_is_named_not_called_a_flipped_sign():
+    import init_loss
+    at_init = init_loss.check_init_loss(init_loss.validate_case(_softmax_into_nll()))
+    assert at_init.status == "fail" and "NLLLoss" in at_init.summary and "sign" not in at_init.summary, at_init.summary
+    sprint = overfit(_softmax_into_nll())
+    assert sprint.status == "fail" and sprint.details["failure"] == "probabilities_into_nll", sprint.summary
+    assert "NLLLoss" in sprint.summary and "sign" not in sprint.summary and "log_softmax" in sprint.details["next"]
+
+
+def test_a_negated_loss_is_still_called_a_flipped_sign():
+    import broken_training
+    import init_loss
+    case = broken_training.make_flipped_loss_sign()
+    assert "sign" in init_loss.check_init_loss(init_loss.validate_case(case)).summary
+    result = overfit(broken_training.make_flipped_loss_sign())
+    assert result.details["failure"] == "diverging" and "sign" in result.summary
+
+
+class NoisyRegressor(healthy.MLP):
+    def forward(self, x):
+        return super().forward(x) + 0.3 * torch.randn(x.shape[0], 1)  # an objective that samples noise, as a VAE's does
+
+
+@pytest.mark.parametrize("lr", [0.5, 2.0])
+def test_a_noisy_loss_that_rose_is_never_called_flat(lr):
+    """SGD at 2.0 takes the loss from 1.3 to 163 in two steps; at 0.5 it falls to 0.3 and jumps back to 1.7."""
+    case = healthy.make_regression_mlp()
+    with healthy.seeded(0):
+        case["model"] = NoisyRegressor(8, 32, 1)
+    case["optimizer"] = lambda params: torch.optim.SGD(params, lr=lr)
+    result = overfit(case)
+    assert "flat" not in result.summary and result.details.get("failure") != "flat", result.summary
+    if lr == 2.0:
+        assert result.details["failure"] == "diverging" and "grows" in result.summary
+
+
+def test_a_noisy_loss_at_lr_0_is_still_flat():
+    case = healthy.make_regression_mlp()
+    with healthy.seeded(0):
+        case["model"] = NoisyRegressor(8, 32, 1)
+    case["optimizer"] = lambda params: torch.optim.SGD(params, lr=0.0)
+    result = overfit(case)
+    assert result.status == "fail" and result.details["failure"] == "flat", result.summary
+
+
+# --- update_ratio judges the run the script will do ----------------------------------------------------------------
+
+def update_ratio_of(case):
+    import update_ratio
+    return update_ratio.check_update_ratio(update_ratio.validate_case(case))
+
+
+def _nanogpt_recipe():
+    """nanoGPT's GPT-2 recipe at a tiny width: 12 layers (c_proj at 0.02 / sqrt(24)), AdamW 6e-4, betas (0.9, 0.95),
+    2,000 warmup steps, clipping at 1.0. Adam's first step moves c_proj by 0.15 of its norm; the run trains."""
+    import healthy_own
+    with healthy_own.seeded(20):
+        data = torch.randint(0, 64, (8, 17))
+        model = healthy_own.GPT(n_layer=12)
+    return {"model": model, "batch": (data[:, :-1].contiguous(), data[:, 1:].contiguous()), "loss_fn": healthy_own.lm_loss,
+            "optimizer": lambda params: torch.optim.AdamW(params, lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1),
+            "task": {"kind": "causal_lm", "vocab_size": 64, "ignore_index": -1, "clip_grad_norm": 1.0,
+                     "lr_schedule": lambda step: min(1.0, (step + 1) / 2000)}}
+
+
+def test_update_ratio_passes_the_nanogpt_recipe_judged_after_adams_first_step():
+    sys.path.insert(0, str(ROOT / "tests" / "corpus"))
+    result = update_ratio_of(_nanogpt_recipe())
+    assert result.status == "pass", result.summary
+    assert max(result.details["first_step_ratios"].values()) > 0.1 > max(result.details["ratios"].values())
+
+
+def _mnist_like(optimizer):
+    """pytorch/examples' MNIST recipe on an MLP: normalised sparse pixels, dropout, log_softmax into NLL."""
+    generator = torch.Generator().manual_seed(0)
+    x = ((torch.rand(64, 1, 28, 28, generator=generator) < 0.2).float() - 0.1307) / 0.3081
+    y = torch.randint(0, 10, (64,), generator=generator)
+    with healthy.seeded(0):
+        model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Dropout(0.25),
+                                    torch.nn.Linear(128, 10), torch.nn.LogSoftmax(-1))
+    return {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.nll_loss, "optimizer": optimizer,
+            "task": {"kind": "classification", "num_classes": 10}}
+
+
+def test_update_ratio_passes_adadelta_at_its_designed_lr_1():
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.Adadelta(params, lr=1.0)))
+    assert result.status == "pass" and "Adadelta" in result.summary, result.summary
+
+
+def test_update_ratio_skips_lbfgs_with_the_reason_and_other_optimizers_too():
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.LBFGS(params, lr=1.0)))
+    assert result.status == "skip" and "line search" in result.summary and "closure" in result.summary, result.summary
+    result = update_ratio_of(_mnist_like(lambda params: torch.optim.Rprop(params)))
+    assert result.status == "skip" and "Rprop" in result.summary, result.summary
+
+
+@pytest.mark.parametrize("optimizer", [lambda params: torch.optim.SGD(params, lr=50.0),
+                                       lambda params: torch.optim.Adam(params, lr=1.0)], ids=["sgd-50", "adam-1"])
+def test_update_ratio_fails_a_too_high_lr_only_with_the_rise_shown(optimizer):
+    import update_ratio
+    result = update_ratio_of(_mnist_like(optimizer))
+    assert result.status == "fail" and "overshoots" in result.summary, result.summary
+    arms = result.details["overshoot"]
+    assert update_ratio._rose(arms["1x"]["before"], arms["1x"]["highest"], arms["1x"]["after"])
+    lower = [arm for name, arm in arms.items() if name != "1x"]
+    assert lower[-1]["after"] < lower[-1]["before"]
+
+
+def test_update_ratio_high_ratio_with_no_rise_shown_is_a_warn_naming_the_experiment():
+    """The demo's MLP with SGD at lr 2 (no momentum): ratios up to 0.17, and 10 steps still lower the loss on the batch."""
+    import update_ratio
+    case = update_ratio.make_demo_case(broken=False)
+    case["optimizer"] = lambda params: torch.optim.SGD(params, lr=2.0)
+    result = update_ratio_of(case)
+    assert result.status == "warn" and "not a harm shown" in result.summary, result.summary
+    assert max(result.details["ratios"].values()) > update_ratio.HIGH_FAIL and "1x" in result.details["overshoot"]
+
+
+def test_update_ratio_judges_an_embedding_on_the_rows_this_batch_used():
+    """A 5,000-row table of which the batch uses 10: the unused rows' zero update is not a step too small."""
+    with healthy.seeded(2):
+        model = torch.nn.Sequential(torch.nn.Embedding(5000, 32), torch.nn.Flatten(), torch.nn.Linear(32 * 4, 3))
+        x, y = torch.randint(0, 10, (32, 4)), torch.randint(0, 3, (32,))
+    result = update_ratio_of({"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+                              "optimizer": lambda params: torch.optim.Adam(params, lr=1e-3)})
+    assert result.status == "pass", result.summary
+    assert 5e-4 < result.details["ratios"]["0.weight"] < 2e-3  # Adam's ~lr per element on rows of std 1
+
+
+# --- input_dependence: the targets are not inputs, the script's mode, a decoder near-constant at init -------------
+
+def input_dependence_of(case):
+    import input_dependence
+    return input_dependence.check_input_dependence(input_dependence.validate_case(case))
+
+
+class NanoGPTLike(torch.nn.Module):
+    """nanoGPT's call: `logits, loss = model(x, y)`; the targets are an argument, read by the loss only."""
+
+    def __init__(self, vocab=32, d=32):
+        super().__init__()
+        self.tok, self.pos = torch.nn.Embedding(vocab, d), torch.nn.Embedding(16, d)
+        self.mix = torch.nn.Linear(d, d)
+        self.head = torch.nn.Linear(d, vocab)
+
+    def forward(self, idx, targets=None):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        x = x + torch.tril(torch.ones(idx.shape[1], idx.shape[1])).div(torch.arange(1, idx.shape[1] + 1)[:, None]) @ self.mix(x)
+        logits = self.head(x)
+        loss = None if targets is None else torch.nn.functional.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+        return logits, loss
+
+
+def _nanogpt_like_training():
+    torch.manual_seed(0)
+    model = NanoGPTLike()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4)
+    data = torch.randint(0, 32, (8, 17))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()  # as nanoGPT's get_batch makes them
+    _, loss = model(x, y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+
+
+def test_the_targets_argument_of_model_x_y_is_not_judged_as_an_input():
+    import capture
+    case = capture.capture_case(_nanogpt_like_training)
+    assert case["task"]["target_inputs"] == [1], case["task"]
+    result = input_dependence_of(case)
+    assert result.status == "pass" and list(result.details["per_input"]) == [], result.summary
+
+
+def test_a_model_that_truly_ignores_an_input_still_warns_beside_a_targets_argument():
+    class IgnoresMask(NanoGPTLike):
+        def forward(self, idx, mask, targets=None):
+            return super().forward(idx, targets)  # BUG: the mask is never used
+    torch.manual_seed(0)
+    data = torch.randint(0, 32, (8, 17))
+    x, y = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    case = {"model": IgnoresMask(), "batch": ((x, torch.rand(8, 16), y), y),
+            "loss_fn": lambda out, y: out[1], "task": {"target_inputs": [2]}}
+    result = input_dependence_of(case)
+    assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
+
+
+class Discriminator(torch.nn.Module):
+    """DCGAN's discriminator at a tiny size, with its weights_init: convs N(0, 0.02), BatchNorm gains N(1, 0.02). In
+    eval mode with untouched running statistics nothing renormalises the 0.02-std convs, so the logit is tiny and the
+    sigmoid sits at 0.5 for every image; in train mode (how the script trains it) BatchNorm rescales it."""
+
+    def __init__(self, ndf=8):
+        super().__init__()
+        self.main = torch.nn.Sequential(
+            torch.nn.Conv2d(3, ndf, 4, 2, 1, bias=False), torch.nn.LeakyReLU(0.2),
+            torch.nn.Conv2d(ndf, ndf * 2, 4, 2, 1, bias=False), torch.nn.BatchNorm2d(ndf * 2), torch.nn.LeakyReLU(0.2),
+            torch.nn.Conv2d(ndf * 2, 1, 4, 1, 0, bias=False), torch.nn.Sigmoid())
+        for module in self.modules():
+            if isinstance(module, torch.nn.Conv2d):
+                torch.nn.init.normal_(module.weight, 0.0, 0.02)
+            elif isinstance(module, torch.nn.BatchNorm2d):
+                torch.nn.init.normal_(module.weight, 1.0, 0.02)
+                torch.nn.init.zeros_(module.bias)
+
+    def forward(self, images):  # (B, 3, 16, 16) -> (B,) probability that each image is real
+        return self.main(images).view(-1)
+
+
+def _discriminator_case():
+    with healthy.seeded(0):
+        model = Discriminator()
+        images = torch.rand(16, 3, 16, 16) * 2 - 1
+    return {"model": model, "batch": (images, torch.ones(16)), "loss_fn": torch.nn.functional.binary_cross_entropy,
+            "task": {"kind": "classification"}}
+
+
+def test_a_batchnorm_model_is_judged_in_the_train_mode_it_trains_in():
+    result = input_dependence_of(_discriminator_case())
+    assert result.status == "pass" and result.details["mode"] == "train", result.summary
+    case = _discriminator_case()
+    case["model"].eval()  # a script that trains in eval mode is judged so
+    assert input_dependence_of(case).details["mode"] == "eval"
+
+
+class Decoder(torch.nn.Module):
+    """A decoder that starts near-constant: a latent read through a small-init layer under a large output bias
+    (a time series model's level, a VAE's sigmoid at 0.5): the input's part of the output is ~0.3% at init."""
+
+    def __init__(self, broken=False):
+        super().__init__()
+        self.fc = torch.nn.Linear(8, 32)
+        self.out = torch.nn.Linear(32, 16)
+        torch.nn.init.normal_(self.out.weight, std=1e-3)
+        torch.nn.init.constant_(self.out.bias, 1.0)
+        self.broken = broken
+
+    def forward(self, z):
+        if self.broken:
+            z = torch.zeros_like(z)  # BUG: the latent is overwritten: the output cannot read it
+        return self.out(torch.tanh(self.fc(z)))
+
+
+def _decoder_case(broken=False):
+    with healthy.seeded(0):
+        model = Decoder(broken)
+        z = torch.randn(32, 8)
+        targets = 1.0 + torch.tanh(z @ torch.randn(8, 16))
+    return {"model": model, "batch": (z, targets), "loss_fn": torch.nn.functional.mse_loss, "task": {"kind": "regression"},
+            "optimizer": lambda params: torch.optim.Adam(params, lr=1e-3)}
+
+
+def test_a_decoder_near_constant_at_init_is_judged_after_training_steps():
+    result = input_dependence_of(_decoder_case())
+    assert result.status != "warn", result.summary
+    assert result.details["relative_change_at_start"] < 0.01
+    broken = input_dependence_of(_decoder_case(broken=True))
+    assert broken.status == "fail" and "ignores its input" in broken.summary, broken.summary
