@@ -64,24 +64,26 @@ Command
 Output
     $ python diagnostics/doctor.py
     doctor: embedded demo (planted bug; --healthy for its twin)
-      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64] [0.1 s]
+      PASS  data_sanity        no NaN/inf, scale or dtype surprises in inputs float32[64, 20], targets int64[64] [0.0 s]
       PASS  init_scale         3 weights at 0.56x-0.58x 1/sqrt(fan_in) [0.0 s]
       PASS  labels             64 labels in 0..9, 0% masked, majority class 6 at 17%; most-confident wrong predictions in details [0.1 s]
       PASS  registration       all 13 modules and tensors reached are registered; none is held in a plain list, dict or attribute [0.0 s]
       PASS  batchnorm          no BatchNorm layer in the model: no batch statistics to go wrong [0.0 s]
-      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init [0.0 s]
+      SKIP  training_loop      needs what your training loop did: run it under `doctor --script train.py` (a case file has no loop to look at) [0.0 s]
+      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init [0.2 s]
                                next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
                                see PLAYBOOK.md#init-loss
       PASS  label_alignment    64 of 64 positions scored; no padding scored, no real class dropped [0.1 s]
-      PASS  input_dependence   changing the input changes the output by 0.738 (relative) [0.0 s]
-      PASS  inplace            forward and backward ran; no in-place op on a tensor autograd tracks [0.1 s]
-      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000) [0.1 s]
-      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients [0.0 s]
-      PASS  update_ratio       ratios 0.0024 .. 0.0042 over 3 weight matrices, all within 0.0001 .. 0.1 (~0.001) [5.8 s]
-      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests) [0.1 s]
+      PASS  input_dependence   changing the input changes the output by 0.738 (relative) [0.1 s]
+      PASS  inplace            forward and backward ran; no in-place op on a tensor autograd tracks [0.2 s]
+      PASS  nan_watch          forward and backward finite over 7 module calls; largest activation 21 (fp16 headroom limit 10000) [0.2 s]
+      PASS  gradient_flow      all 6 trainable parameters get finite, non-zero gradients [0.2 s]
+      PASS  update_ratio       ratios 0.0024 .. 0.0042 over 3 weight matrices, all within 0.0001 .. 0.1 (~0.001) [4.0 s]
+      PASS  batch_independence row 32 of 64 influences no other row (poison and gradient tests) [0.2 s]
       SKIP  causal_dependency  applies to task kind causal_lm; this case is 'classification' [0.0 s]
-      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps [0.2 s]
-    1 fail, 0 warn, 13 pass, 1 skip. Fix the first fail first: later fails are often its consequences.
+      SKIP  target_leak        no input carries the targets: nothing the model could read its answers from [0.0 s]
+      PASS  overfit_one_batch  memorised 8 rows: loss 12.75 -> 0.1009 in 36 steps [6.2 s]
+    1 fail, 0 warn, 13 pass, 3 skip. Fix the first fail first: later fails are often its consequences.
     (exit code 1)
 
 How to read it
