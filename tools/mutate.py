@@ -18,12 +18,13 @@ lines with the ast module and makes one mutant per decision:
 Code under `if __name__ == "__main__":` is left alone. Each mutant is applied, one at a time, to a
 copy of the repository in a temporary folder (the working tree is never written; the copy gets the
 original back after each mutant, and is deleted at the end), and the tests that cover the file run
-there with -x: a failure kills the mutant. The tests that cover a file are the test files that import
+there with -x: a failure kills the mutant (a file no test covers: every mutant survives, none is run). The tests that cover a file are the test files that import
 it or run it, directly or through modules that do (import statements, and string constants naming a
 module or its .py file, as `load("monitor")` or `run_cli("spikes.py")` do); --tests replaces that
-choice. The covering tests first run once on the unmutated copy: a file whose tests fail as they are
-is reported and skipped. A mutant whose tests run past --timeout (default three times that first run,
-plus 30 s) is killed with its whole process group and counted as timed out.
+choice. The covering tests first run once on the unmutated copy: a test that already fails there would
+kill every mutant, so it is left out (and named); a file whose tests time out there is skipped. A
+mutant whose tests run past --timeout (default three times that first run, plus 30 s) is killed with
+its whole process group and counted as timed out.
 
 Prints, per file: mutants generated, killed, survived (each with file:line and the mutation) and timed
 out. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
@@ -155,6 +156,9 @@ class Finder(ast.NodeVisitor):
             new = VERDICT_DOWN[node.value]
             self.add(node, start, end, f"{quote}{new}{quote}", f"{node.value!r} -> {new!r}")
 
+    def visit_JoinedStr(self, node):  # an f-string is a message (and before Python 3.12 its inner offsets are unreliable)
+        return
+
     def visit_BoolOp(self, node):
         swap = "or" if isinstance(node.op, ast.And) else "and"
         first, last = self.span(node.values[0])[0], self.span(node.values[-1])[1]
@@ -232,12 +236,13 @@ def module_name(root, rel):
 
 
 def references(root, rel, source):
-    """Module names one file imports, or names in a string constant (`load("monitor")`, `run_cli("spikes.py")`)."""
+    """(imported, named): the module names one file imports, and the names its string constants hold
+    (`load("monitor")`, `run_cli("spikes.py")`)."""
     tree = ast.parse(source, filename=rel)
     package = module_name(root, rel).split(".")
     if not rel.endswith("__init__.py"):
         package = package[:-1]
-    names = set()
+    names, named = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -251,8 +256,8 @@ def references(root, rel, source):
             names |= {f"{stem}.{alias.name}".lstrip(".") for alias in node.names}
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
             name = node.value.rsplit("/", 1)[-1]
-            names.add(name[:-3] if name.endswith(".py") else name)
-    return names
+            named.add(name[:-3] if name.endswith(".py") else name)
+    return names, named
 
 
 def covering_tests(root, files, target):
@@ -265,13 +270,15 @@ def covering_tests(root, files, target):
     users = {}  # file -> the files that reference it
     for rel in files:
         try:
-            found = references(root, rel, (root / rel).read_bytes())
+            imported, named = references(root, rel, (root / rel).read_bytes())
         except (SyntaxError, ValueError, OSError):
             continue
-        for name in found:
-            for used in names.get(name, ()):
-                if used != rel:
-                    users.setdefault(used, set()).add(rel)
+        found = [used for name in imported for used in names.get(name, ())]
+        # a string naming a package is more often a folder ("tools", "ml_debug") than a module loaded by name
+        found += [used for name in named for used in names.get(name, ()) if not used.endswith("__init__.py")]
+        for used in found:
+            if used != rel:
+                users.setdefault(used, set()).add(rel)
     depth, layer, level = {target: 0}, [target], 0
     while layer:
         level += 1
@@ -317,7 +324,7 @@ def run_tests(copy, tests, timeout, left_out=(), every=False):
     command += [f"--deselect={test}" for test in left_out]
     start = time.monotonic()
     proc = subprocess.Popen(command, cwd=copy, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, start_new_session=True, text=True, errors="replace")
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -328,8 +335,9 @@ def run_tests(copy, tests, timeout, left_out=(), every=False):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
-    if proc.returncode == 5:
-        raise UsageError(f"pytest collected no test from {' '.join(tests)}")
+    if proc.returncode in (4, 5):  # pytest's usage error, or no test collected: the test arguments are wrong
+        said = next((line for line in output.splitlines() if line.startswith("ERROR:")), "it collected no test")
+        raise UsageError(f"pytest on {' '.join(tests)}: {said}")
     failed = [line.split(" ", 1)[1].split(" - ", 1)[0] for line in output.splitlines()
               if line.startswith(("FAILED ", "ERROR "))]
     return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - start, failed
@@ -392,6 +400,8 @@ def check_output(path, force):
     """Refuse an output path that is a folder, an input, or a file this tool did not write (unless force)."""
     if path.is_dir():
         raise UsageError(f"--json {path} is a folder: name a file")
+    if not path.parent.is_dir():
+        raise UsageError(f"--json {path}: the folder {path.parent} does not exist")
     if not path.exists() or force:
         return
     try:
