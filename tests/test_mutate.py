@@ -86,10 +86,12 @@ def test_list_takes_the_files_changed_since_the_base_and_runs_nothing(repo):
     proc = mutate(repo, "--list")
     assert proc.returncode == 2 and "no Python file" in proc.stderr  # other.py is outside diagnostics/, ml_debug/, tools/
     (repo / "tools").mkdir()
-    (repo / "tools" / "new.py").write_text("def f(x):\n    return not x\n")
+    (repo / "tools" / "new.py").write_text("def f(x):\n    return 1 if not x else 2\n")
     proc = mutate(repo, "--list", "--tests", "tests/test_calc.py")
     assert proc.returncode == 0
-    assert proc.stdout.splitlines() == ["tools/new.py: 1 mutants; tests: tests/test_calc.py", "  tools/new.py:2: drop `not`"]
+    assert proc.stdout.splitlines() == ["tools/new.py: 2 mutants; tests: tests/test_calc.py",
+                                        "  tools/new.py:2: swap the branches of `... if ... else ...`",
+                                        "  tools/new.py:2: drop `not`"]
 
 
 def test_help_exits_0(repo):

@@ -13,7 +13,7 @@ lines with the ast module and makes one mutant per decision:
   int by 1, a float by 10% (0.0 becomes 0.1);
 - a verdict string swapped down ("fail" to "warn", "warn" to "pass", "skip" to "pass");
 - the return or raise that ends an if-branch removed (an early return, a refusal);
-- `and` and `or` swapped; a `not` dropped.
+- `and` and `or` swapped; a `not` dropped; the two branches of `x if test else y` swapped.
 
 Code under `if __name__ == "__main__":` is left alone. Each mutant is applied, one at a time, to a
 copy of the repository in a temporary folder (the working tree is never written; the copy gets the
@@ -170,6 +170,12 @@ class Finder(ast.NodeVisitor):
             at = hi
         pieces.append(self.source[at:last].decode())
         self.add(node, first, last, "".join(pieces), f"`{'and' if swap == 'or' else 'or'}` -> `{swap}`")
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node):
+        start, end = self.span(node)
+        body, test, orelse = (self.source[slice(*self.span(part))].decode() for part in (node.body, node.test, node.orelse))
+        self.add(node, start, end, f"(({orelse}) if ({test}) else ({body}))", "swap the branches of `... if ... else ...`")
         self.generic_visit(node)
 
     def visit_UnaryOp(self, node):
