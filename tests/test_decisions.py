@@ -161,6 +161,16 @@ def test_install_skill_keeps_a_symlinked_folder_the_user_added_to_an_install(tmp
     assert (skills / "ml-debug" / "notes").is_symlink()
 
 
+def test_install_skill_takes_a_manifest_of_another_kind_for_no_manifest(tmp_path, source, capsys):
+    target = tmp_path / "skills" / "ml-debug"
+    target.mkdir(parents=True)
+    (target / install_skill.MANIFEST).write_text('{"kind": "another tool", "files": {}}\n')
+    (target / "SKILL.md").write_text("my own skill\n")
+    assert install_skill.main([str(tmp_path / "skills")], source=source) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert (target / "SKILL.md").read_text() == "my own skill\n"
+
+
 # --- spikes --------------------------------------------------------------------------------------------
 
 
