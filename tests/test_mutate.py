@@ -125,10 +125,12 @@ def test_force_replaces_a_json_file_and_a_later_run_replaces_its_own(repo):
     out = repo / "notes.json"
     out.write_text('{"mine": true}\n')
     assert mutate(repo, "calc.py", "--json", out, "--max", "1", "--force").returncode == 1  # its one mutant survives
-    assert json.loads(out.read_text())["files"][0]["survived"] == ["calc.py:2: 10 -> 11"]
+    (result,) = json.loads(out.read_text())["files"]
+    assert (result["generated"], result["run"], result["survived"]) == (4, 1, ["calc.py:2: 10 -> 11"])
     assert mutate(repo, "calc.py", "--json", out, "--max", "1").returncode == 1
 
 
 def test_max_spreads_the_mutants_over_the_file(repo):
     proc = mutate(repo, "calc.py", "--list", "--max", "2")
-    assert proc.stdout.splitlines()[1:] == ["  calc.py:2: 10 -> 11", "  calc.py:7: drop the `return` that ends this if-branch"]
+    assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:2: 10 -> 11",
+                                        "  calc.py:7: drop the `return` that ends this if-branch"]

@@ -364,9 +364,10 @@ def make_copy(root, files, into):
     return copy
 
 
-def mutate_file(copy, rel, mutants, tests, timeout, out):
+def mutate_file(copy, rel, generated, mutants, tests, timeout, out):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result."""
-    result = {"file": rel, "tests": tests, "generated": len(mutants), "killed": [], "survived": [], "timed_out": []}
+    result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
+              "timed_out": []}
     if not tests:
         result["note"] = "no test file covers it"
         result["survived"] = [m.label() for m in mutants]
@@ -395,7 +396,8 @@ def mutate_file(copy, rel, mutants, tests, timeout, out):
 
 
 def summary_lines(result):
-    lines = [f"{result['file']}: generated {result['generated']}, killed {len(result['killed'])}, "
+    sampled = f" (ran {result['run']}, --max)" if result["run"] < result["generated"] else ""
+    lines = [f"{result['file']}: generated {result['generated']}{sampled}, killed {len(result['killed'])}, "
              f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}"
              + (f" ({result['note']})" if "note" in result else "")]
     lines += [f"  survived {label}" for label in result["survived"]]
@@ -461,11 +463,12 @@ def main(argv=None):
         everything = repository_files(root)
         plan = []
         for rel in files:
-            mutants = spread(find_mutants(root, rel), args.max)
-            plan.append((rel, mutants, args.tests or covering_tests(root, everything, rel)))
+            found = find_mutants(root, rel)
+            plan.append((rel, len(found), spread(found, args.max), args.tests or covering_tests(root, everything, rel)))
         if args.list:
-            for rel, mutants, tests in plan:
-                print(f"{rel}: {len(mutants)} mutants; tests: {' '.join(tests) or 'none'}")
+            for rel, generated, mutants, tests in plan:
+                shown = f"{len(mutants)} of {generated}" if len(mutants) < generated else f"{generated}"
+                print(f"{rel}: {shown} mutants; tests: {' '.join(tests) or 'none'}")
                 for mutant in mutants:
                     print(f"  {mutant.label()}")
             return 0
@@ -473,9 +476,9 @@ def main(argv=None):
         settings = {"base": None if args.files else args.base, "max": args.max, "timeout": args.timeout}
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
-            for rel, mutants, tests in plan:
-                print(f"{rel}: {len(mutants)} mutants, tests: {' '.join(tests) or 'none'}", flush=True)
-                results.append(mutate_file(copy, rel, mutants, tests, args.timeout, sys.stdout))
+            for rel, generated, mutants, tests in plan:
+                print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
+                results.append(mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout))
                 if args.json is not None:
                     write_json(args.json, results, settings)
         for result in results:
