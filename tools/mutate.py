@@ -15,25 +15,31 @@ lines with the ast module and makes one mutant per decision:
 - the return or raise that ends an if-branch removed (an early return, a refusal);
 - `and` and `or` swapped; a `not` dropped; the two branches of `x if test else y` swapped.
 
-Code under `if __name__ == "__main__":` is left alone. Each mutant is applied, one at a time, to a
-copy of the repository in a temporary folder (the working tree is never written; the copy gets the
-original back after each mutant, and is deleted at the end), and the tests that cover the file run
-there with -x: a failure kills the mutant (a file no test covers: every mutant survives, none is run). The tests that cover a file are the test files that import
-it or run it, directly or through modules that do (import statements, and string constants naming a
-module or its .py file, as `load("monitor")` or `run_cli("spikes.py")` do); --tests replaces that
-choice. The covering tests first run once on the unmutated copy: a test that already fails there would
-kill every mutant, so it is left out (and named); a file whose tests time out there is skipped. A
-mutant whose tests run past --timeout (default three times that first run, plus 30 s) is killed with
-its whole process group and counted as timed out.
+Only functions and classes are mutated, and the UPPER_CASE constants of the module: the rest of the
+module level (imports, a Ctrl-C while torch loads, `if __name__ == "__main__":`) is left alone.
+
+Each mutant is applied, one at a time, to a copy of the repository in a temporary folder (the working
+tree is never written; the copy gets the original back after each mutant, and is deleted at the end),
+and the tests that cover the file run there with -x: a failure kills the mutant. The tests that cover
+a file are the test files that import it or run it, directly or through modules that do (import
+statements, and string constants naming a module or its .py file, as `load("monitor")` or
+`run_cli("spikes.py")` do); --tests replaces that choice. A file no test covers: every mutant
+survives, none is run. The covering tests first run once on the unmutated copy: a test that already
+fails there would kill every mutant, so it is left out (and named); a file whose tests time out there
+is skipped. A mutant whose tests run past --timeout (default three times that first run, plus 30 s)
+is killed with its whole process group and counted as timed out.
 
 Prints, per file: mutants generated, killed, survived (each with file:line and the mutation) and timed
 out. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
 writes the results (never over a file this tool did not write, unless --force). Exit 0 when no mutant
 survived, 1 when one did, 2 on bad usage (one line on stderr), 130 on Ctrl-C.
 
-Why not mutmut or cosmic-ray: both mutate every operator and literal of whole files (docstrings and
-messages included), neither picks tests per file or mutates only the files of a change, and
-cosmic-ray mutates the working tree in place. This is a reviewer's habit, not CI: see
+Why not mutmut or cosmic-ray (both are on PyPI; we read how they work): mutmut 3 chooses its tests per
+function, but mutates every operator and string of the files it is given and runs the tests on its own
+rewritten copy of the sources (the tests that read our sources, the docstring outputs and the pack
+checker, would see code that is not ours); cosmic-ray writes each mutant into the working tree and
+restores it afterwards, and runs one test command for every mutant. Neither starts from the files a
+change touched or keeps to decision lines. This is a reviewer's habit, not CI: see
 CONTRIBUTING.md, "Tests".
 """
 import argparse
@@ -100,9 +106,6 @@ class Finder(ast.NodeVisitor):
         self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what))
 
     def visit_If(self, node):
-        test = node.test
-        if isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__":
-            return  # the command-line entry point: run by hand, not by the tests that import the module
         self.drop_last(node.body, (ast.Return, ast.Raise), "if-branch")
         self.generic_visit(node)
 
@@ -142,12 +145,15 @@ class Finder(ast.NodeVisitor):
         self.add(number, start, end, repr(nudged), f"{value!r} -> {nudged!r}")
 
     def visit_Module(self, node):
+        """The module's functions and classes; of the rest (imports, `if __name__ == "__main__":`, code that runs at
+        import), only the UPPER_CASE constants."""
         for statement in node.body:
-            if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.visit(statement)
+            elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
                 targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
                 if all(isinstance(t, ast.Name) and t.id.isupper() for t in targets) and statement.value is not None:
                     self.threshold(statement.value)
-        self.generic_visit(node)
 
     def visit_Constant(self, node):
         if isinstance(node.value, str) and node.value in VERDICT_DOWN and id(node) not in self.docstrings:
