@@ -2,7 +2,6 @@
 small edit to the code once changed without any other test noticing. Each asserts the decision itself (status,
 module, phase, step, type, exit code, the file kept), on inputs small enough to take well under a second."""
 import math
-import os
 
 import pytest
 import torch
@@ -23,8 +22,7 @@ import spikes
 import sweeps
 from nan_watch import NanWatch
 from spikelog.read.columns import Columns
-
-SKILL = "---\nname: ml-debug\ndescription: Use when a training run misbehaves.\n---\n# ml-debug\n\nSee `diagnostics/tool.py`.\n"
+from test_hostile_install import source  # noqa: F401  (the fixture: a tiny pack to install from)
 
 
 # --- nan_watch -------------------------------------------------------------------------------------
@@ -132,15 +130,6 @@ def test_registration_warns_on_a_plain_tensor_attribute_used_in_forward():
 
 
 # --- install_skill -----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def source(tmp_path):
-    root = tmp_path / "src"
-    (root / "diagnostics").mkdir(parents=True)
-    (root / "diagnostics" / "tool.py").write_text('"""A tool."""\n')
-    (root / "SKILL.md").write_text(SKILL)
-    return root
 
 
 def test_install_skill_refuses_a_dest_that_is_a_symlink_into_the_source_tree(tmp_path, source, capsys):
