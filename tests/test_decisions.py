@@ -100,6 +100,27 @@ def test_the_hf_probe_divides_by_the_accumulation_steps_only_when_the_model_aver
     assert session.added == [(pytest.approx(3.918 / 2), 10), (pytest.approx(3.918), 10)]
 
 
+def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_once_on_no_loss(caplog):
+    pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import _Probe
+
+    model, session = LossModel(), Losses()
+    probe = _Probe(model, session, accumulation=1)
+    with torch.no_grad():
+        model(input_ids=None)  # an evaluation inside the training loop, under no_grad
+    model.eval()
+    model(input_ids=None)  # and one in eval mode
+    probe.remove()
+    assert session.added == []
+    silent, session = torch.nn.Linear(2, 2), Losses()  # a model whose output holds no loss
+    probe = _Probe(silent, session, accumulation=1)
+    with caplog.at_level("WARNING", logger="ml_debug"):
+        silent(torch.zeros(1, 2))
+        silent(torch.zeros(1, 2))
+    probe.remove()
+    assert session.added == [] and len(caplog.records) == 1
+
+
 # --- label_alignment, registration ------------------------------------------------------------------
 
 
