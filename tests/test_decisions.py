@@ -121,6 +121,31 @@ def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_on
     assert session.added == [] and len(caplog.records) == 1
 
 
+@pytest.mark.parametrize("global_step, kept", [(0, False), (1, True)])
+def test_the_hf_callback_appends_to_its_log_on_a_resume_only(tmp_path, global_step, kept):
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from ml_debug.integrations.hf import LOG_NAME, MLDebugCallback
+
+    log = tmp_path / LOG_NAME
+    log.write_text('{"step": 1, "loss": 2.0}\n')
+    model = LossModel()
+    callback = MLDebugCallback()
+    begin = lambda: callback.on_train_begin(  # noqa: E731
+        SimpleNamespace(output_dir=str(tmp_path), gradient_accumulation_steps=1), SimpleNamespace(global_step=global_step),
+        None, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    if kept:
+        begin()
+        assert model._forward_hooks  # the probe and NanWatch watch the model while it trains...
+        callback.on_train_end(None, None, None)
+        assert not model._forward_hooks  # ...and let go of it at the end
+    else:
+        with pytest.raises(FileExistsError):  # a new run never writes over a log that is there
+            begin()
+    assert log.read_text() == '{"step": 1, "loss": 2.0}\n'
+
+
 # --- label_alignment, registration ------------------------------------------------------------------
 
 
