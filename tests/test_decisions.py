@@ -1,6 +1,8 @@
 """Decisions pinned one by one (issue 27): each test holds one verdict, threshold or refusal that a plausible
 small edit to the code once changed without any other test noticing. Each asserts the decision itself (status,
 module, phase, step, type, exit code, the file kept), on inputs small enough to take well under a second."""
+import hashlib
+import json
 import math
 
 import pytest
@@ -196,14 +198,34 @@ def test_install_skill_keeps_a_symlinked_folder_the_user_added_to_an_install(tmp
     assert (skills / "ml-debug" / "notes").is_symlink()
 
 
-def test_install_skill_takes_a_manifest_of_another_kind_for_no_manifest(tmp_path, source, capsys):
+MINE = "my own skill\n"
+MINE_SHA = hashlib.sha256(MINE.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("manifest", [
+    {"kind": "another tool", "files": {"SKILL.md": MINE_SHA}},  # it lists the user's file as it is: not ours all the same
+    {"kind": install_skill.MANIFEST_KIND, "files": ["SKILL.md"]},  # ours in name, but not a {path: sha256} table
+])
+def test_install_skill_takes_a_manifest_it_did_not_write_for_no_manifest(tmp_path, source, capsys, manifest):
     target = tmp_path / "skills" / "ml-debug"
     target.mkdir(parents=True)
-    (target / install_skill.MANIFEST).write_text('{"kind": "another tool", "files": {}}\n')
-    (target / "SKILL.md").write_text("my own skill\n")
+    (target / install_skill.MANIFEST).write_text(json.dumps(manifest))
+    (target / "SKILL.md").write_text(MINE)
     assert install_skill.main([str(tmp_path / "skills")], source=source) == 2
     assert "Traceback" not in capsys.readouterr().err
-    assert (target / "SKILL.md").read_text() == "my own skill\n"
+    assert (target / "SKILL.md").read_text() == MINE
+
+
+def test_install_skill_copies_sources_and_subfolders_not_caches(tmp_path, source):
+    (source / "diagnostics" / "__pycache__").mkdir()
+    (source / "diagnostics" / "__pycache__" / "tool.cpython-311.pyc").write_bytes(b"\0")
+    (source / "diagnostics" / "__pycache__" / "cache.txt").write_text("a cache folder is left behind whole\n")
+    (source / "diagnostics" / "old.pyc").write_bytes(b"\0")
+    (source / "diagnostics" / "sub").mkdir()
+    (source / "diagnostics" / "sub" / "part.py").write_text('"""A part of a tool."""\n')
+    target = install_skill.install(tmp_path / "skills", source=source)
+    installed = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
+    assert installed == sorted([install_skill.MANIFEST, "SKILL.md", "diagnostics/tool.py", "diagnostics/sub/part.py"])
 
 
 # --- spikes --------------------------------------------------------------------------------------------
