@@ -4,6 +4,7 @@ module, phase, step, type, exit code, the file kept), on inputs small enough to 
 import hashlib
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -226,6 +227,23 @@ def test_install_skill_copies_sources_and_subfolders_not_caches(tmp_path, source
     target = install_skill.install(tmp_path / "skills", source=source)
     installed = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
     assert installed == sorted([install_skill.MANIFEST, "SKILL.md", "diagnostics/tool.py", "diagnostics/sub/part.py"])
+
+
+def test_install_skill_puts_the_earlier_install_back_when_the_last_rename_fails(tmp_path, source, monkeypatch, capsys):
+    skills = tmp_path / "skills"
+    assert install_skill.main([str(skills)], source=source) == 0
+    before = {p.relative_to(skills).as_posix(): p.read_bytes() for p in skills.rglob("*") if p.is_file()}
+    rename = os.rename
+
+    def full_disk_at_the_last_rename(old, new):
+        if os.path.basename(old).startswith(".ml-debug-staging-"):
+            raise OSError(28, "No space left on device")
+        rename(old, new)
+
+    monkeypatch.setattr(os, "rename", full_disk_at_the_last_rename)
+    (source / "SKILL.md").write_text((source / "SKILL.md").read_text() + "A newer version.\n")
+    assert install_skill.main([str(skills)], source=source) == 2
+    assert {p.relative_to(skills).as_posix(): p.read_bytes() for p in skills.rglob("*") if p.is_file()} == before
 
 
 # --- spikes --------------------------------------------------------------------------------------------
