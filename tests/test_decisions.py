@@ -1,0 +1,372 @@
+"""Decisions pinned one by one (issue 27): each test holds one verdict, threshold or refusal that a plausible
+small edit to the code once changed without any other test noticing. Each asserts the decision itself (status,
+module, phase, step, type, exit code, the file kept), on inputs small enough to take well under a second."""
+import hashlib
+import json
+import math
+import os
+
+import pytest
+import torch
+
+import bad_samples
+import capture
+import dist_check
+import install_skill
+import label_alignment
+import lint
+import loss_surface
+import nan_watch
+import pinn_check
+import registration
+import rl_probes
+import spike_lab
+import spikes
+import sweeps
+from nan_watch import NanWatch
+from spikelog.read.columns import Columns
+from test_hostile_install import source  # noqa: F401  (the fixture: a tiny pack to install from)
+
+
+# --- nan_watch -------------------------------------------------------------------------------------
+
+
+class LogInside(torch.nn.Module):
+    """A container whose own forward takes a log between its two children: the NaN is made outside any child."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.second(torch.log(self.first(x)))  # BUG: log of a negative value
+
+
+def test_nanwatch_names_the_container_whose_functional_op_made_the_nan_not_the_child_that_met_it():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(LogInside())
+    watch = NanWatch(model)
+    model(torch.randn(8, 4)).sum().backward()
+    report = watch.check(5)
+    watch.remove()
+    assert (report["step"], report["module"], report["class"], report["phase"], report["source"]) == \
+        (5, "0", "LogInside", "forward", "module")
+
+
+def test_check_nan_watch_does_not_blame_a_linear_for_a_nan_gradient_the_loss_made():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    x = torch.randn(6, 4)
+    y = model(x).detach()
+    y[3:] += 1  # three rows where the prediction equals the target: the distance's sqrt has an infinite slope at 0
+
+    def distance(out, target):
+        return ((out - target) ** 2).sum(-1).sqrt().mean()
+
+    result = nan_watch.check_nan_watch({"model": model, "batch": (x, y), "loss_fn": distance, "task": {"kind": "regression"}})
+    assert result.status == "fail"
+    assert result.details["origin"] == {"module": "2", "class": "Linear", "phase": "backward"}
+    last = result.details["frames"][-1]
+    assert (last["module"], last["phase"], last["finite"], last["origin"]) == ("2", "backward", False, False)
+
+
+# --- the Hugging Face callback -----------------------------------------------------------------------
+
+
+class LossModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor(3.918))
+
+    def forward(self, input_ids=None, num_items_in_batch=None):
+        return {"loss": self.weight * 1.0}
+
+
+class Losses:
+    def __init__(self):
+        self.added = []
+
+    def add_loss(self, loss, tokens=None):
+        self.added.append((float(loss.detach()), tokens))
+
+
+def test_the_hf_probe_divides_by_the_accumulation_steps_only_when_the_model_averaged_one_micro_batch():
+    pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import _Probe
+
+    model, session = LossModel(), Losses()
+    probe = _Probe(model, session, accumulation=2)
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    model(input_ids=ids)  # the loss of one micro-batch: half of the step's loss
+    model(input_ids=ids, num_items_in_batch=20)  # already divided by the tokens of the whole step: a part of it
+    probe.remove()
+    assert session.added == [(pytest.approx(3.918 / 2), 10), (pytest.approx(3.918), 10)]
+
+
+def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_once_on_no_loss(caplog):
+    pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import _Probe
+
+    model, session = LossModel(), Losses()
+    probe = _Probe(model, session, accumulation=1)
+    with torch.no_grad():
+        model(input_ids=None)  # an evaluation inside the training loop, under no_grad
+    model.eval()
+    model(input_ids=None)  # and one in eval mode
+    probe.remove()
+    assert session.added == []
+    silent, session = torch.nn.Linear(2, 2), Losses()  # a model whose output holds no loss
+    probe = _Probe(silent, session, accumulation=1)
+    with caplog.at_level("WARNING", logger="ml_debug"):
+        silent(torch.zeros(1, 2))
+        silent(torch.zeros(1, 2))
+    probe.remove()
+    assert session.added == [] and len(caplog.records) == 1
+
+
+@pytest.mark.parametrize("global_step, kept", [(0, False), (1, True)])
+def test_the_hf_callback_appends_to_its_log_on_a_resume_only(tmp_path, global_step, kept):
+    pytest.importorskip("transformers")
+    from types import SimpleNamespace
+
+    from ml_debug.integrations.hf import LOG_NAME, MLDebugCallback
+
+    log = tmp_path / LOG_NAME
+    log.write_text('{"step": 1, "loss": 2.0}\n')
+    model = LossModel()
+    callback = MLDebugCallback()
+    begin = lambda: callback.on_train_begin(  # noqa: E731
+        SimpleNamespace(output_dir=str(tmp_path), gradient_accumulation_steps=1), SimpleNamespace(global_step=global_step),
+        None, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+    if kept:
+        begin()
+        assert model._forward_hooks  # the probe and NanWatch watch the model while it trains...
+        callback.on_train_end(None, None, None)
+        assert not model._forward_hooks  # ...and let go of it at the end
+    else:
+        with pytest.raises(FileExistsError):  # a new run never writes over a log that is there
+            begin()
+    assert log.read_text() == '{"step": 1, "loss": 2.0}\n'
+
+
+# --- label_alignment, registration ------------------------------------------------------------------
+
+
+def test_label_alignment_fails_labels_shifted_the_wrong_way():
+    case = label_alignment.make_demo_case(broken=False)
+    inputs, _ = case["batch"]
+    targets = inputs.clone()
+    targets[:, 1:] = inputs[:, :-1]  # BUG: position t scored against token t - 1
+    case["batch"] = (inputs, targets)
+    result = label_alignment.check_label_alignment(case)
+    assert (result.status, result.details["input_offset"]) == ("fail", -1)
+
+
+class ScaledMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.scale = torch.full((2,), 0.5)  # a plain tensor attribute: not a buffer, and not trainable
+
+    def forward(self, x):
+        return self.linear(x) * self.scale
+
+
+def test_registration_warns_on_a_plain_tensor_attribute_used_in_forward():
+    result = registration.check_registration({"model": ScaledMLP(), "batch": (torch.randn(3, 4), torch.tensor([0, 1, 0])),
+                                              "loss_fn": torch.nn.functional.cross_entropy})
+    assert (result.status, result.details["unregistered_used"]) == ("warn", ["scale"])
+
+
+# --- install_skill -----------------------------------------------------------------------------------
+
+
+def test_install_skill_refuses_a_dest_that_is_a_symlink_into_the_source_tree(tmp_path, source, capsys):
+    (source / "build").mkdir()
+    link = tmp_path / "skills"
+    link.symlink_to(source / "build")
+    assert install_skill.main([str(link)], source=source) == 2
+    assert list((source / "build").iterdir()) == []
+
+
+def test_install_skill_keeps_a_symlinked_folder_the_user_added_to_an_install(tmp_path, source, capsys):
+    skills = tmp_path / "skills"
+    assert install_skill.main([str(skills)], source=source) == 0
+    mine = tmp_path / "my-notes"
+    mine.mkdir()
+    (skills / "ml-debug" / "notes").symlink_to(mine)
+    assert install_skill.main([str(skills)], source=source) == 2
+    assert (skills / "ml-debug" / "notes").is_symlink()
+
+
+MINE = "my own skill\n"
+MINE_SHA = hashlib.sha256(MINE.encode()).hexdigest()
+
+
+@pytest.mark.parametrize("manifest", [
+    {"kind": "another tool", "files": {"SKILL.md": MINE_SHA}},  # it lists the user's file as it is: not ours all the same
+    {"kind": install_skill.MANIFEST_KIND, "files": ["SKILL.md"]},  # ours in name, but not a {path: sha256} table
+])
+def test_install_skill_takes_a_manifest_it_did_not_write_for_no_manifest(tmp_path, source, capsys, manifest):
+    target = tmp_path / "skills" / "ml-debug"
+    target.mkdir(parents=True)
+    (target / install_skill.MANIFEST).write_text(json.dumps(manifest))
+    (target / "SKILL.md").write_text(MINE)
+    assert install_skill.main([str(tmp_path / "skills")], source=source) == 2
+    assert "Traceback" not in capsys.readouterr().err
+    assert (target / "SKILL.md").read_text() == MINE
+
+
+def test_install_skill_copies_sources_and_subfolders_not_caches(tmp_path, source):
+    (source / "diagnostics" / "__pycache__").mkdir()
+    (source / "diagnostics" / "__pycache__" / "tool.cpython-311.pyc").write_bytes(b"\0")
+    (source / "diagnostics" / "__pycache__" / "cache.txt").write_text("a cache folder is left behind whole\n")
+    (source / "diagnostics" / "old.pyc").write_bytes(b"\0")
+    (source / "diagnostics" / "sub").mkdir()
+    (source / "diagnostics" / "sub" / "part.py").write_text('"""A part of a tool."""\n')
+    target = install_skill.install(tmp_path / "skills", source=source)
+    installed = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
+    assert installed == sorted([install_skill.MANIFEST, "SKILL.md", "diagnostics/tool.py", "diagnostics/sub/part.py"])
+
+
+def test_install_skill_puts_the_earlier_install_back_when_the_last_rename_fails(tmp_path, source, monkeypatch, capsys):
+    skills = tmp_path / "skills"
+    assert install_skill.main([str(skills)], source=source) == 0
+    before = {p.relative_to(skills).as_posix(): p.read_bytes() for p in skills.rglob("*") if p.is_file()}
+    rename = os.rename
+
+    def full_disk_at_the_last_rename(old, new):
+        if os.path.basename(old).startswith(".ml-debug-staging-"):
+            raise OSError(28, "No space left on device")
+        rename(old, new)
+
+    monkeypatch.setattr(os, "rename", full_disk_at_the_last_rename)
+    (source / "SKILL.md").write_text((source / "SKILL.md").read_text() + "A newer version.\n")
+    assert install_skill.main([str(skills)], source=source) == 2
+    assert {p.relative_to(skills).as_posix(): p.read_bytes() for p in skills.rglob("*") if p.is_file()} == before
+
+
+# --- spikes --------------------------------------------------------------------------------------------
+
+
+def analyze(tmp_path, losses):
+    path = tmp_path / "run.csv"
+    path.write_text("step,loss\n" + "".join(f"{s},{v:.5f}\n" for s, v in enumerate(losses)))
+    return spikes.analyze(path)
+
+
+def quiet(s):
+    return 3.0 + 0.01 * math.sin(s * 1.7)
+
+
+@pytest.mark.parametrize("back, kind", [(20, "fast_recovery"), (21, "slow_recovery")])
+def test_a_recovery_within_20_steps_of_the_peak_is_fast(tmp_path, back, kind):
+    losses = [6.0 if s == 300 else 4.0 if 300 < s < 300 + back else quiet(s) for s in range(700)]
+    report = analyze(tmp_path, losses)
+    assert [(s.step, s.type, s.recovery_steps) for s in report.spikes] == [(300, kind, back)]
+
+
+def test_a_level_still_climbing_after_a_spike_is_a_divergence_below_1_5x(tmp_path):
+    losses = [6.0 if s == 300 else 3.6 + 0.002 * (s - 300) if s > 300 else quiet(s) for s in range(500)]
+    assert max(losses[301:]) < 1.5 * 3.0
+    report = analyze(tmp_path, losses)
+    assert [(s.step, s.type, s.ended_by) for s in report.spikes] == [(300, "divergence", "settled")]
+
+
+def test_validation_losses_are_never_a_dataset_series():
+    names = ["step", "loss", "eval_loss", "val_loss", "valid/loss", "validation_loss", "test_loss", "loss/cm4"]
+    assert Columns(names).extras == ["loss/cm4"]
+
+
+# --- lint, sweeps, loss_surface, pinn_check, rl_probes ---------------------------------------------------
+
+
+@pytest.mark.parametrize("call, flagged", [("nn.Softmax(-1)", False), ("nn.Softmax(dim=-1)", False), ("nn.Softmax()", True)])
+def test_softmax_with_a_positional_dim_is_not_flagged(call, flagged):
+    findings = [(f.rule, f.line) for f in lint.lint_source(f"import torch.nn as nn\nact = {call}\n")]
+    assert findings == ([("softmax-no-dim", 2)] if flagged else [])
+
+
+@pytest.mark.parametrize("values, x", [(("1", "10"), "log10"), (("1", "9"), "linear")])
+def test_a_sweep_over_one_decade_is_fitted_on_log10(values, x):
+    runs = {values[0]: {"a": 1.0, "b": 1.2, "c": 0.9}, values[1]: {"a": 0.5, "b": 0.8, "c": 0.6}}
+    assert sweeps.trend(runs, list(values))["x"] == x
+
+
+def test_a_constant_loss_is_all_plateau():
+    surface = {"loss": lambda a, b: (a + b) * 0.0 + 1.0, "x_range": (-1.0, 1.0), "y_range": (-1.0, 1.0)}
+    result = loss_surface.check_loss_surface(surface, n=5)
+    assert (result["status"], result["details"]["plateau_share"]) == ("fail", 1.0)
+
+
+def test_a_pinn_term_with_zero_gradient_is_an_imbalance():
+    torch.manual_seed(0)
+    points = torch.rand(64, 1)
+    problem = {"model": pinn_check.MLP(), "collocation": points, "domain": [(0.0, 1.0)],
+               "terms": {"fit": lambda net: net(points).pow(2).mean(), "dead": lambda net: net(points).sum() * 0.0}}
+    result = pinn_check.check_pinn(problem)
+    assert (result["status"], result["details"]["imbalance"]) == ("fail", math.inf)
+
+
+class FixedAgent:
+    """Probe 5's answer: the right action with probability 0.95 in both states, and the value it gives."""
+
+    def __init__(self, value):
+        self.v = value
+
+    def value(self, obs):
+        return torch.full((len(obs),), self.v)
+
+    def policy(self, obs):
+        return torch.tensor([[0.05, 0.95], [0.95, 0.05]])
+
+
+@pytest.mark.parametrize("value, passed", [(0.9, True), (0.0, False)])
+def test_probe_5_asks_for_v_equal_to_2p_minus_1(value, passed):
+    probe = rl_probes.PROBES[4]
+    assert probe.number == 5
+    assert bool(probe.measure(FixedAgent(value), rl_probes.GAMMA)[0]) is passed
+
+
+# --- dist_check, spike_lab, bad_samples, capture -------------------------------------------------------
+
+
+def test_dist_check_fails_when_a_rank_never_reported(tmp_path, monkeypatch, capsys):
+    verdict = {"rank": 0, "world": 2, "backend": "gloo", "device": "cpu", "status": "pass", "steps": {},
+               "summary": "all steps passed"}
+    monkeypatch.setattr(dist_check, "launch_local", lambda nproc, args: {0: verdict})
+    assert dist_check.main(["--nproc", "2", "--out", str(tmp_path / "out")]) == 1
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("  rank")]
+    assert [(row[1], row[3]) for row in rows] == [("0", "PASS"), ("1", "FAIL")]
+
+
+@pytest.mark.parametrize("name", ["train_log.jsonl", "postmortem.md", "guarded_log.jsonl"])
+def test_spike_lab_refuses_to_replace_any_of_its_files_the_user_has(tmp_path, name):
+    (tmp_path / name).write_text("mine\n")
+    with pytest.raises(spike_lab.UsageError):
+        spike_lab.prepare_out(tmp_path, force=False)
+    assert (tmp_path / name).read_text() == "mine\n"
+
+
+def test_bad_samples_keeps_the_worst_not_the_first():
+    # one character takes 60%, 67%, 71%, 75%, 78%, 80% of each sample: the last two are the worst
+    samples = [(line, "x" * (20 + 10 * line) + "abcdefghijklmnopqrst") for line in range(1, 7)]
+    result = bad_samples.screen(samples, top=2)
+    assert (result["flagged"], [entry["line"] for entry in result["worst"]]) == (6, [5, 6])
+
+
+def test_capture_refuses_a_loss_summed_from_two_loss_calls():
+    model = torch.nn.Linear(6, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+
+    def train():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        x = torch.randn(16, 6)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, x[:, :3].argmax(1)) + torch.nn.functional.mse_loss(out, x[:, :3])
+        loss.backward()
+        optimizer.step()
+
+    with pytest.raises(capture.CaptureError):
+        capture.capture_case(train)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -1,0 +1,136 @@
+"""tools/mutate.py on a tiny repository of its own: a mutant killed, one surviving, nothing of the user's touched."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+MUTATE = ROOT / "tools" / "mutate.py"
+CALC = '''"""A verdict with a threshold."""
+LIMIT = 10
+
+
+def verdict(x):
+    if x > LIMIT:
+        return "fail"
+    return "pass"
+'''
+# 12 and 3 are far from the limit: the test kills a dropped return and a softer verdict, and lets a
+# nudged limit (10 -> 11) and a relaxed comparison (> -> >=) through
+TEST = '''import calc
+
+
+def test_verdict():
+    assert calc.verdict(12) == "fail"
+    assert calc.verdict(3) == "pass"
+'''
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (root / "calc.py").write_text(CALC)
+    (root / "tests" / "test_calc.py").write_text(TEST)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "calc")
+    return root
+
+
+def mutate(repo, *args):
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # the tiny repository's tests need no plugin: a faster start
+    return subprocess.run([sys.executable, str(MUTATE), *map(str, args)], cwd=repo, capture_output=True, text=True,
+                          timeout=300, env=env)
+
+
+def files(folder):
+    """The working tree, byte for byte (.git aside: git may refresh its index)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(folder).parts}
+
+
+def test_kills_and_survivors_are_counted_and_the_working_tree_is_left_byte_identical(repo, tmp_path):
+    before = files(repo)
+    out = tmp_path / "results.json"
+    proc = mutate(repo, "calc.py", "--json", out)
+    assert proc.returncode == 1, proc.stderr  # a mutant survived
+    assert files(repo) == before
+    (result,) = json.loads(out.read_text())["files"]
+    assert (result["file"], result["tests"], result["generated"]) == ("calc.py", ["tests/test_calc.py"], 4)
+    assert result["killed"] == ["calc.py:7: drop the `return` that ends this if-branch", "calc.py:7: 'fail' -> 'warn'"]
+    assert result["survived"] == ["calc.py:2: 10 -> 11", "calc.py:6: `>` -> `>=`"]
+    assert result["timed_out"] == []
+    assert "calc.py: generated 4, killed 2, survived 2, timed out 0" in proc.stdout
+
+
+def test_a_test_that_pins_the_boundary_kills_the_survivors(repo, tmp_path):
+    (repo / "tests" / "test_calc.py").write_text(TEST + '\n\ndef test_boundary():\n    assert calc.verdict(11) == "fail"\n'
+                                                 '    assert calc.verdict(10) == "pass"\n')
+    proc = mutate(repo, "calc.py", "--json", tmp_path / "results.json")
+    assert proc.returncode == 0, proc.stdout
+    assert "calc.py: generated 4, killed 4, survived 0, timed out 0" in proc.stdout
+
+
+def test_list_takes_the_files_changed_since_the_base_and_runs_nothing(repo):
+    git(repo, "checkout", "-q", "-b", "work")
+    (repo / "other.py").write_text("def f(x):\n    return not x\n")
+    proc = mutate(repo, "--list")
+    assert proc.returncode == 2 and "no Python file" in proc.stderr  # other.py is outside diagnostics/, ml_debug/, tools/
+    (repo / "tools").mkdir()
+    (repo / "tools" / "new.py").write_text("def f(x):\n    return 1 if not x else 2\n")
+    proc = mutate(repo, "--list", "--tests", "tests/test_calc.py")
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == ["tools/new.py: 2 mutants; tests: tests/test_calc.py",
+                                        "  tools/new.py:2: swap the branches of `... if ... else ...`",
+                                        "  tools/new.py:2: drop `not`"]
+
+
+def test_help_exits_0(repo):
+    proc = mutate(repo, "--help")
+    assert proc.returncode == 0 and "--max" in proc.stdout
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("args, says", [
+    (["missing.py"], "not a Python file in the repository"),
+    (["calc.py", "--max", "0"], "--max must be 1 or more"),
+    (["calc.py", "--timeout", "0"], "--timeout must be more than 0"),
+    (["--base", "no-such-branch"], "git merge-base"),
+    (["calc.py", "--json", "calc.py"], "is one of the files to mutate"),
+    (["calc.py", "--json", "notes.json"], "was not written by mutate.py"),
+    (["calc.py", "--json", "tests"], "is a folder"),
+    (["--bogus"], "unrecognized arguments"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(repo, args, says):
+    (repo / "notes.json").write_text('{"mine": true}\n')
+    before = files(repo)
+    proc = mutate(repo, *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert says in lines[0], lines[0]
+    assert files(repo) == before
+
+
+def test_force_replaces_a_json_file_and_a_later_run_replaces_its_own(repo):
+    out = repo / "notes.json"
+    out.write_text('{"mine": true}\n')
+    assert mutate(repo, "calc.py", "--json", out, "--max", "1", "--force").returncode == 1  # its one mutant survives
+    (result,) = json.loads(out.read_text())["files"]
+    assert (result["generated"], result["run"], result["survived"]) == (4, 1, ["calc.py:2: 10 -> 11"])
+    assert mutate(repo, "calc.py", "--json", out, "--max", "1").returncode == 1
+
+
+def test_max_spreads_the_mutants_over_the_file(repo):
+    proc = mutate(repo, "calc.py", "--list", "--max", "2")
+    assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:2: 10 -> 11",
+                                        "  calc.py:7: drop the `return` that ends this if-branch"]

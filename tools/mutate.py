@@ -1,0 +1,504 @@
+"""Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
+
+    python tools/mutate.py [FILE ...] [--base main] [--tests TEST ...] [--list] [--max N] [--timeout S]
+                           [--json OUT [--force]]
+
+Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
+this branch left --base (committed or not, new files included). In each file it finds the decision
+lines with the ast module and makes one mutant per decision:
+
+- a comparison relaxed or flipped (< and <=, > and >= trade places; == and !=, in and not in, is and
+  is not swap);
+- a number that is a threshold (compared against, or a module-level UPPER_CASE constant) nudged: an
+  int by 1, a float by 10% (0.0 becomes 0.1);
+- a verdict string swapped down ("fail" to "warn", "warn" to "pass", "skip" to "pass");
+- the return or raise that ends an if-branch removed (an early return, a refusal);
+- `and` and `or` swapped; a `not` dropped; the two branches of `x if test else y` swapped.
+
+Only functions and classes are mutated, and the UPPER_CASE constants of the module: the rest of the
+module level (imports, a Ctrl-C while torch loads, `if __name__ == "__main__":`) is left alone.
+
+Each mutant is applied, one at a time, to a copy of the repository in a temporary folder (the working
+tree is never written; the copy gets the original back after each mutant, and is deleted at the end),
+and the tests that cover the file run there with -x: a failure kills the mutant. The tests that cover
+a file are the test files that import it or run it, directly or through modules that do (import
+statements, and string constants naming a module or its .py file, as `load("monitor")` or
+`run_cli("spikes.py")` do); --tests replaces that choice. A file no test covers: every mutant
+survives, none is run. The covering tests first run once on the unmutated copy: a test that already
+fails there would kill every mutant, so it is left out (and named); a file whose tests time out there
+is skipped. A mutant whose tests run past --timeout (default three times that first run, plus 30 s)
+is killed with its whole process group and counted as timed out.
+
+Prints, per file: mutants generated, killed, survived (each with file:line and the mutation) and timed
+out. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
+writes the results (never over a file this tool did not write, unless --force). Exit 0 when no mutant
+survived, 1 when one did, 2 on bad usage (one line on stderr), 130 on Ctrl-C.
+
+Why not mutmut or cosmic-ray (both are on PyPI; we read how they work): mutmut 3 chooses its tests per
+function, but mutates every operator and string of the files it is given and runs the tests on its own
+rewritten copy of the sources (the tests that read our sources, the docstring outputs and the pack
+checker, would see code that is not ours); cosmic-ray writes each mutant into the working tree and
+restores it afterwards, and runs one test command for every mutant. Neither starts from the files a
+change touched or keeps to decision lines. This is a reviewer's habit, not CI: see
+CONTRIBUTING.md, "Tests".
+"""
+import argparse
+import ast
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SOURCE_DIRS = ("diagnostics", "ml_debug", "tools")  # where the default file list comes from
+RESULTS_KIND = "ml-debug mutate results"  # marks a JSON file this tool wrote, so it may write over it
+VERDICT_DOWN = {"fail": "warn", "warn": "pass", "skip": "pass"}
+COMPARE_SWAP = {ast.Lt: (ast.LtE, "<="), ast.LtE: (ast.Lt, "<"), ast.Gt: (ast.GtE, ">="), ast.GtE: (ast.Gt, ">"),
+                ast.Eq: (ast.NotEq, "!="), ast.NotEq: (ast.Eq, "=="), ast.In: (ast.NotIn, "not in"),
+                ast.NotIn: (ast.In, "in"), ast.Is: (ast.IsNot, "is not"), ast.IsNot: (ast.Is, "is")}
+OP_TEXT = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+           ast.In: r"in", ast.NotIn: r"not\s+in", ast.Is: r"is", ast.IsNot: r"is\s+not"}
+GRACE = 30.0  # seconds added to three times the unmutated run for the default timeout: start-up varies on a loaded machine
+
+
+class UsageError(Exception):
+    """Bad input: one line on stderr, exit 2."""
+
+
+class Mutant:
+    """One edit of one file: bytes [start, end) replaced by `new`."""
+
+    def __init__(self, path, line, start, end, new, what):
+        self.path, self.line, self.start, self.end, self.new, self.what = path, line, start, end, new, what
+
+    def apply(self, source):
+        return source[:self.start] + self.new + source[self.end:]
+
+    def label(self):
+        return f"{self.path}:{self.line}: {self.what}"
+
+
+# --- finding the decisions ---------------------------------------------------------------------------
+
+
+class Finder(ast.NodeVisitor):
+    """Walks one module and collects its mutants (byte offsets into the file's source)."""
+
+    def __init__(self, path, source, docstrings):
+        self.path, self.source, self.docstrings = path, source, docstrings
+        self.starts = [0]
+        for line in source.splitlines(keepends=True):
+            self.starts.append(self.starts[-1] + len(line))
+        self.mutants = []
+
+    def at(self, line, col):
+        return self.starts[line - 1] + col
+
+    def span(self, node):
+        return self.at(node.lineno, node.col_offset), self.at(node.end_lineno, node.end_col_offset)
+
+    def add(self, node, start, end, new, what):
+        self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what))
+
+    def visit_If(self, node):
+        self.drop_last(node.body, (ast.Return, ast.Raise), "if-branch")
+        self.generic_visit(node)
+
+    def visit_ExceptHandler(self, node):
+        self.drop_last(node.body, (ast.Raise,), "except-branch")
+        self.generic_visit(node)
+
+    def drop_last(self, body, kinds, where):
+        last = body[-1]
+        if isinstance(last, kinds):
+            start, end = self.span(last)
+            kind = "return" if isinstance(last, ast.Return) else "raise"
+            self.add(last, start, end, "pass", f"drop the `{kind}` that ends this {where}")
+
+    def visit_Compare(self, node):
+        operands = [node.left, *node.comparators]
+        for op, before, after in zip(node.ops, operands, operands[1:]):
+            lo, hi = self.span(before)[1], self.span(after)[0]
+            gap = self.source[lo:hi].decode("utf-8", "replace")
+            found = re.search(rf"(?<![\w<>=!]){OP_TEXT[type(op)]}(?![\w<>=])", gap)
+            if found:
+                text = COMPARE_SWAP[type(op)][1]
+                self.add(node, lo + len(gap[:found.start()].encode()), lo + len(gap[:found.end()].encode()), text,
+                         f"`{found.group(0)}` -> `{text}`")
+            for side in (before, after):
+                self.threshold(side)
+        self.generic_visit(node)
+
+    def threshold(self, node):
+        negative = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+        number = node.operand if negative else node
+        if not (isinstance(number, ast.Constant) and type(number.value) in (int, float)):
+            return
+        value = number.value
+        nudged = value + 1 if isinstance(value, int) else float(f"{value * 1.1:.12g}") if value else 0.1
+        start, end = self.span(number)
+        self.add(number, start, end, repr(nudged), f"{value!r} -> {nudged!r}")
+
+    def visit_Module(self, node):
+        """The module's functions and classes; of the rest (imports, `if __name__ == "__main__":`, code that runs at
+        import), only the UPPER_CASE constants."""
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.visit(statement)
+            elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                if all(isinstance(t, ast.Name) and t.id.isupper() for t in targets) and statement.value is not None:
+                    self.threshold(statement.value)
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and node.value in VERDICT_DOWN and id(node) not in self.docstrings:
+            start, end = self.span(node)
+            quote = self.source[start:start + 1].decode()
+            new = VERDICT_DOWN[node.value]
+            self.add(node, start, end, f"{quote}{new}{quote}", f"{node.value!r} -> {new!r}")
+
+    def visit_JoinedStr(self, node):  # an f-string is a message (and before Python 3.12 its inner offsets are unreliable)
+        return
+
+    def visit_BoolOp(self, node):
+        swap = "or" if isinstance(node.op, ast.And) else "and"
+        first, last = self.span(node.values[0])[0], self.span(node.values[-1])[1]
+        pieces, at = [], first
+        for before, after in zip(node.values, node.values[1:]):
+            lo, hi = self.span(before)[1], self.span(after)[0]
+            gap = self.source[lo:hi].decode()
+            pieces += [self.source[at:lo].decode(), re.sub(r"\b(and|or)\b", swap, gap, count=1)]
+            at = hi
+        pieces.append(self.source[at:last].decode())
+        self.add(node, first, last, "".join(pieces), f"`{'and' if swap == 'or' else 'or'}` -> `{swap}`")
+        self.generic_visit(node)
+
+    def visit_IfExp(self, node):
+        start, end = self.span(node)
+        body, test, orelse = (self.source[slice(*self.span(part))].decode() for part in (node.body, node.test, node.orelse))
+        self.add(node, start, end, f"(({orelse}) if ({test}) else ({body}))", "swap the branches of `... if ... else ...`")
+        self.generic_visit(node)
+
+    def visit_UnaryOp(self, node):
+        if isinstance(node.op, ast.Not):
+            start, end = self.span(node)
+            inner = self.source[slice(*self.span(node.operand))].decode()
+            self.add(node, start, end, f"({inner})", "drop `not`")
+        self.generic_visit(node)
+
+
+def docstring_nodes(tree):
+    """The string constants that are docstrings: never mutated."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def find_mutants(root, rel):
+    """Every mutant of one file, in source order; each one checked to compile."""
+    source = (root / rel).read_bytes()
+    try:
+        tree = ast.parse(source, filename=rel)
+    except (SyntaxError, ValueError) as exc:
+        raise UsageError(f"{rel} is not Python that parses: {exc}") from None
+    finder = Finder(rel, source, docstring_nodes(tree))
+    finder.visit(tree)
+    unique, seen = [], set()
+    for mutant in sorted(finder.mutants, key=lambda m: (m.start, m.end, m.new)):
+        key = (mutant.start, mutant.end, mutant.new)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            compile(mutant.apply(source), rel, "exec")
+        except (SyntaxError, ValueError):
+            continue
+        unique.append(mutant)
+    return unique
+
+
+def spread(mutants, most):
+    """At most `most` mutants, evenly spaced over the file (deterministic)."""
+    if most is None or len(mutants) <= most:
+        return mutants
+    return [mutants[i * len(mutants) // most] for i in range(most)]
+
+
+# --- which tests cover a file ------------------------------------------------------------------------
+
+
+def module_name(root, rel):
+    """The name a file is imported by: its path from the top of its chain of packages (folders with __init__.py)."""
+    parts = list(Path(rel).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    top = len(parts) - 1
+    while top > 0 and (root.joinpath(*parts[:top]) / "__init__.py").is_file():
+        top -= 1
+    return ".".join(parts[top:])
+
+
+def references(root, rel, source):
+    """(imported, named): the module names one file imports, and the names its string constants hold
+    (`load("monitor")`, `run_cli("spikes.py")`)."""
+    tree = ast.parse(source, filename=rel)
+    package = module_name(root, rel).split(".")
+    if not rel.endswith("__init__.py"):
+        package = package[:-1]
+    names, named = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                names |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            stem = ".".join(base + (node.module.split(".") if node.module else []))
+            if stem:
+                names.add(stem)
+            names |= {f"{stem}.{alias.name}".lstrip(".") for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 200:
+            name = node.value.rsplit("/", 1)[-1]
+            named.add(name[:-3] if name.endswith(".py") else name)
+    return names, named
+
+
+def covering_tests(root, files, target):
+    """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
+    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
+    files = [rel for rel in files if rel.endswith(".py")]
+    names = {}
+    for rel in files:
+        names.setdefault(module_name(root, rel), []).append(rel)
+    users = {}  # file -> the files that reference it
+    for rel in files:
+        try:
+            imported, named = references(root, rel, (root / rel).read_bytes())
+        except (SyntaxError, ValueError, OSError):
+            continue
+        found = [used for name in imported for used in names.get(name, ())]
+        # a string naming a package is more often a folder ("tools", "ml_debug") than a module loaded by name
+        found += [used for name in named for used in names.get(name, ()) if not used.endswith("__init__.py")]
+        for used in found:
+            if used != rel:
+                users.setdefault(used, set()).add(rel)
+    depth, layer, level = {target: 0}, [target], 0
+    while layer:
+        level += 1
+        layer = sorted({user for rel in layer for user in users.get(rel, ()) if user not in depth})
+        depth.update((rel, level) for rel in layer)
+    return sorted((rel for rel in depth if Path(rel).name.startswith("test_")), key=lambda rel: (depth[rel], rel))
+
+
+# --- the git side -------------------------------------------------------------------------------------
+
+
+def git(root, *args):
+    proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+    if proc.returncode:
+        message = (proc.stderr.strip().splitlines() or [f"git {' '.join(args)} failed"])[-1]
+        raise UsageError(f"git {args[0]}: {message}")
+    return proc.stdout
+
+
+def repository_files(root):
+    """Tracked and untracked-but-not-ignored files: what the copy holds."""
+    listed = git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").split("\0")
+    return sorted({rel for rel in listed if rel and os.path.lexists(root / rel)})
+
+
+def changed_files(root, base):
+    """The .py files under SOURCE_DIRS that differ from the point where HEAD left `base`, new ones included."""
+    fork = git(root, "merge-base", base, "HEAD").strip()
+    changed = git(root, "diff", "--name-only", "-z", "--diff-filter=d", fork).split("\0")
+    changed += git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
+    return sorted({rel for rel in changed if rel.endswith(".py") and rel.split("/", 1)[0] in SOURCE_DIRS
+                   and (root / rel).is_file()})
+
+
+# --- running -------------------------------------------------------------------------------------------
+
+
+def run_tests(copy, tests, timeout, left_out=(), every=False):
+    """(state, seconds, failed) of pytest on the tests in the copy: state 'passed', 'failed' or 'timeout'. It stops at
+    the first failure, unless `every`: then all run, and `failed` holds the ids of those that failed."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # a stale .pyc of the same size and second would hide a mutant
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE" if every else "-x", *tests]
+    command += [f"--deselect={test}" for test in left_out]
+    start = time.monotonic()
+    proc = subprocess.Popen(command, cwd=copy, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return "timeout", time.monotonic() - start, []
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    if proc.returncode in (4, 5):  # pytest's usage error, or no test collected: the test arguments are wrong
+        said = next((line for line in output.splitlines() if line.startswith("ERROR:")), "it collected no test")
+        raise UsageError(f"pytest on {' '.join(tests)}: {said}")
+    failed = [line.split(" ", 1)[1].split(" - ", 1)[0] for line in output.splitlines()
+              if line.startswith(("FAILED ", "ERROR "))]
+    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - start, failed
+
+
+def make_copy(root, files, into):
+    """A copy of the repository's files in `into`/<name>, with the shared folder beside it when there is one."""
+    copy = into / root.name
+    for rel in files:
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        if (root / rel).is_symlink():
+            os.symlink(os.readlink(root / rel), copy / rel)
+        else:
+            shutil.copy2(root / rel, copy / rel)
+    shared = root.parent / "shared"
+    if shared.is_dir():
+        (into / "shared").symlink_to(shared)  # read by the tests that check quotes against their sources
+    return copy
+
+
+def mutate_file(copy, rel, generated, mutants, tests, timeout, out):
+    """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result."""
+    result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
+              "timed_out": []}
+    if not tests:
+        result["note"] = "no test file covers it"
+        result["survived"] = [m.label() for m in mutants]
+        return result
+    state, seconds, failed = run_tests(copy, tests, timeout, every=True)
+    result["baseline_seconds"] = round(seconds, 1)
+    if state == "timeout" or state == "failed" and not failed:
+        result["note"] = f"its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: skipped"
+        return result
+    if failed:  # broken before any mutant: they would kill every mutant and prove nothing
+        result["left_out"] = failed
+        result["note"] = f"{len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}"
+    limit = timeout if timeout is not None else 3 * seconds + GRACE
+    target = copy / rel
+    original = target.read_bytes()
+    for i, mutant in enumerate(mutants, 1):
+        try:
+            target.write_bytes(mutant.apply(original))
+            state, _, _ = run_tests(copy, tests, limit, failed)
+        finally:
+            target.write_bytes(original)
+        bucket = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[state]
+        result[bucket].append(mutant.label())
+        print(f"  [{i}/{len(mutants)}] {bucket.replace('_', ' ')}: {mutant.label()}", file=out, flush=True)
+    return result
+
+
+def summary_lines(result):
+    sampled = f" (ran {result['run']}, --max)" if result["run"] < result["generated"] else ""
+    lines = [f"{result['file']}: generated {result['generated']}{sampled}, killed {len(result['killed'])}, "
+             f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}"
+             + (f" ({result['note']})" if "note" in result else "")]
+    lines += [f"  survived {label}" for label in result["survived"]]
+    return lines
+
+
+def check_output(path, force):
+    """Refuse an output path that is a folder, an input, or a file this tool did not write (unless force)."""
+    if path.is_dir():
+        raise UsageError(f"--json {path} is a folder: name a file")
+    if not path.parent.is_dir():
+        raise UsageError(f"--json {path}: the folder {path.parent} does not exist")
+    if not path.exists() or force:
+        return
+    try:
+        ours = json.loads(path.read_text(encoding="utf-8")).get("kind") == RESULTS_KIND
+    except (OSError, ValueError, AttributeError):
+        ours = False
+    if not ours:
+        raise UsageError(f"--json {path} exists and was not written by mutate.py: choose another path, or pass --force")
+
+
+def write_json(path, results, settings):
+    data = {"kind": RESULTS_KIND, **settings, "files": results}
+    temporary = path.with_name(f".{path.name}.partial")
+    temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # bad usage: one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def main(argv=None):
+    parser = Parser(prog="mutate.py", description=__doc__.split("\n\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("files", nargs="*", help="Python files to mutate (default: those changed since --base)")
+    parser.add_argument("--base", default="main", help="git revision the change is measured from (default main)")
+    parser.add_argument("--tests", nargs="+", help="test files or node ids to run instead of the covering tests")
+    parser.add_argument("--list", action="store_true", help="list the mutants (and the covering tests); run nothing")
+    parser.add_argument("--max", type=int, help="at most N mutants per file, spread evenly over it")
+    parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the unmutated run + 30)")
+    parser.add_argument("--json", type=Path, help="write the results to this JSON file")
+    parser.add_argument("--force", action="store_true", help="let --json replace a file this tool did not write")
+    args = parser.parse_args(argv)
+    try:
+        if args.max is not None and args.max < 1:
+            raise UsageError("--max must be 1 or more")
+        if args.timeout is not None and not args.timeout > 0:
+            raise UsageError("--timeout must be more than 0 seconds")
+        root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
+        files = [os.path.relpath(Path(f).resolve(), root) for f in args.files] if args.files else changed_files(root, args.base)
+        for rel in files:
+            if rel.startswith("..") or not (root / rel).is_file() or not rel.endswith(".py"):
+                raise UsageError(f"{rel}: not a Python file in the repository {root}")
+        if not files:
+            raise UsageError(f"no Python file under {', '.join(SOURCE_DIRS)} differs from {args.base}: name the files")
+        if args.json is not None:
+            if args.json.resolve() in {(root / rel).resolve() for rel in files}:
+                raise UsageError(f"--json {args.json} is one of the files to mutate")
+            check_output(args.json, args.force)
+        everything = repository_files(root)
+        plan = []
+        for rel in files:
+            found = find_mutants(root, rel)
+            plan.append((rel, len(found), spread(found, args.max), args.tests or covering_tests(root, everything, rel)))
+        if args.list:
+            for rel, generated, mutants, tests in plan:
+                shown = f"{len(mutants)} of {generated}" if len(mutants) < generated else f"{generated}"
+                print(f"{rel}: {shown} mutants; tests: {' '.join(tests) or 'none'}")
+                for mutant in mutants:
+                    print(f"  {mutant.label()}")
+            return 0
+        results = []
+        settings = {"base": None if args.files else args.base, "max": args.max, "timeout": args.timeout}
+        with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
+            copy = make_copy(root, everything, Path(scratch))
+            for rel, generated, mutants, tests in plan:
+                print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
+                results.append(mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout))
+                if args.json is not None:
+                    write_json(args.json, results, settings)
+        for result in results:
+            print("\n".join(summary_lines(result)))
+        return 1 if any(result["survived"] for result in results) else 0
+    except UsageError as exc:
+        print(f"mutate.py: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `... | head` closed the pipe: nothing more to say there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
