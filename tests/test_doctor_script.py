@@ -389,6 +389,6 @@ def _own_loss_loop(ignore_index):
 def test_the_ignore_index_of_a_loss_made_inside_the_model_is_kept(ignore_index):
     """Without it, makemore's -1 targets read as labels outside the classes (a false labels fail) and no causal_lm."""
     case = capture.capture_case(_own_loss_loop, ignore_index)
-    assert case["task"] == {"kind": "causal_lm", "ignore_index": ignore_index, "vocab_size": 27}
+    assert case["task"] == {"kind": "causal_lm", "ignore_index": ignore_index, "vocab_size": 27, "target_inputs": [1]}
     import labels
     assert labels.check_labels(doctor.validate_case(case)).status == "pass"

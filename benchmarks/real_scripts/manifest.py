@@ -40,7 +40,7 @@ DEMO_TRANSFORMER_BUG = {
     "why": "lightning.pytorch.demos.Transformer is fed the targets (model(input, target)): each position sees its own "
            "answer (issue 21: on fresh random tokens its loss falls to 1.1 against ln V = 3.9); also its positional "
            "encoding adds one position's vector to every position (self.pe[:, x.size(1)] for self.pe[:, :x.size(1)])",
-    "checks": []}  # none here yet: issue 21 item 5, "the model sees its answers"
+    "checks": ["target_leak"]}  # the first bug; the positional one no check here shows yet
 LSTM_LR_TWIN = {"file": "word_language_model/main.py", "find": "torch.optim.AdamW(model.parameters(), lr=args.lr)",
                 "replace": "torch.optim.AdamW(model.parameters(), lr=args.lr * 1000)  # BUG: the lr is 1000x too big",
                 "check": "update_ratio"}

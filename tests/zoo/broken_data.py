@@ -7,7 +7,7 @@ plain `import healthy` works when doctor loads this file.)
 import torch
 import torch.nn.functional as F
 
-from healthy import MLP, make_causal_lm, make_cnn_classifier, make_hf_style_lm, make_mlp_classifier, progression_tokens, seeded
+from healthy import MLP, make_causal_lm, make_hf_style_lm, make_mlp_classifier, progression_tokens, seeded
 
 
 def make_scaled_logits():
@@ -36,11 +36,13 @@ def make_hf_loss_without_shift():
 
 
 def make_unnormalised_pixels():
-    """data_sanity: images fed as raw 0-255 intensities."""
-    case = make_cnn_classifier()
-    with seeded(1):
-        pixels = torch.randint(0, 256, (16, 3, 12, 12)).float()  # BUG: raw 0-255 pixel values, never normalised
-    case["batch"] = (pixels, case["batch"][1])
+    """data_sanity: features fed at a raw 0-255 scale into an MLP (no BatchNorm to undo it: the harm shows in training).
+
+    The CNN's first BatchNorm would normalise raw pixels itself: data_sanity then only warns, as it should.
+    """
+    case = make_mlp_classifier()
+    x, y = case["batch"]
+    case["batch"] = (x * 74 + 128, y)  # BUG: raw 0-255 scale values, never normalised
     return case
 
 
