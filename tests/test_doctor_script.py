@@ -74,7 +74,7 @@ def test_model_that_returns_its_loss(verdicts):
     assert isinstance(inputs, tuple) and len(inputs) == 2 and torch.equal(inputs[1], targets)
     logits, loss = model(*inputs)
     assert case["loss_fn"]((logits, loss), targets) is loss
-    assert case["task"] == {"kind": "causal_lm", "vocab_size": 32, "target_inputs": [1]}, "model(x, y): y is the target"
+    assert case["task"] == {"kind": "causal_lm", "ignore_index": -1, "vocab_size": 32, "target_inputs": [1]}, "model(x, y): y is the target"
     assert "at its first optimizer step" in case["captured"] and "out-nanogpt-style/ckpt.pt" in case["captured"]
     assert files == [], "torch.save wrote nothing"
 
