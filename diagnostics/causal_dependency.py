@@ -64,7 +64,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
 
 TOLERANCE = 1e-5  # relative change allowed in earlier outputs; a correct mask leaves them bitwise equal on the zoo — our assumption
 GRAD_TOLERANCE = 1e-6  # future-position gradient relative to the largest past one; a correct mask gives exact zeros — our assumption
@@ -84,16 +84,6 @@ def _prediction(output):
         return output["logits"]
     return next(iter(_flat(output)), None)
 
-
-def _replace(obj, old, new):
-    """obj with the tensor `old` swapped for `new` (structure kept)."""
-    if obj is old:
-        return new
-    if isinstance(obj, dict):
-        return {key: _replace(value, old, new) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_replace(value, old, new) for value in obj)
-    return obj
 
 
 def _sequence(inputs):
@@ -120,7 +110,7 @@ def _gradient_leaks(model, inputs, seq, positions, tdim):
     if seq.is_floating_point():
         leaf = seq.detach().clone().requires_grad_(True)
         leaves.append(leaf)
-        inputs = _replace(inputs, seq, leaf)
+        inputs = replace_tensor(inputs, seq, leaf)
 
     def embedding_leaf(module, args, output):  # replace the token embeddings by a leaf we can differentiate against
         if not leaves and args and args[0].data_ptr() == seq.data_ptr() and args[0].numel() == seq.numel():
@@ -178,7 +168,7 @@ def check_causal_dependency(case):
             clean = clean.movedim((bdim, tdim), (0, 1))  # (B, T, ...) from here on
             perturb_leaks = {}
             for s in sorted({T // 2, T - 1}):
-                changed = _prediction(forward(model, _replace(inputs, seq, _perturb_at(seq, s, tdim)))).movedim((bdim, tdim), (0, 1))
+                changed = _prediction(forward(model, replace_tensor(inputs, seq, _perturb_at(seq, s, tdim)))).movedim((bdim, tdim), (0, 1))
                 a, b = clean[:, :s].double(), changed[:, :s].double()
                 moved = ((a - b).abs() > TOLERANCE * float(a.abs().max().clamp_min(1))).movedim(1, 0).flatten(1).any(1)
                 if bool(moved.any()):

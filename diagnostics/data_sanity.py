@@ -69,7 +69,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, validate_case
+from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
 
 FAIL_SCALE = 10.0  # our assumption: 10x beyond standardised (0, 1) or [0, 1] data; raw 0-255 pixels measure mean ~128, std ~74
 WARN_SCALE = 3.0  # our assumption, tuned on the test zoo: standardised zoo inputs stay below 1.5
@@ -154,16 +154,6 @@ def doubled_first_token(name, t, inputs):
     return int(start[0]) if bool((start == then).all()) and bool((start == start[0]).all()) else None
 
 
-def _replace(obj, old, new):
-    """obj with the tensor `old` swapped for `new` (structure kept)."""
-    if obj is old:
-        return new
-    if isinstance(obj, dict):
-        return {key: _replace(value, old, new) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_replace(value, old, new) for value in obj)
-    return obj
-
 
 def _standardised(t):
     """t minus its mean over the batch, over its std (per feature for rows x features)."""
@@ -182,7 +172,7 @@ def scale_trial(case, wild):
     model, (inputs, targets) = case["model"], case["batch"]
     fixed = inputs
     for t in wild:
-        fixed = _replace(fixed, t, _standardised(t))
+        fixed = replace_tensor(fixed, t, _standardised(t))
     runs = []
     with preserved(model), torch.enable_grad():
         start = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]

@@ -55,7 +55,6 @@ Next step
     refs/static_analysis.md shows the bug and its fix side by side.
 """
 import errno
-import json
 import os
 import sys
 from pathlib import Path

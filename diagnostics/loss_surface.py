@@ -63,7 +63,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, CheckTimeout, json_text, one_line, run_user_code, time_limit
+from ml_debug_contract import ArgumentParser, CaseError, json_text, run_user_code
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -267,25 +267,18 @@ def main(argv=None):
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
 
+
     def work():  # with --surface, in the supervised child: the file is the user's code
-        try:
-            with time_limit(args.timeout):
-                if not 5 <= args.grid <= 401:
-                    raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
-                if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
-                    raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
-                surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
-                return check_loss_surface(surface, args.grid, args.png)
-        except CheckTimeout:
-            raise CaseError(f"your code ran past the {args.timeout:g} s time limit and was stopped (it hangs, or is far "
-                            f"slower than expected: raise --timeout)") from None
-        except SurfaceError as exc:
-            raise CaseError(str(exc)) from None
-        except Exception as exc:  # the user's code raised: one line, not a traceback
-            raise CaseError(f"the loss could not be evaluated: {one_line(exc)}") from None
+        if not 5 <= args.grid <= 401:
+            raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
+        if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
+            raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
+        surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
+        return check_loss_surface(surface, args.grid, args.png)
 
     try:
-        result = run_user_code(work, f"running {args.surface}", args.timeout, args.json) if args.surface else work()
+        result = run_user_code(work, args.surface and f"running {args.surface}", args.timeout, args.json, SurfaceError,
+                               "the loss could not be evaluated")
     except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ What it holds
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
+    replace_tensor                 the inputs with one tensor swapped (a perturbation experiment)
     preserved                      the user's model, optimizer, RNG, mode and hooks as they were
     time_limit, CheckTimeout       a check that runs past its limit is stopped
     cli_main                       the CLI every model check shares (--case, --json, --healthy)
@@ -172,6 +173,17 @@ def to_device(obj, device):
         return {key: to_device(value, device) for key, value in obj.items()}
     if isinstance(obj, (tuple, list)):
         return type(obj)(to_device(value, device) for value in obj)
+    return obj
+
+
+def replace_tensor(obj, old, new):
+    """obj (a tensor, or a tuple / list / dict of them) with the tensor `old` swapped for `new`, the structure kept."""
+    if obj is old:
+        return new
+    if isinstance(obj, dict):
+        return {key: replace_tensor(value, old, new) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(replace_tensor(value, old, new) for value in obj)
     return obj
 
 
@@ -432,10 +444,30 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
         os.close(read_fd)
 
 
-def run_user_code(work, phase, limit, stdout_to_stderr=False):
-    """work() (which runs the user's file and returns a JSON-able value) in the supervised child: its value, or
-    CaseError with one line for whatever ended it (work's own CaseError, exit, os._exit, a kill at limit + KILL_GRACE)."""
-    outcome = dict(supervised(lambda send: work(), phase, limit or None, stdout_to_stderr))
+def run_user_code(work, phase, limit, stdout_to_stderr=False, refusals=(), raised="your code raised"):
+    """work() under time_limit(limit), in the supervised child when `phase` names the user's file (else here, for a demo).
+
+    Returns work's JSON-able value, or raises CaseError with one line for whatever ended it: the time limit, one of
+    the tool's own `refusals` (its message as is), any other exception (`raised`: Type: message), an exit, os._exit or
+    a kill at limit + KILL_GRACE.
+    """
+    def guarded():
+        try:
+            with time_limit(limit):
+                return work()
+        except CheckTimeout:
+            raise CaseError(f"your code ran past the {limit:g} s time limit and was stopped (it hangs, or is far slower "
+                            "than expected: raise --timeout)") from None
+        except refusals as exc:
+            raise CaseError(str(exc)) from None
+        except CaseError:
+            raise
+        except Exception as exc:  # the user's code raised: one line, not a traceback
+            raise CaseError(f"{raised}: {one_line(exc)}") from None
+
+    if phase is None:
+        return guarded()
+    outcome = dict(supervised(lambda send: guarded(), phase, limit or None, stdout_to_stderr))
     if "error" in outcome:
         raise CaseError(outcome["error"])
     return outcome["done"]

@@ -56,7 +56,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, validate_case
+from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
 
 CARRIES = 0.9  # share of scored positions where an input equals the targets: 1/V by chance on random tokens, 1.0 when
 # it is the targets (our assumption: a copy with a few positions masked or padded differently still counts)
@@ -74,15 +74,6 @@ def _named_tensors(obj, name="inputs"):
         for i, value in enumerate(obj):
             yield from _named_tensors(value, f"{name}[{i}]")
 
-
-def _replace(obj, old, new):
-    if obj is old:
-        return new
-    if isinstance(obj, dict):
-        return {key: _replace(value, old, new) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_replace(value, old, new) for value in obj)
-    return obj
 
 
 def _prediction(output):
@@ -126,7 +117,7 @@ def _scored_positions(case, output, prediction, targets, p, time_dim):
     def gradient(targets):
         leaf = prediction.detach().float().requires_grad_(True)
         with torch.enable_grad():
-            loss = case["loss_fn"](_replace(output, prediction, leaf.to(prediction.dtype)), targets)
+            loss = case["loss_fn"](replace_tensor(output, prediction, leaf.to(prediction.dtype)), targets)
             return torch.autograd.grad(loss, leaf, allow_unused=True)[0]
 
     changed = targets.clone()
@@ -179,7 +170,7 @@ def check_target_leak(case):
                 changed = tensor.clone()
                 where = changed.select(time_dim, p + shift) if targets.dim() >= 2 else changed
                 where.copy_((where + 1) % (int(max(tensor.max(), targets.max())) + 1))  # another class, in range
-                moved_to = _prediction(forward(model, _replace(inputs, tensor, changed)))
+                moved_to = _prediction(forward(model, replace_tensor(inputs, tensor, changed)))
                 for q in scored:
                     at = (lambda t: t.select(time_dim, q)) if targets.dim() >= 2 else (lambda t: t)
                     change = float((at(moved_to).float() - at(prediction).float()).abs().max()) / scale
