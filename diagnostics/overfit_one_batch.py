@@ -88,7 +88,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -238,6 +238,19 @@ def _settled(losses, where, details, not_optimised, missing):
                        f"has a floor above zero{not_optimised}", details)
 
 
+def _own_targets(case, inputs, targets, output):
+    """The batch relabelled with the model's own first predictions (argmax), which it can surely represent; None
+    unless the targets are class indices that the output scores along its last dim. Masked positions stay masked;
+    targets the model is also given (model(x, y), task["target_inputs"]) are replaced there too."""
+    scores = _first_tensor(output)
+    if not (torch.is_tensor(targets) and not targets.is_floating_point() and torch.is_tensor(scores)
+            and scores.dim() == targets.dim() + 1 and scores.shape[:-1] == targets.shape):
+        return None
+    kept = targets != case["task"].get("ignore_index", -100)
+    own = torch.where(kept, scores.detach().argmax(-1), targets)
+    return replace_tensor(inputs, targets, own), own
+
+
 def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
     """Train on the first `rows` rows of the case's batch until the loss is near zero; classify a failure."""
     case = validate_case(case)
@@ -256,6 +269,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             if isinstance(module, DROPOUT_MODULES):
                 module.eval()
         torch.manual_seed(0)
+        initial = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]  # for the control run
         output = forward(model, inputs)
         start = case["loss_fn"](output, targets)
         start_value = float(start.detach())
@@ -340,8 +354,28 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                        "or a numerical bug")
             details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"
         else:
+            relabelled = None if details["outputs_are_probabilities"] else _own_targets(case, inputs, targets, output)
+            if relabelled is not None:  # the control: can it memorise targets it can surely represent?
+                with torch.no_grad():
+                    for tensor, value in initial:
+                        tensor.copy_(value)
+                control, _, _ = _train(case, model, *relabelled, RETRY_LR, RETRY_STEPS * steps, details["target"])
+                details["control_losses"] = _every_10(control)
+                if abs(control[-1]) <= details["target"]:
+                    details.update(failure="targets_out_of_reach", next="check that the targets follow from what the model "
+                                   "sees (the same context with different targets, a model that sees one token) before "
+                                   "looking for a bug in the code")
+                    return CheckResult("overfit_one_batch", "warn", f"stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, "
+                                       f"target {details['target']:.3g}) even at {RETRY_LR:g}x lr, yet it memorises targets it "
+                                       f"can represent (its own first predictions: {_trace(control)}): loss, gradients and "
+                                       "optimizer work, and these targets do not follow from what the model sees, by design (the "
+                                       "same context with different targets, a bigram's one-token view, label noise) or because "
+                                       f"something hides the inputs (a bottleneck, dead units: gradient_flow){not_optimised}",
+                                       details)
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
                      if details["outputs_are_probabilities"] else
+                     "a capacity bug (dead units, a bottleneck) or label smoothing: it cannot memorise even its own first "
+                     "predictions" if relabelled is not None else
                      "a capacity bug (dead units, a bottleneck), label smoothing, or targets the inputs cannot explain")
             summary = (f"plateau: stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, target {details['target']:.3g}) "
                        f"even at {RETRY_LR:g}x lr: {cause}")

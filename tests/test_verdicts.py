@@ -314,3 +314,42 @@ def test_a_decoder_near_constant_at_init_is_judged_after_training_steps():
     assert result.details["relative_change_at_start"] < 0.01
     broken = input_dependence_of(_decoder_case(broken=True))
     assert broken.status == "fail" and "ignores its input" in broken.summary, broken.summary
+
+
+def _bigram_case(ambiguous_start):
+    """A bigram model (the logits of the next token come from the current token alone), as in the GPT video lecture.
+
+    Its batch has the same current token followed by different next tokens: no model that sees one token can
+    memorise it. With ambiguous_start every row also starts from the same token, as makemore's words do."""
+    torch.manual_seed(0)
+    vocab = 12
+    ids = torch.randint(1, vocab, (8, 9))
+    if ambiguous_start:
+        ids[:, 0] = 0  # the start token: followed by a different first letter in each row
+    model = torch.nn.Embedding(vocab, vocab)  # (B, T) -> (B, T, V)
+
+    def loss_fn(logits, targets):
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+
+    return {"model": model, "batch": (ids[:, :-1], ids[:, 1:]), "loss_fn": loss_fn,
+            "optimizer": lambda params: torch.optim.AdamW(params, lr=1e-2), "task": {"kind": "causal_lm", "vocab_size": vocab}}
+
+
+@pytest.mark.parametrize("ambiguous_start", [False, True])
+def test_overfit_a_batch_the_model_cannot_see_enough_of_is_a_warn_not_a_fail(ambiguous_start):
+    """The control: it memorises its own first predictions, so loss, gradients and optimizer work (ng-video-lecture's
+    bigram and makemore were false FAILs)."""
+    result = overfit_one_batch.check_overfit_one_batch(_bigram_case(ambiguous_start))
+    assert (result.status, result.details["failure"]) == ("warn", "targets_out_of_reach"), result.summary
+
+
+def test_overfit_a_model_that_cannot_learn_at_all_still_fails_the_control():
+    """Gradients that never reach the logits' scale (a frozen output layer): even its own predictions stay out of reach."""
+    case = _bigram_case(False)
+    head = torch.nn.Linear(12, 12)
+    head.requires_grad_(False)
+    torch.nn.init.zeros_(head.weight)
+    torch.nn.init.normal_(head.bias)
+    case["model"] = torch.nn.Sequential(torch.nn.Embedding(12, 12), head)
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.status == "fail", result.summary
