@@ -69,7 +69,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
+from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, replace_tensor, step_optimizer, validate_case
 
 FAIL_SCALE = 10.0  # our assumption: 10x beyond standardised (0, 1) or [0, 1] data; raw 0-255 pixels measure mean ~128, std ~74
 WARN_SCALE = 3.0  # our assumption, tuned on the test zoo: standardised zoo inputs stay below 1.5
@@ -189,7 +189,7 @@ def scale_trial(case, wild):
                 if step < TRIAL_STEPS:
                     optimizer.zero_grad()
                     loss.backward()
-                    optimizer.step()
+                    step_optimizer(optimizer, loss_closure(case, model, batch_inputs, targets))
             runs.append((losses[0], losses[-1]))
     return runs
 

@@ -69,7 +69,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, step_optimizer, validate_case
 
 DEAD_FAIL = 0.9  # a ReLU layer with >= 90% of its units dead has lost most of its width — our assumption, tuned on the test zoo
 DEAD_WARN = 0.5  # >= 50% dead is worth a look — our assumption (the healthy zoo's ReLU layers measure 0-3% dead)
@@ -153,7 +153,7 @@ def check_gradient_flow(case):
         if zero_grad:  # zero only because of a zero-init? optimizer steps, looking again after each
             optimizer = case["optimizer"]([p for _, p in trainable])
             for _ in range(ZERO_INIT_STEPS):  # each step unblocks one more zero-initialised layer of a chain
-                optimizer.step()
+                step_optimizer(optimizer, loss_closure(case, model, *case["batch"]))
                 _backward(case, model)
                 woke = [name for name in zero_grad if not _all_zero(dict(trainable)[name])]
                 zero_at_init += woke

@@ -80,7 +80,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, step_optimizer, validate_case
 
 ROUNDING = 0.5  # derived: a mean change below half a rounding step of the output's dtype (eps x mean |output|) is no change
 ZERO_INIT_STEPS = 4  # steps to let the input through a chain of zero-initialised layers: DiT's adaLN-Zero needs 2 (measured) — our assumption
@@ -210,7 +210,7 @@ def train_steps(case, model, steps, modes):
         if not loss.requires_grad:
             return
         loss.backward()
-        optimizer.step()
+        step_optimizer(optimizer, loss_closure(case, model, inputs, targets))
 
 
 def check_input_dependence(case):

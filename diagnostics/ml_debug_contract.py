@@ -13,6 +13,7 @@ What it holds
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
     replace_tensor                 the inputs with one tensor swapped (a perturbation experiment)
+    step_optimizer, loss_closure   a training step that gives LBFGS the closure it needs
     preserved                      the user's model, optimizer, RNG, mode and hooks as they were
     time_limit, CheckTimeout       a check that runs past its limit is stopped
     cli_main                       the CLI every model check shares (--case, --json, --healthy)
@@ -185,6 +186,29 @@ def replace_tensor(obj, old, new):
     if isinstance(obj, (tuple, list)):
         return type(obj)(replace_tensor(value, old, new) for value in obj)
     return obj
+
+
+def needs_closure(optimizer):
+    """Whether optimizer.step() must be given a closure (LBFGS re-evaluates the loss several times a step)."""
+    import inspect
+    closure = inspect.signature(optimizer.step).parameters.get("closure")
+    return closure is not None and closure.default is inspect.Parameter.empty
+
+
+def loss_closure(case, model, inputs, targets):
+    """What an optimizer such as LBFGS calls, several times a step: zero the gradients, the case's loss, backward()."""
+    def closure():
+        model.zero_grad(set_to_none=True)
+        loss = case["loss_fn"](forward(model, inputs), targets)
+        loss.backward()
+        return loss
+    return closure
+
+
+def step_optimizer(optimizer, closure):
+    """optimizer.step(), or optimizer.step(closure) for an optimizer that needs one (loss_closure(): the gradients
+    already there serve a plain step)."""
+    return optimizer.step(closure) if needs_closure(optimizer) else optimizer.step()
 
 
 def forward(model, inputs):

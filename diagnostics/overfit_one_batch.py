@@ -88,7 +88,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
+from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, needs_closure, preserved, replace_tensor,
+                               step_optimizer, validate_case)
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -103,6 +104,8 @@ NOISE_WINDOW = 10  # steps averaged when the objective samples noise: one step's
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
 SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
+CLOSURE_STEPS = 25  # steps of an optimizer that takes a closure: LBFGS evaluates the loss up to max_iter (20) times a step,
+# so 25 of its steps cost more evaluations than the plain budget (our assumption)
 RETRY_STEPS = 2  # the retry may take twice the steps while it still falls: memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention,
@@ -159,6 +162,8 @@ def _stalled(losses):
 def _train(case, model, inputs, targets, lr_scale, steps, target):
     """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget"."""
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
+    if needs_closure(optimizer):
+        steps = min(steps, CLOSURE_STEPS)
     schedule = case["task"].get("lr_schedule")  # the sprint runs at the schedule's peak, as the run does after warmup
     peak = max(float(schedule(step)) for step in range(SCHEDULE_HORIZON)) if schedule else 1.0
     for group in optimizer.param_groups:
@@ -179,7 +184,7 @@ def _train(case, model, inputs, targets, lr_scale, steps, target):
         loss.backward()
         if clip:  # the real loop's clipping (task["clip_grad_norm"])
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
+        step_optimizer(optimizer, loss_closure(case, model, inputs, targets))
 
 
 def _classify(losses, noisy=False):

@@ -353,3 +353,17 @@ def test_overfit_a_model_that_cannot_learn_at_all_still_fails_the_control():
     case["model"] = torch.nn.Sequential(torch.nn.Embedding(12, 12), head)
     result = overfit_one_batch.check_overfit_one_batch(case)
     assert result.status == "fail", result.summary
+
+
+@pytest.mark.parametrize("check", ["overfit_one_batch", "gradient_flow", "input_dependence", "data_sanity"])
+def test_the_checks_that_train_give_lbfgs_its_closure(check):
+    """time_sequence_prediction trains with LBFGS: a check that steps it without a closure raised, a false fail."""
+    import importlib
+    torch.manual_seed(0)
+    x = torch.randn(16, 4)
+    case = {"model": torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)),
+            "batch": (x * 100, x.sum(1, keepdim=True)), "loss_fn": torch.nn.functional.mse_loss,
+            "optimizer": lambda params: torch.optim.LBFGS(params, lr=0.8), "task": {"kind": "regression"}}
+    module = importlib.import_module(check)
+    result = getattr(module, f"check_{check}")(module.validate_case(case))
+    assert result.status in ("pass", "warn"), result.summary
