@@ -48,7 +48,7 @@ What it checks
     --script every write the script attempts goes to a scratch folder, removed afterwards, or is
     refused (the kernel refuses the rest where it offers Landlock): your files are as they were.
     Each check runs under a time limit (--timeout, default 120 s): one that runs past it is a
-    fail naming it, and the others still run. Its wall time is details["seconds"] in --json and
+    skip that says it is inconclusive (a budget run out is no verdict), and the others still run. Its wall time is details["seconds"] in --json and
     [N s] at the end of its line. A raising check names the innermost line of your own files
     (details["where"]); later checks that raise the same error at the same line are skips that
     point at the first. Ctrl-C ends the run with exit code 130; the case's folder is searched
@@ -209,10 +209,10 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None):
         try:
             with time_limit(timeout):
                 result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
-        except CheckTimeout:  # preserved() inside the check restored the model on the way out
-            result = CheckResult(check_id, "fail", f"ran past the {timeout:g} s time limit (--timeout) and was stopped",
-                                 {"next": "a forward or loss that hangs or is far slower than one batch should be; "
-                                          "or raise --timeout for a big model"})
+        except CheckTimeout:  # preserved() inside the check restored the model on the way out; a budget run out: no verdict
+            result = CheckResult(check_id, "skip", f"inconclusive: ran past the {timeout:g} s time limit (--timeout) and was "
+                                 "stopped", {"next": "a forward or loss that hangs or is far slower than one batch should be; "
+                                                     "or raise --timeout for a big model"})
         except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's code raised inside the check: a finding
             if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
                 result = CheckResult(check_id, "skip", f"{module_name}.py is not next to doctor.py: copy it there to run this check")
@@ -277,8 +277,12 @@ def examine(args, script_args):
     except SupervisedError as exc:
         if exc.phase not in ids:
             return str(exc)
-        results.append(CheckResult(exc.phase, "fail", f"stopped: {exc}", {
-            "next": "a forward or loss that hangs, ignores the time limit or ends the process; or raise --timeout"}))
+        if exc.timed_out:  # a budget run out: inconclusive, as the soft time limit says it too
+            results.append(CheckResult(exc.phase, "skip", f"inconclusive: {exc}", {
+                "next": "a forward or loss that hangs or ignores the time limit; or raise --timeout for a big model"}))
+        else:  # the user's code ended the process inside the check: a finding, as a raise is
+            results.append(CheckResult(exc.phase, "fail", f"stopped: {exc}", {
+                "next": "the model or loss ends the process (os._exit, a crash in an extension): run it alone"}))
         results += [CheckResult(later, "skip", f"not run: the doctor stopped at {exc.phase}")
                     for later in ids[ids.index(exc.phase) + 1:]]
         return exc.phase, results

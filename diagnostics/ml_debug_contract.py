@@ -349,9 +349,10 @@ KILL_GRACE = 10.0  # seconds past a phase's own limit before the parent kills: t
 class SupervisedError(CaseError):
     """The child gave no answer: killed at its time limit, or its process ended. The message is one line."""
 
-    def __init__(self, message, phase):
+    def __init__(self, message, phase, timed_out=False):
         super().__init__(message)
         self.phase = phase
+        self.timed_out = timed_out  # killed at the limit (a budget run out), not ended by the code itself
 
 
 def one_line(exc):
@@ -458,7 +459,7 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
             if status is not None and (eof or not select.select([read_fd], [], [], 0)[0]):
                 raise SupervisedError(f"{phase}: the process {_ended(status)} before it answered", phase)
             if deadline is not None and time.monotonic() >= deadline:
-                raise SupervisedError(f"{phase} ran past its {limit:g} s time limit and was stopped", phase)
+                raise SupervisedError(f"{phase} ran past its {limit:g} s time limit and was stopped", phase, timed_out=True)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # the child and whatever it started: threads, forks, its own children

@@ -165,8 +165,8 @@ def test_a_check_past_its_time_limit_is_named_and_the_others_still_run(tmp_path,
     case = doctor.load_case(f"{tmp_path / 'case.py'}:make_slow")
     before = case["model"].weight.detach().clone()
     results = doctor.run_checks(case, doctor.CHECKS[:3], timeout=0.5)
-    assert [(r.id, r.status) for r in results] == [("data_sanity", "pass"), ("init_scale", "pass"), ("labels", "fail")]
-    assert "time limit" in results[2].summary and results[2].details["seconds"] < 5
+    assert [(r.id, r.status) for r in results] == [("data_sanity", "pass"), ("init_scale", "pass"), ("labels", "skip")]
+    assert results[2].summary.startswith("inconclusive") and results[2].details["seconds"] < 5
     assert torch.equal(case["model"].weight, before) and case["model"].training
 
 

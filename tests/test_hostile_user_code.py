@@ -182,3 +182,26 @@ def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, cap
     else:
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+def test_a_check_killed_at_its_time_limit_is_inconclusive_not_a_fail(tmp_path, capfd, monkeypatch):
+    """A forward that ignores the alarm and loops: the parent kills the child; a budget run out is no verdict."""
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity"), ("init_loss", "init_loss"),
+                                           ("gradient_flow", "gradient_flow")])
+    path = tmp_path / "case.py"
+    path.write_text("import signal, torch\n"
+                    "class Stuck(torch.nn.Linear):\n"
+                    "    def forward(self, x):\n"
+                    "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                    "        while True:\n"
+                    "            pass\n"
+                    "def make_case():\n"
+                    "    return {'model': Stuck(4, 3), 'batch': (torch.randn(16, 4), torch.randint(0, 3, (16,))),\n"
+                    "            'loss_fn': torch.nn.functional.cross_entropy}\n")
+    assert doctor.main(["--case", str(path), "--json", "--timeout", "1"]) == 0
+    import json
+    checks = {check["id"]: check for check in json.loads(capfd.readouterr().out)["checks"]}
+    assert checks["init_loss"]["status"] == "skip" and checks["init_loss"]["summary"].startswith("inconclusive")
+    assert checks["gradient_flow"]["status"] == "skip" and "init_loss" in checks["gradient_flow"]["summary"]
