@@ -69,7 +69,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, replace_tensor, step_optimizer, validate_case
+from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, named_tensors, preserved, replace_tensor,
+                               step_optimizer, validate_case)
 
 FAIL_SCALE = 10.0  # our assumption: 10x beyond standardised (0, 1) or [0, 1] data; raw 0-255 pixels measure mean ~128, std ~74
 WARN_SCALE = 3.0  # our assumption, tuned on the test zoo: standardised zoo inputs stay below 1.5
@@ -79,16 +80,6 @@ TRIAL_STEPS = 20  # optimizer steps of each run of the scale experiment (our ass
 # net's loss far above the standardised run's within a few steps; a net that copes, e.g. with BatchNorm first, keeps up)
 LABELS_INSIDE = "inputs['labels']"  # Hugging Face models take the targets as an input and return the loss: checked as targets
 
-
-def named_tensors(obj, name):
-    """(name, tensor) for a tensor or every tensor inside a tuple/list/dict."""
-    if isinstance(obj, torch.Tensor):
-        return [(name, obj)]
-    if isinstance(obj, dict):
-        return [pair for key, value in obj.items() for pair in named_tensors(value, f"{name}[{key!r}]")]
-    if isinstance(obj, (tuple, list)):
-        return [pair for i, value in enumerate(obj) for pair in named_tensors(value, f"{name}[{i}]")]
-    return []
 
 
 def columns(indices):

@@ -12,7 +12,7 @@ What it holds
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
     to_device, forward             call the model the way the case contract says
-    replace_tensor                 the inputs with one tensor swapped (a perturbation experiment)
+    named_tensors, replace_tensor  the tensors of the inputs by name; one of them swapped (an experiment)
     step_optimizer, loss_closure   a training step that gives LBFGS the closure it needs
     preserved                      the user's model, optimizer, RNG, mode and hooks as they were
     time_limit, CheckTimeout       a check that runs past its limit is stopped
@@ -175,6 +175,17 @@ def to_device(obj, device):
     if isinstance(obj, (tuple, list)):
         return type(obj)(to_device(value, device) for value in obj)
     return obj
+
+
+def named_tensors(obj, name="inputs"):
+    """[(name, tensor)] for a tensor or every tensor inside a tuple / list / dict: inputs, inputs[1], inputs['ids']."""
+    if hasattr(obj, "shape") and hasattr(obj, "dtype") and not isinstance(obj, (dict, tuple, list)):
+        return [(name, obj)]
+    if isinstance(obj, dict):
+        return [pair for key, value in obj.items() for pair in named_tensors(value, f"{name}[{key!r}]")]
+    if isinstance(obj, (tuple, list)):
+        return [pair for i, value in enumerate(obj) for pair in named_tensors(value, f"{name}[{i}]")]
+    return []
 
 
 def replace_tensor(obj, old, new):
@@ -558,37 +569,32 @@ def landlock_writes_only_under(roots):
 class WriteGuard:
     """In the child that runs a user's script: every write it attempts lands in `scratch`, or is refused.
 
-    Python's file functions are redirected: a write to PATH outside scratch goes to scratch/files/PATH (an append
-    or an update starts from a copy of the original), and later reads of PATH read that copy; removing, renaming,
-    truncating or chmod-ing a file of the user's is refused with PermissionError. torch.save, np.save, logging's
-    file handlers and TensorBoard's writers all write through these functions. Where the kernel offers Landlock,
-    it refuses every other write outside scratch too (C code, subprocesses). It cannot be uninstalled: a child only.
+    Python's file functions are redirected: a write to PATH outside scratch goes to its stand-in, scratch/files/PATH
+    (an append or an update starts from a copy of the original), and later reads, stats and access checks of PATH
+    see the stand-in, so a script finds the folders and files it made; removing, renaming, truncating or chmod-ing a
+    file of the user's is refused with PermissionError. torch.save, np.save, logging's file handlers and TensorBoard's
+    writers all write through these functions. Where the kernel offers Landlock, it refuses every other write
+    outside scratch too (C code, subprocesses). It cannot be uninstalled: a child only.
     """
 
     def __init__(self, scratch):
         self.scratch = os.path.realpath(scratch)
-        self.redirected = {}  # a path of the user's (real, absolute) -> its stand-in inside scratch
+        self.written = []  # the user's paths (absolute) the script wrote to, in order: the report names them
         self.kernel = False  # whether Landlock enforces it too
 
-    def _real(self, path, dir_fd=None):
+    @staticmethod
+    def _absolute(path, dir_fd=None):
         path = os.fsdecode(path)
         if dir_fd is not None and not os.path.isabs(path):
             path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
-        return os.path.realpath(path)
+        return os.path.abspath(path)  # a string operation: no stat, so the patched stat below cannot recurse
 
-    def _ours(self, real):
+    def _ours(self, path, dir_fd=None):
+        real = os.path.realpath(self._absolute(path, dir_fd))
         return any(real == root or real.startswith(root + os.sep) for root in (self.scratch, *PSEUDO_FILESYSTEMS))
 
-    def _stand_in(self, real, copy_original, make_parent):
-        """The scratch path that stands in for the user's `real` path (made once; a copy of the file when asked)."""
-        if real not in self.redirected:
-            stand_in = os.path.join(self.scratch, "files", real.lstrip(os.sep))
-            make_parent(os.path.dirname(stand_in), exist_ok=True)
-            if copy_original and os.path.isfile(real):
-                with self._open(real, "rb") as source, self._open(stand_in, "wb") as target:
-                    target.write(source.read())
-            self.redirected[real] = stand_in
-        return self.redirected[real]
+    def _mapped(self, path, dir_fd=None):
+        return os.path.join(self.scratch, "files", self._absolute(path, dir_fd).lstrip(os.sep))
 
     def _refuse(self, what, path):
         return PermissionError(13, f"ml-debug refused to {what} a path of yours while it runs your script (a script's "
@@ -596,7 +602,7 @@ class WriteGuard:
 
     def summary(self, cwd):
         """One phrase for the report: which of the user's paths were written to scratch instead ('' when none)."""
-        shown = [os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path for path in self.redirected]
+        shown = [os.path.relpath(path, cwd) if path.startswith(cwd + os.sep) else path for path in dict.fromkeys(self.written)]
         if not shown:
             return ""
         more = f" and {len(shown) - 3} more" if len(shown) > 3 else ""
@@ -612,42 +618,69 @@ class WriteGuard:
         import torch
         guard, original = self, {name: getattr(os, name) for name in (
             "open", "remove", "unlink", "rmdir", "rename", "replace", "mkdir", "makedirs", "truncate", "chmod", "utime",
-            "link", "symlink")}
-        self._open = builtins.open
-        rmtree, save, load = shutil.rmtree, torch.save, torch.load
+            "link", "symlink", "stat", "lstat", "access")}
+        builtin_open, rmtree, save, load = builtins.open, shutil.rmtree, torch.save, torch.load
         write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
+        def exists(path):  # with the original lstat: the patched one would ask the guard again
+            try:
+                original["lstat"](path)
+            except OSError:
+                return False
+            return True
+
+        def stand_in_of(path, dir_fd=None, ours_checked=True):
+            """The stand-in of a user's path when the script made one (or one inside a folder it made), else None.
+
+            ours_checked=False for the stat family, which realpath (in _ours) calls itself: a path of ours maps to a
+            stand-in that never exists, so skipping the check changes nothing and cannot recurse."""
+            if isinstance(path, int) or (ours_checked and guard._ours(path, dir_fd)):
+                return None
+            mapped = guard._mapped(path, dir_fd)
+            return mapped if exists(mapped) else None
+
         def read_path(path, dir_fd=None):
-            return guard.redirected.get(guard._real(path, dir_fd), path)
+            return stand_in_of(path, dir_fd) or path
 
         def write_path(path, dir_fd=None, copy_original=False):
-            real = guard._real(path, dir_fd)
-            return path if guard._ours(real) else guard._stand_in(real, copy_original, original["makedirs"])
+            """Where a write to `path` lands: itself when ours, else its stand-in (made from the original when asked)."""
+            if guard._ours(path, dir_fd):
+                return path
+            mapped = guard._mapped(path, dir_fd)
+            if not exists(mapped):
+                original["makedirs"](os.path.dirname(mapped), exist_ok=True)
+                source = guard._absolute(path, dir_fd)
+                if copy_original and os.path.isfile(source):
+                    with builtin_open(source, "rb") as old, builtin_open(mapped, "wb") as new:
+                        new.write(old.read())
+            guard.written.append(guard._absolute(path, dir_fd))
+            return mapped
+
+        def user_exists(path, dir_fd=None):  # what the script would see: the stand-in, else the original
+            return stand_in_of(path, dir_fd) is not None or exists(guard._absolute(path, dir_fd))
 
         def guarded_open(file, mode="r", *args, **kwargs):
             if isinstance(file, int):
-                return guard._open(file, mode, *args, **kwargs)
+                return builtin_open(file, mode, *args, **kwargs)
             if any(flag in mode for flag in "wax+"):
-                real = guard._real(file)
-                if "x" in mode and not guard._ours(real) and (os.path.lexists(real) or real in guard.redirected):
+                if "x" in mode and not guard._ours(file) and user_exists(file):
                     raise FileExistsError(17, "File exists", os.fsdecode(file))
                 file = write_path(file, copy_original="a" in mode or ("+" in mode and "w" not in mode))
             else:
                 file = read_path(file)
-            return guard._open(file, mode, *args, **kwargs)
+            return builtin_open(file, mode, *args, **kwargs)
 
         def guarded_os_open(path, flags, mode=0o777, *, dir_fd=None):
             if not flags & write_flags:
-                target = read_path(path, dir_fd)
-                return original["open"](target, flags, mode, dir_fd=None if target is not path else dir_fd)
-            real = guard._real(path, dir_fd)
-            if guard._ours(real):
+                stand_in = stand_in_of(path, dir_fd)
+                return original["open"](stand_in, flags, mode) if stand_in else original["open"](path, flags, mode, dir_fd=dir_fd)
+            if guard._ours(path, dir_fd):
                 return original["open"](path, flags, mode, dir_fd=dir_fd)
-            if flags & os.O_EXCL and (os.path.lexists(real) or real in guard.redirected):
+            if flags & os.O_EXCL and user_exists(path, dir_fd):
                 raise FileExistsError(17, "File exists", os.fsdecode(path))
-            if os.path.lexists(real):  # the stand-in of an existing file exists too, also for flags without O_CREAT
+            if user_exists(path, dir_fd):  # the stand-in of an existing file exists too, also for flags without O_CREAT
                 flags |= os.O_CREAT
-            return original["open"](guard._stand_in(real, not flags & os.O_TRUNC, original["makedirs"]), flags, mode)
+            return original["open"](write_path(path, dir_fd, copy_original=not flags & os.O_TRUNC), flags, mode)
 
         def on_own_or_stand_in(name, what):
             """os.remove and the like: on our files as asked, on a stand-in instead of the user's path, else refused."""
@@ -656,42 +689,51 @@ class WriteGuard:
             def guarded(path, *args, dir_fd=None, **kwargs):
                 if isinstance(path, int):  # a file descriptor: it was opened through the guard
                     return function(path, *args, **kwargs)
-                real = guard._real(path, dir_fd)
-                if guard._ours(real):
+                if guard._ours(path, dir_fd):
                     return function(path, *args, dir_fd=dir_fd, **kwargs) if dir_fd is not None else function(path, *args, **kwargs)
-                if real in guard.redirected:
-                    stand_in = guard.redirected.pop(real) if name in ("remove", "unlink", "rmdir") else guard.redirected[real]
+                stand_in = stand_in_of(path, dir_fd)
+                if stand_in is not None:
                     return function(stand_in, *args, **kwargs)
                 raise guard._refuse(what, path)
+            return guarded
+
+        def looked_up(name):
+            """os.stat, os.lstat, os.access: on the stand-in when the script made one, so it finds what it wrote."""
+            function = original[name]
+
+            def guarded(path, *args, dir_fd=None, **kwargs):
+                stand_in = stand_in_of(path, dir_fd, ours_checked=False)
+                if stand_in is not None:
+                    return function(stand_in, *args, **kwargs)
+                return function(path, *args, dir_fd=dir_fd, **kwargs) if dir_fd is not None else function(path, *args, **kwargs)
             return guarded
 
         def guarded_move(name):
             function = original[name]
 
             def guarded(src, dst, *, src_dir_fd=None, dst_dir_fd=None):
-                real = guard._real(src, src_dir_fd)
-                if not guard._ours(real):
-                    if real not in guard.redirected:
+                if guard._ours(src, src_dir_fd):
+                    source = guard._absolute(src, src_dir_fd)
+                else:
+                    source = stand_in_of(src, src_dir_fd)
+                    if source is None:
                         raise guard._refuse("move", src)
-                    real = guard.redirected.pop(real)
-                return function(real, write_path(guard._real(dst, dst_dir_fd)))
+                return function(source, write_path(dst, dst_dir_fd))
             return guarded
 
         def guarded_mkdir(path, mode=0o777, *, dir_fd=None):
-            real = guard._real(path, dir_fd)
-            if guard._ours(real):
+            if guard._ours(path, dir_fd):
                 return original["mkdir"](path, mode, dir_fd=dir_fd)
-            if os.path.lexists(real) or real in guard.redirected:
+            if user_exists(path, dir_fd):
                 raise FileExistsError(17, "File exists", os.fsdecode(path))
-            return original["makedirs"](guard._stand_in(real, False, original["makedirs"]), mode, exist_ok=True)
+            return original["makedirs"](write_path(path, dir_fd), mode, exist_ok=True)
 
         def guarded_makedirs(name, mode=0o777, exist_ok=False):
-            real = guard._real(name)
-            if guard._ours(real):
+            if guard._ours(name):
                 return original["makedirs"](name, mode, exist_ok)
-            if not exist_ok and (os.path.lexists(real) or real in guard.redirected):
+            if not exist_ok and user_exists(name):
                 raise FileExistsError(17, "File exists", os.fsdecode(name))
-            return original["makedirs"](guard._stand_in(real, False, original["makedirs"]), mode, exist_ok=True)
+            return original["makedirs"](write_path(name), mode, exist_ok=True)
 
         def guarded_link(name):
             function = original[name]
@@ -701,11 +743,11 @@ class WriteGuard:
             return guarded
 
         def guarded_rmtree(path, *args, **kwargs):
-            real = guard._real(path)
-            if guard._ours(real):
+            if guard._ours(path):
                 return rmtree(path, *args, **kwargs)
-            if real in guard.redirected:
-                return rmtree(guard.redirected.pop(real), *args, **kwargs)
+            stand_in = stand_in_of(path)
+            if stand_in is not None:
+                return rmtree(stand_in, *args, **kwargs)
             if not kwargs.get("ignore_errors", args[0] if args else False):
                 raise guard._refuse("remove", path)
 
@@ -720,6 +762,7 @@ class WriteGuard:
         for name, what in (("remove", "remove"), ("unlink", "remove"), ("rmdir", "remove"),
                            ("truncate", "truncate"), ("chmod", "chmod"), ("utime", "touch")):
             setattr(os, name, on_own_or_stand_in(name, what))
+        os.stat, os.lstat, os.access = looked_up("stat"), looked_up("lstat"), looked_up("access")
         os.rename, os.replace = guarded_move("rename"), guarded_move("replace")
         os.mkdir, os.makedirs = guarded_mkdir, guarded_makedirs
         os.link, os.symlink = guarded_link("link"), guarded_link("symlink")

@@ -88,8 +88,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, needs_closure, preserved, replace_tensor,
-                               step_optimizer, validate_case)
+from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, named_tensors, needs_closure, preserved,
+                               replace_tensor, step_optimizer, validate_case)
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -104,6 +104,7 @@ NOISE_WINDOW = 10  # steps averaged when the objective samples noise: one step's
 FLOOR = 0.5  # a sampling model (VAE) passes when its loss halved and settled: its noise and KL terms keep it above zero
 SCHEDULE_HORIZON = 10_000  # steps over which task["lr_schedule"]'s peak factor is taken — our assumption
 RETRY_LR = 10.0  # a run that fell but missed the target is retried with every lr x10 — our assumption
+BLOCKED = 1e-3  # a row whose own gradient is under this share of the median row's gets none that matters (our assumption)
 CLOSURE_STEPS = 25  # steps of an optimizer that takes a closure: LBFGS evaluates the loss up to max_iter (20) times a step,
 # so 25 of its steps cost more evaluations than the plain budget (our assumption)
 RETRY_STEPS = 2  # the retry may take twice the steps while it still falls: memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
@@ -122,6 +123,17 @@ def _first_tensor(obj):
         if found is not None:
             return found
     return None
+
+
+def _narrow_rows(obj, n, row, bdim):
+    """Row `row` alone (kept as a batch of one) of every tensor in obj whose batch dimension has the batch size n."""
+    if torch.is_tensor(obj):
+        return obj.narrow(bdim, row, 1) if obj.dim() > bdim and obj.shape[bdim] == n else obj
+    if isinstance(obj, dict):
+        return {key: _narrow_rows(value, n, row, bdim) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(_narrow_rows(value, n, row, bdim) for value in obj)
+    return obj
 
 
 def _take_rows(obj, n, k, bdim):
@@ -243,17 +255,39 @@ def _settled(losses, where, details, not_optimised, missing):
                        f"has a floor above zero{not_optimised}", details)
 
 
+
 def _own_targets(case, inputs, targets, output):
     """The batch relabelled with the model's own first predictions (argmax), which it can surely represent; None
-    unless the targets are class indices that the output scores along its last dim. Masked positions stay masked;
+    unless the targets are class indices that the output scores along its last dim (in order, also when flattened). Masked positions stay masked;
     targets the model is also given (model(x, y), task["target_inputs"]) are replaced there too."""
     scores = _first_tensor(output)
-    if not (torch.is_tensor(targets) and not targets.is_floating_point() and torch.is_tensor(scores)
-            and scores.dim() == targets.dim() + 1 and scores.shape[:-1] == targets.shape):
+    if not (torch.is_tensor(targets) and not targets.is_floating_point() and torch.is_tensor(scores) and scores.dim() >= 2
+            and scores.shape[:-1].numel() == targets.numel()):  # (B, T, V), or flattened inside the model to (B*T, V)
         return None
     kept = targets != case["task"].get("ignore_index", -100)
-    own = torch.where(kept, scores.detach().argmax(-1), targets)
-    return replace_tensor(inputs, targets, own), own
+    own = torch.where(kept, scores.detach().argmax(-1).reshape(targets.shape), targets)
+    for name, tensor in named_tensors(inputs):  # the targets the model is given: rows taken apart, so found by their values
+        if tensor.shape == targets.shape and tensor.dtype == targets.dtype and torch.equal(tensor, targets):
+            inputs = replace_tensor(inputs, tensor, own)
+    return inputs, own
+
+
+def _blocked_rows(case, model, inputs, targets, k, bdim, target):
+    """The rows still above the target whose own gradient barely reaches the parameters (under BLOCKED x the median
+    row's): a clamp or dead units stop them (a ReLU on the logits), where rows that conflict keep their gradients."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses, norms = [], []
+    for row in range(k):
+        row_inputs = _narrow_rows(inputs, k, row, bdim)
+        row_targets = _narrow_rows(targets, k, row, bdim)
+        model.zero_grad(set_to_none=True)
+        loss = case["loss_fn"](forward(model, row_inputs), row_targets)
+        loss.backward()
+        losses.append(float(loss.detach()))
+        norms.append(sum(float(p.grad.norm()) ** 2 for p in params if p.grad is not None) ** 0.5)
+    model.zero_grad(set_to_none=True)
+    median = sorted(norms)[len(norms) // 2]
+    return [row for row, (loss, norm) in enumerate(zip(losses, norms)) if abs(loss) > target and norm < BLOCKED * median]
 
 
 def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
@@ -360,7 +394,9 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"
         else:
             relabelled = None if details["outputs_are_probabilities"] else _own_targets(case, inputs, targets, output)
-            if relabelled is not None:  # the control: can it memorise targets it can surely represent?
+            blocked = _blocked_rows(case, model, inputs, targets, k, bdim, details["target"]) if relabelled else []
+            details["blocked_rows"] = blocked
+            if relabelled is not None and not blocked:  # the control: can it memorise targets it can surely represent?
                 with torch.no_grad():
                     for tensor, value in initial:
                         tensor.copy_(value)
@@ -379,6 +415,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                                        details)
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
                      if details["outputs_are_probabilities"] else
+                     f"rows {', '.join(map(str, blocked[:5]))} stay above the target with almost no gradient reaching the "
+                     "parameters: a clamp on the outputs (a ReLU on the logits) or dead units stop them" if blocked else
                      "a capacity bug (dead units, a bottleneck) or label smoothing: it cannot memorise even its own first "
                      "predictions" if relabelled is not None else
                      "a capacity bug (dead units, a bottleneck), label smoothing, or targets the inputs cannot explain")

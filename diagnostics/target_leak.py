@@ -56,29 +56,18 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, preserved, replace_tensor, validate_case
+from ml_debug_contract import CheckResult, cli_main, forward, named_tensors, preserved, replace_tensor, validate_case
 
 CARRIES = 0.9  # share of scored positions where an input equals the targets: 1/V by chance on random tokens, 1.0 when
 # it is the targets (our assumption: a copy with a few positions masked or padded differently still counts)
 MOVED = 1e-4  # relative change of the output at a position above float noise (float32: ~1e-6): our assumption
 
 
-def _named_tensors(obj, name="inputs"):
-    """(name, tensor) for every tensor in the inputs: inputs, inputs[1], inputs['tgt']."""
-    if torch.is_tensor(obj):
-        yield name, obj
-    elif isinstance(obj, dict):
-        for key, value in obj.items():
-            yield from _named_tensors(value, f"{name}[{key!r}]")
-    elif isinstance(obj, (tuple, list)):
-        for i, value in enumerate(obj):
-            yield from _named_tensors(value, f"{name}[{i}]")
-
 
 
 def _prediction(output):
     """output["logits"] when there is one, else the first tensor; None when the model returns a loss of its own."""
-    named = list(_named_tensors(output))
+    named = list(named_tensors(output))
     if any(t.dim() == 0 and t.is_floating_point() for _, t in named):
         return None
     if isinstance(output, dict) and torch.is_tensor(output.get("logits")):
@@ -89,7 +78,7 @@ def _prediction(output):
 def _carriers(inputs, targets, kept, time_dim, sequence):
     """(name, tensor, shift, share) for each integer input that holds the targets at their positions (shift 0) or one later."""
     found = []
-    for name, tensor in _named_tensors(inputs):
+    for name, tensor in named_tensors(inputs):
         if tensor.is_floating_point() or tensor.dtype == torch.bool or tensor.shape != targets.shape:
             continue
         for shift in (0, 1) if targets.dim() >= 2 else (0,):
@@ -143,7 +132,7 @@ def check_target_leak(case):
     kept = targets != task.get("ignore_index", -100)
     sequence = None
     if task.get("kind") == "causal_lm":
-        sequence = inputs.get("input_ids") if isinstance(inputs, dict) else next(iter(_named_tensors(inputs)), (None, None))[1]
+        sequence = inputs.get("input_ids") if isinstance(inputs, dict) else next(iter(named_tensors(inputs)), (None, None))[1]
     carriers = _carriers(inputs, targets, kept, time_dim, sequence)
     if not carriers:
         return CheckResult("target_leak", "skip", "no input carries the targets: nothing the model could read its answers from")

@@ -47,6 +47,11 @@ WRITES = {
     "logging-file-handler": ("logging.basicConfig(filename='log.txt', filemode='w', force=True)\nlogging.warning('x')", 0),
     "tensorboard-writer": ("from torch.utils.tensorboard import SummaryWriter\nw = SummaryWriter('out')\n"
                            "w.add_scalar('a', 1.0, 0)\nw.close()", 0),
+    "a-made-folder-is-seen": ("os.makedirs('logs/v0', exist_ok=True)\n"  # LightningCLI checks its config's folder first
+                              "assert os.path.isdir('logs/v0') and os.access('logs/v0', os.W_OK)\n"
+                              "assert pathlib.Path('logs/v0/config.yaml').parent.exists()\n"
+                              "open('logs/v0/config.yaml', 'w').write('x')\n"
+                              "assert open('logs/v0/config.yaml').read() == 'x' and os.path.isfile('logs/v0/config.yaml')", 0),
     "os-remove": ("os.remove('log.txt')", 2),
     "os-rename": ("os.rename('model.pt', 'old.pt')", 2),
     "shutil-move": ("shutil.move('log.txt', 'moved.txt')", 2),

@@ -370,3 +370,16 @@ def test_the_checks_that_train_give_lbfgs_its_closure(check):
         assert result.status == "fail" and len(result.details["scale_trial"]["standardised"]) == 2, result.summary
     else:
         assert result.status in ("pass", "warn"), result.summary
+
+
+def test_overfit_logits_through_a_relu_still_fail_as_blocked_rows():
+    """Lightning's backbone_image_classifier applies a ReLU to its logits (a real bug): a row whose class logit sits
+    below zero gets no gradient. The control would memorise the model's own argmax, so the rows decide: a fail."""
+    torch.manual_seed(0)
+    x = torch.randn(16, 10)
+    y = torch.randint(0, 10, (16,))
+    model = torch.nn.Sequential(torch.nn.Linear(10, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10), torch.nn.ReLU())
+    case = {"model": model, "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 10}}
+    result = overfit(case)
+    assert result.status == "fail" and result.details["blocked_rows"], result.summary

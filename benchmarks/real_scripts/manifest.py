@@ -68,10 +68,15 @@ ENTRIES = [
          args=["-i", "names.txt", "-o", "out", "--num-workers", "0", "--max-steps", "20", "--n-layer", "2",
                "--n-head", "2", "--n-embd", "32", "--n-embd2", "32", "--batch-size", "16"],
          data=datamakers.names_txt, user_files=["out/model.pt"],
+         warn={"overfit_one_batch": "true as stated: every word starts from the same token and goes on with a different "
+                                    "first letter, so no model memorises the batch; the control memorises the model's own "
+                                    "predictions, so nothing is broken"},
          twins=[{"file": "makemore.py", "find": "att = att.masked_fill(self.bias[:,:,:T,:T] == 0, float('-inf'))",
                  "replace": "att = att  # BUG: the causal mask is gone", "check": "causal_dependency"}]),
     dict(name="ngvideo_bigram", repo="karpathy/ng-video-lecture", commit="52201428ed7b46804849dea0b3ccf0de9df1a5c3",
          files=["bigram.py"], script="bigram.py", args=[], data=datamakers.input_txt,
+         warn={"overfit_one_batch": "true as stated: a bigram sees one token, and the same token goes on with different "
+                                    "next tokens in the batch; it memorises its own predictions, so nothing is broken"},
          twins=[{"file": "bigram.py", "find": "logits = self.token_embedding_table(idx)",
                  "replace": "logits = self.token_embedding_table(idx * 0)  # BUG: every token looked up as token 0",
                  "check": "input_dependence"}]),
