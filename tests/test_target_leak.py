@@ -143,3 +143,21 @@ def test_a_causal_lms_own_tokens_are_left_to_causal_dependency():
     assert target_leak.check_target_leak(case).status == "skip"
     case["task"] = {"kind": "other"}  # not declared causal: the shifted copy is this check's to test, and it passes
     assert target_leak.check_target_leak(case).status == "pass"
+
+
+def test_a_copy_of_the_targets_with_a_tenth_of_its_positions_masked_still_carries_them():
+    """90% agreement is the boundary (CARRIES): a decoder input that is the targets with every tenth position replaced
+    by a mask token still leaks the other nine, and fails."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 10))
+    targets = src.flip(1)
+    decoder_input = targets.clone()
+    decoder_input[:, 0] = 12  # the mask token (the decoder's extra id) at one position in ten: 90% agreement exactly
+    model = target_leak.TinySeq2Seq(12)
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.reshape(-1, 12), targets.reshape(-1))
+
+    case = {"model": model, "batch": ((src, decoder_input), targets), "loss_fn": loss_fn, "task": {"kind": "seq2seq"}}
+    result = target_leak.check_target_leak(case)
+    assert result.status == "fail" and result.details["carriers"][0]["share"] == 0.9, result.summary
