@@ -136,6 +136,14 @@ def _narrow_rows(obj, n, row, bdim):
     return obj
 
 
+def _flat_rows(targets, n, k, bdim):
+    """The targets of the first k rows when the model flattened (B, T) to B*T rows itself (the Lightning demo's
+    transformer): the first k*T of them, batch-first; None when the targets are not such a tensor."""
+    if bdim != 0 or not torch.is_tensor(targets) or targets.dim() < 1 or targets.shape[0] == n or targets.shape[0] % n:
+        return None
+    return targets[:k * (targets.shape[0] // n)]
+
+
 def _take_rows(obj, n, k, bdim):
     """The first k rows of every tensor in obj whose batch dimension (bdim) has the batch size n."""
     if torch.is_tensor(obj):
@@ -302,7 +310,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if n == 0:
             return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
         k = min(rows, n)
-        inputs, targets = _take_rows(inputs, n, k, bdim), _take_rows(targets, n, k, bdim)
+        flat = _flat_rows(targets, n, k, bdim)
+        inputs, targets = _take_rows(inputs, n, k, bdim), _take_rows(targets, n, k, bdim) if flat is None else flat
         model.train()
         for module in model.modules():
             if isinstance(module, DROPOUT_MODULES):

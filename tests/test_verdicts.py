@@ -383,3 +383,23 @@ def test_overfit_logits_through_a_relu_still_fail_as_blocked_rows():
             "task": {"kind": "classification", "num_classes": 10}}
     result = overfit(case)
     assert result.status == "fail" and result.details["blocked_rows"], result.summary
+
+
+def test_overfit_takes_the_rows_of_targets_the_model_flattened_itself():
+    """The Lightning demo's transformer returns (B*T, V) scores for (B, T) inputs: the first k rows of its B*T targets
+    are the first k*T (the check raised 'Expected input batch_size (280) to match target batch_size (700)')."""
+    torch.manual_seed(0)
+
+    class Flattening(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(10, 16), torch.nn.Linear(16, 10)
+
+        def forward(self, ids):  # (B, T) -> (B*T, V)
+            return self.head(self.embed(ids)).view(-1, 10)
+
+    ids = torch.randint(0, 10, (20, 5))
+    case = {"model": Flattening(), "batch": (ids, ids.reshape(-1)), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 10}}
+    result = overfit(case)
+    assert result.status == "pass", result.summary
