@@ -228,7 +228,10 @@ def check_data_sanity(case):
             if t.is_floating_point():
                 if param_dtype is not None and t.dtype != param_dtype:
                     findings.append(("warn", f"{name} is {t.dtype} but the model's parameters are {param_dtype}"))
-                findings += scale_findings(name, t)
+                scale = scale_findings(name, t)
+                findings += scale
+                if any(status == "wild" for status, _ in scale):  # the experiment below decides fail or warn
+                    wild.append(t)
             elif t.dtype != torch.bool and embeddings:
                 largest = max(m.num_embeddings for m in embeddings)
                 if int(t.min()) < 0 or int(t.max()) >= largest:  # no crash shown: the embedding that reads it is unknown
@@ -250,8 +253,6 @@ def check_data_sanity(case):
                                  "class indices must be int64"))
             if kind == "regression" and not t.is_floating_point():
                 findings.append(("warn", f"{name} is {t.dtype} for a regression task: MSE needs float targets"))
-        wild = [t for name, t in input_tensors if t.is_floating_point()
-                and any(status == "wild" for status, _ in scale_findings(name, t))]
     trial = None
     if wild:  # a threshold crossed: the experiment decides between fail and warn
         try:

@@ -125,33 +125,23 @@ def _first_tensor(obj):
     return None
 
 
-def _narrow_rows(obj, n, row, bdim):
-    """Row `row` alone (kept as a batch of one) of every tensor in obj whose batch dimension has the batch size n."""
+def _rows(obj, n, start, count, bdim, flattened=False):
+    """Rows start .. start+count of every tensor in obj whose batch dimension (bdim) has the batch size n.
+
+    flattened (for the targets): a tensor of B*T rows that a model flattening (B, T) to B*T itself scores against
+    (the Lightning demo's transformer) gives the matching T rows per batch row, batch-first.
+    """
     if torch.is_tensor(obj):
-        return obj.narrow(bdim, row, 1) if obj.dim() > bdim and obj.shape[bdim] == n else obj
+        if obj.dim() > bdim and obj.shape[bdim] == n:
+            return obj.narrow(bdim, start, count)
+        if flattened and bdim == 0 and obj.dim() >= 1 and obj.shape[0] % n == 0:
+            per_row = obj.shape[0] // n
+            return obj.narrow(0, start * per_row, count * per_row)
+        return obj
     if isinstance(obj, dict):
-        return {key: _narrow_rows(value, n, row, bdim) for key, value in obj.items()}
+        return {key: _rows(value, n, start, count, bdim, flattened) for key, value in obj.items()}
     if isinstance(obj, (tuple, list)):
-        return type(obj)(_narrow_rows(value, n, row, bdim) for value in obj)
-    return obj
-
-
-def _flat_rows(targets, n, k, bdim):
-    """The targets of the first k rows when the model flattened (B, T) to B*T rows itself (the Lightning demo's
-    transformer): the first k*T of them, batch-first; None when the targets are not such a tensor."""
-    if bdim != 0 or not torch.is_tensor(targets) or targets.dim() < 1 or targets.shape[0] == n or targets.shape[0] % n:
-        return None
-    return targets[:k * (targets.shape[0] // n)]
-
-
-def _take_rows(obj, n, k, bdim):
-    """The first k rows of every tensor in obj whose batch dimension (bdim) has the batch size n."""
-    if torch.is_tensor(obj):
-        return obj.narrow(bdim, 0, k) if obj.dim() > bdim and obj.shape[bdim] == n else obj
-    if isinstance(obj, dict):
-        return {key: _take_rows(value, n, k, bdim) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_take_rows(value, n, k, bdim) for value in obj)
+        return type(obj)(_rows(value, n, start, count, bdim, flattened) for value in obj)
     return obj
 
 
@@ -286,13 +276,14 @@ def _blocked_rows(case, model, inputs, targets, k, bdim, target):
     params = [p for p in model.parameters() if p.requires_grad]
     losses, norms = [], []
     for row in range(k):
-        row_inputs = _narrow_rows(inputs, k, row, bdim)
-        row_targets = _narrow_rows(targets, k, row, bdim)
+        row_inputs = _rows(inputs, k, row, 1, bdim)
+        row_targets = _rows(targets, k, row, 1, bdim, flattened=True)
         model.zero_grad(set_to_none=True)
         loss = case["loss_fn"](forward(model, row_inputs), row_targets)
         loss.backward()
+        grads = [p.grad.norm() for p in params if p.grad is not None]
         losses.append(float(loss.detach()))
-        norms.append(sum(float(p.grad.norm()) ** 2 for p in params if p.grad is not None) ** 0.5)
+        norms.append(float(torch.stack(grads).norm()) if grads else 0.0)  # one host sync per row, not one per parameter
     model.zero_grad(set_to_none=True)
     median = sorted(norms)[len(norms) // 2]
     return [row for row, (loss, norm) in enumerate(zip(losses, norms)) if abs(loss) > target and norm < BLOCKED * median]
@@ -310,8 +301,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if n == 0:
             return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
         k = min(rows, n)
-        flat = _flat_rows(targets, n, k, bdim)
-        inputs, targets = _take_rows(inputs, n, k, bdim), _take_rows(targets, n, k, bdim) if flat is None else flat
+        inputs, targets = _rows(inputs, n, 0, k, bdim), _rows(targets, n, 0, k, bdim, flattened=True)
         model.train()
         for module in model.modules():
             if isinstance(module, DROPOUT_MODULES):

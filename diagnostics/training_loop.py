@@ -62,20 +62,9 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CaseError, CheckResult, cli_main, forward, preserved, validate_case
+from ml_debug_contract import CaseError, CheckResult, cli_main, forward, named_tensors, preserved, validate_case
 
 MODE_EFFECT = 1e-3  # relative output change between modes above float noise (float32 sums agree to ~1e-6): our assumption
-
-
-def _tensors(obj):
-    if torch.is_tensor(obj):
-        yield obj
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            yield from _tensors(value)
-    elif isinstance(obj, (tuple, list)):
-        for value in obj:
-            yield from _tensors(value)
 
 
 def _mode_effect(case):
@@ -83,10 +72,10 @@ def _mode_effect(case):
     model, inputs = case["model"], case["batch"][0]
     with preserved(model), torch.no_grad():
         torch.manual_seed(0)
-        own = [t.float() for t in _tensors(forward(model, inputs)) if t.is_floating_point()]
+        own = [t.float() for _, t in named_tensors(forward(model, inputs)) if t.is_floating_point()]
         model.train()
         torch.manual_seed(0)
-        trained = [t.float() for t in _tensors(forward(model, inputs)) if t.is_floating_point()]
+        trained = [t.float() for _, t in named_tensors(forward(model, inputs)) if t.is_floating_point()]
     change = sum(float((a - b).norm()) ** 2 for a, b in zip(own, trained)) ** 0.5
     scale = sum(float(a.norm()) ** 2 for a in own) ** 0.5
     return change / scale if scale > 0 else float(change > 0)

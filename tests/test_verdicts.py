@@ -403,3 +403,23 @@ def test_overfit_takes_the_rows_of_targets_the_model_flattened_itself():
             "task": {"kind": "classification", "num_classes": 10}}
     result = overfit(case)
     assert result.status == "pass", result.summary
+
+
+def test_overfit_blocked_rows_read_targets_the_model_flattened_itself():
+    """A plateau of a model that flattens (B, T) to B*T rows: the per-row gradient pass takes each row's own T targets
+    (it took all of them, and the loss raised 'Expected input batch_size (5) to match target batch_size (40)')."""
+    torch.manual_seed(0)
+
+    class FlatRelu(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(10, 16), torch.nn.Linear(16, 10)
+
+        def forward(self, ids):  # (B, T) -> (B*T, V), clamped at zero
+            return torch.relu(self.head(self.embed(ids))).view(-1, 10)
+
+    ids = torch.randint(0, 10, (20, 5))
+    case = {"model": FlatRelu(), "batch": (ids, torch.randint(0, 10, (100,))), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification", "num_classes": 10}}
+    result = overfit(case)
+    assert "blocked_rows" in result.details and result.details.get("failure") != "raised", result.summary
