@@ -70,7 +70,7 @@ Output
       PASS  registration       all 13 modules and tensors reached are registered; none is held in a plain list, dict or attribute [0.0 s]
       PASS  batchnorm          no BatchNorm layer in the model: no batch statistics to go wrong [0.0 s]
       SKIP  training_loop      needs what your training loop did: run it under `doctor --script train.py` (a case file has no loop to look at) [0.0 s]
-      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init [0.2 s]
+      FAIL  init_loss          loss at init 13 (train mode) vs chance 2.3 (ln 10): 5.64x chance, the outputs are too large at init: after 20 steps of your optimizer it is at 4.49, where the same model with its outputs scaled by 0.125 starts at 2.64 [0.1 s]
                                next: find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale
                                see PLAYBOOK.md#init-loss
       PASS  label_alignment    64 of 64 positions scored; no padding scored, no real class dropped [0.1 s]

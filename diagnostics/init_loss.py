@@ -27,13 +27,20 @@ What it checks
     batch, scaled, extra terms, or another loss such as L1), and the model is then judged
     against that all-zero score instead, so a scaled loss is not mistaken for scaled outputs.
 
-    fail   loss > 1.5x chance (outputs too large at init: logits scaled up, init too wide), or
-           loss < 0.75x the best constant (the model already knows the targets: leakage, an
-           off-by-one that feeds the target in as input, or pretrained weights), or a NaN loss,
-           or a negative loss (a flipped sign; or probability outputs fed to NLLLoss, named as
-           such when the loss is exactly -mean(p[target])), or regression outputs whose shape differs from
-           the targets' (MSE broadcasts).
-    warn   a loss summed instead of averaged; a classification loss_fn whose all-zero score
+    fail   loss > 1.5x chance and the harm shows (outputs too large at init: logits scaled
+           up, init too wide): the check scales the outputs down (1/2 .. 1/256, the largest
+           scale that brings the loss within 1.25x chance) and runs 20 steps of your optimizer
+           from your init (your lr schedule's first values); a FAIL when the loss after them is
+           still at or above where the scaled-down model starts: those steps only undo the init.
+           Also a NaN loss, a negative loss (a flipped sign; or probability outputs fed to
+           NLLLoss, named as such when the loss is exactly -mean(p[target])), or regression
+           outputs whose shape differs from the targets' (MSE broadcasts).
+    warn   loss > 1.5x chance that the 20 steps take below the scaled-down start (a threshold
+           alone shows no harm: a regression net at init often scores 1.5-2x the all-zero
+           output); loss < 0.75x the best constant (the model may already know the targets:
+           leakage, an off-by-one that feeds the target in as input, or pretrained weights;
+           target_leak and causal_dependency show which); a loss summed instead of averaged;
+           a classification loss_fn whose all-zero score
            is not ln C (a scale factor, extra terms); regression targets far from zero mean
            (the start is a hockey stick: init the final bias to the mean or standardise); a
            num_classes hint disagreeing with the output.
@@ -52,7 +59,7 @@ Output
     {
       "id": "init_loss",
       "status": "fail",
-      "summary": "loss at init 7.71 (train mode) vs chance 2.3 (ln 10): 3.35x chance, the outputs are too large at init",
+      "summary": "loss at init 7.71 (train mode) vs chance 2.3 (ln 10): 3.35x chance, the outputs are too large at init: after 20 steps of your optimizer it is at 4.47, where the same model with its outputs scaled by 0.125 starts at 2.49",
       "details": {
         "loss": 7.70895528793335,
         "loss_per_pass": [
@@ -71,16 +78,21 @@ Output
         "n_targets": 64,
         "ratio_to_chance": 3.347956742788347,
         "ratio_to_best_constant": 3.612042456452424,
-        "next": "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale"
+        "next": "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale",
+        "trial_steps": 20,
+        "loss_after_trial": 4.473219394683838,
+        "calming_factor": 0.125,
+        "calmed_loss": 2.4924378395080566
       }
     }
     (exit code 1)
 
 How to read it
     ratio_to_chance is the headline: about 1 is healthy (the test zoo measures 0.99 to 1.23).
-    Above 1.5 the model's outputs are too large at init: find what scales them (a
-    temperature, an init std, a missing normalisation). Below 0.75x best_constant the model
-    already knows the targets. zero_output_loss is your loss_fn on an all-zero output; when
+    Above 1.5 the model's outputs may be too large at init; loss_after_trial against
+    calmed_loss says whether it costs you steps (a fail) or is soon undone (a warn): find what
+    scales them (a temperature, an init std, a missing normalisation). Below 0.75x
+    best_constant the model may already know the targets. zero_output_loss is your loss_fn on an all-zero output; when
     it differs from chance, the ratios are taken against it and the summary says so.
 
 Next step
@@ -96,13 +108,16 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, cli_main, forward, needs_closure, preserved, replace_tensor, validate_case
 
 HIGH_RATIO = 1.5  # our assumption, tuned on the test zoo: healthy cases measure 0.99-1.23x chance, the scaled-logits twin 2.7x
 LOW_RATIO = 0.75  # our assumption, tuned on the test zoo: a random-init model cannot beat the best constant; the unshifted-LM twin measures 0.6x
 TRAIN_MODE_PASSES = 3  # dropout makes a train-mode loss noisy; 3 passes keep the check cheap
 LOSS_FN_TOLERANCE = 0.1  # a standard mean loss scores an all-zero output at chance to float precision; 10% leaves room for auxiliary terms
 CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
+TRIAL_STEPS = 20  # steps of your optimizer in the too-large trial: the hockey stick shows in the first few dozen (our assumption)
+CALMING = [2.0 ** -k for k in range(1, 9)]  # output scales tried to calm the outputs: 1/2 .. 1/256
+CALM_RATIO = 1.25  # the largest of them that brings the loss within 1.25x chance (the test zoo's healthy inits measure up to 1.23x)
 
 
 def main_tensor(output):
@@ -211,6 +226,44 @@ def task_reference(out, targets, task, zero_loss):
     return f"cannot infer the task from output {tuple(out.shape)} and {targets.dtype} targets {tuple(targets.shape)}: pass task={{'kind': ...}}"
 
 
+def _scaled(output, factor):
+    """The model's output with its prediction tensor multiplied by factor (a fixed temperature), the structure kept."""
+    main = main_tensor(output)
+    return output if factor == 1 else replace_tensor(output, main, main * factor)
+
+
+def _calming_factor(case, output, calm):
+    """The largest output scale in CALMING that brings the loss at init under `calm` (else the one that scores lowest),
+    and that loss; (None, nan) when every scale gives a NaN loss."""
+    targets = case["batch"][1]
+    with torch.no_grad():
+        scored = [(float(case["loss_fn"](_scaled(output, factor), targets)), factor) for factor in CALMING]
+    scored = [(loss, factor) for loss, factor in scored if loss == loss]
+    return next(((factor, loss) for loss, factor in scored if loss <= calm), min(scored, default=(float("nan"), None))[::-1])
+
+
+def _trained(case, steps):
+    """The loss after `steps` steps of the case's optimizer (its lr schedule's first values) from the weights as built.
+    The model is restored afterwards."""
+    model, loss_fn, (inputs, targets) = case["model"], case["loss_fn"], case["batch"]
+    schedule = case["task"].get("lr_schedule")
+    with preserved(model):
+        torch.manual_seed(0)
+        optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
+        base = [group["lr"] for group in optimizer.param_groups]
+        for step in range(steps):
+            for group, lr in zip(optimizer.param_groups, base):
+                group["lr"] = lr * (float(schedule(step)) if schedule else 1.0)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(forward(model, inputs), targets)
+            if not torch.isfinite(loss):
+                break
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            return float(loss_fn(forward(model, inputs), targets))
+
+
 def check_init_loss(case):
     """Compare the loss at initialisation with chance and with the best input-blind constant."""
     case = validate_case(case)
@@ -265,14 +318,12 @@ def check_init_loss(case):
     measured += (f" (your loss_fn on an all-zero output; a mean loss would give {ref['chance_formula']} = {fmt(chance)})"
                  if loss_fn_off else f" ({ref['chance_formula']})")
     if loss > HIGH_RATIO * scale * chance:
-        details["next"] = "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale"
-        return CheckResult("init_loss", "fail", f"{measured}: {fmt(details['ratio_to_chance'])}x chance, "
-                           "the outputs are too large at init", details)
+        return _too_large(case, output, details, measured, scale * chance)
     if best > 0 and loss < LOW_RATIO * scale * best:
-        details["next"] = "look for the target inside the inputs (an unshifted LM target, a label column); run causal_dependency"
-        return CheckResult("init_loss", "fail", f"{measured}: below {fmt(scale * best)}, the best any input-blind prediction "
-                           "scores on this batch, so the model already knows the targets: leakage, or pretrained weights "
-                           "(then set task['pretrained'])", details)
+        details["next"] = "run target_leak and causal_dependency: they change the inputs and show whether the answer is in them"
+        return CheckResult("init_loss", "warn", f"{measured}: below {fmt(scale * best)}, the best any input-blind prediction "
+                           "scores on this batch: the model may already know the targets (leakage, an unshifted LM target) "
+                           "or its weights are pretrained (then set task['pretrained'])", details)
     if summed:
         details["next"] = "average the loss (reduction='mean'): a sum makes the step size grow with the batch size"
         return CheckResult("init_loss", "warn", f"{measured}: the loss is summed over the batch, not averaged", details)
@@ -288,6 +339,28 @@ def check_init_loss(case):
         return CheckResult("init_loss", "warn", f"{measured}: the targets have mean {fmt(ref['target_mean'])}, so the first "
                            f"steps only learn the bias (predicting the mean would score {fmt(best)})", details)
     return CheckResult("init_loss", "pass", f"{measured}: {fmt(details['ratio_to_chance'])}x chance", details)
+
+
+def _too_large(case, output, details, measured, chance):
+    """A loss above HIGH_RATIO x chance. A FAIL when the harm shows: after TRIAL_STEPS steps of your optimizer the loss is
+    still at or above where the same model starts with its outputs scaled down (the steps went into undoing the init).
+    Else a WARN that names its evidence."""
+    ratio = f"{measured}: {fmt(details['ratio_to_chance'])}x chance"
+    details["next"] = "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale"
+    factor, calmed = _calming_factor(case, output, CALM_RATIO * chance)
+    trainable = any(p.requires_grad for p in case["model"].parameters())
+    if factor is None or not calmed < details["loss"] or not trainable or needs_closure(case["optimizer"]([torch.zeros(1, requires_grad=True)])):
+        return CheckResult("init_loss", "warn", f"{ratio}: the outputs may be too large at init (no trial: no smaller output "
+                           "scale scores lower, nothing is trainable, or the optimizer needs a closure)", details)
+    after = _trained(case, TRIAL_STEPS)
+    details.update(trial_steps=TRIAL_STEPS, loss_after_trial=after, calming_factor=factor, calmed_loss=calmed)
+    trial = (f"after {TRIAL_STEPS} steps of your optimizer it is at {fmt(after)}, where the same model with its outputs "
+             f"scaled by {factor:g} starts at {fmt(calmed)}")
+    if not after < calmed:  # NaN after the steps is harm too
+        return CheckResult("init_loss", "fail", f"{ratio}, the outputs are too large at init: {trial}", details)
+    return CheckResult("init_loss", "warn", f"{ratio}: the outputs start large, but {TRIAL_STEPS} steps of your optimizer "
+                       f"take the loss to {fmt(after)}, below the {fmt(calmed)} that outputs scaled by {factor:g} start at",
+                       details)
 
 
 class DemoClassifier(torch.nn.Module):

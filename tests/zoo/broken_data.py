@@ -116,9 +116,8 @@ def make_single_bos():
 
 
 BROKEN = {  # factory -> the check that must fail it
-    "make_scaled_logits": "init_loss",
-    "make_unshifted_lm": "init_loss",
-    "make_hf_loss_without_shift": "init_loss",
+    "make_unshifted_lm": "target_leak",  # init_loss only warns: a loss below the best constant is a threshold
+    "make_hf_loss_without_shift": "target_leak",
     "make_unnormalised_pixels": "data_sanity",
     "make_one_indexed_labels": "labels",
     "make_all_labels_masked": "labels",
@@ -126,5 +125,6 @@ BROKEN = {  # factory -> the check that must fail it
     "make_input_ignored": "input_dependence",
 }
 WARNED = {  # factory -> the check that must warn on it: a sign worth a look, not proof of a bug
+    "make_scaled_logits": "init_loss",  # 20 steps of Adam 1e-3 take it below the scaled-down start (1.70 vs 1.90, measured)
     "make_doubled_bos": "data_sanity",
 }
