@@ -35,9 +35,10 @@ What it checks
            Also a NaN loss, a negative loss (a flipped sign; or probability outputs fed to
            NLLLoss, named as such when the loss is exactly -mean(p[target])), or regression
            outputs whose shape differs from the targets' (MSE broadcasts).
-    warn   loss > 1.5x chance that the 20 steps take below the scaled-down start (a threshold
-           alone shows no harm: a regression net at init often scores 1.5-2x the all-zero
-           output); loss < 0.75x the best constant (the model may already know the targets:
+    warn   loss > 1.5x chance of a classifier that the 20 steps take below the scaled-down
+           start (a threshold alone shows no harm; for a regression net it is a pass: its own
+           output variance adds to the all-zero score, 1.5-2x at a default init); loss < 0.75x
+           the best constant (the model may already know the targets:
            leakage, an off-by-one that feeds the target in as input, or pretrained weights;
            target_leak and causal_dependency show which); a loss summed instead of averaged;
            a classification loss_fn whose all-zero score
@@ -358,9 +359,12 @@ def _too_large(case, output, details, measured, chance):
              f"scaled by {factor:g} starts at {fmt(calmed)}")
     if not after < calmed:  # NaN after the steps is harm too
         return CheckResult("init_loss", "fail", f"{ratio}, the outputs are too large at init: {trial}", details)
-    return CheckResult("init_loss", "warn", f"{ratio}: the outputs start large, but {TRIAL_STEPS} steps of your optimizer "
-                       f"take the loss to {fmt(after)}, below the {fmt(calmed)} that outputs scaled by {factor:g} start at",
-                       details)
+    undone = (f"{TRIAL_STEPS} steps of your optimizer take the loss to {fmt(after)}, below the {fmt(calmed)} that outputs "
+              f"scaled by {factor:g} start at")
+    if "target_mean" in details:  # regression: an untrained net's own output variance adds to mean(targets**2)
+        return CheckResult("init_loss", "pass", f"{ratio}, as an untrained regression net's own output variance adds to "
+                           f"the all-zero score, and {undone}", details)
+    return CheckResult("init_loss", "warn", f"{ratio}: the outputs start large, but {undone}", details)
 
 
 class DemoClassifier(torch.nn.Module):

@@ -41,7 +41,11 @@ What it checks
     diverged at 10x, is a skip "inconclusive" (details["failure"]): the steps ran out before the
     experiment said anything about the model, so it is neither a pass nor a warn about it. An objective that samples noise (a
     VAE's reparameterisation, a diffusion loss drawing t and the noise: the loss differs under
-    two seeds) has a floor above zero: there, a loss that halved and then settled is a pass. task["clip_grad_norm"] is applied every step,
+    two seeds) has a floor above zero: there, a loss that halved and then settled is a pass. So
+    has a loss against soft targets (BCE on grey pixels, label smoothing, a KL term): when a run
+    misses the target, the model's first outputs become free tensors trained alone on your loss
+    (300 Adam steps); where they settle is the loss's floor (details["loss_floor"]), and "near
+    zero" becomes the floor plus 5% of the way down to it. task["clip_grad_norm"] is applied every step,
     task["lr_schedule"] (step -> lr factor, as LambdaLR takes) sets the lr to its peak, and
     task["batch_dim"] says where the rows are (default 0).
 
@@ -107,6 +111,12 @@ RETRY_LR = 10.0  # a run that fell but missed the target is retried with every l
 BLOCKED = 1e-3  # a row whose own gradient is under this share of the median row's gets none that matters (our assumption)
 CLOSURE_STEPS = 25  # steps of an optimizer that takes a closure: LBFGS evaluates the loss up to max_iter (20) times a step,
 # so 25 of its steps cost more evaluations than the plain budget (our assumption)
+FREE_STEPS = 300  # Adam steps on the free outputs that find the loss's floor (its lr decays to 0 over them) — our assumption
+FREE_LR = 0.05  # their first step size: a logit or a pixel moves by about this much per step — our assumption
+FREE_NUMEL = 10_000_000  # outputs beyond 10M numbers (40 MB, x3 with Adam's state) get no floor: 8 rows of a 50k vocab
+# at T = 25 (our assumption: memory, not time, is the limit)
+SETTLED = 0.01  # the free outputs found the floor when their second half of steps gave under 1% of their whole fall: a
+# linear loss (the output itself) gives 25% there with the lr decaying to 0, BCE on soft targets 0.14% (measured)
 RETRY_STEPS = 2  # the retry may take twice the steps while it still falls: memorising 80 random tokens takes an LSTM ~320 steps at 10x (measured)
 DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, torch.nn.Dropout3d,
                    torch.nn.AlphaDropout, torch.nn.FeatureAlphaDropout, torch.nn.MultiheadAttention,
@@ -254,6 +264,13 @@ def _settled(losses, where, details, not_optimised, missing):
 
 
 
+def _at_floor(losses, k, floor, details, not_optimised, missing, where=""):
+    return CheckResult("overfit_one_batch", "warn" if missing else "pass",
+                       f"memorised {k} rows down to the loss's floor{where}: loss {_trace(losses)}, where free outputs reach "
+                       f"{floor:.4g} on these targets (soft targets, label smoothing or a KL term keep it above zero)"
+                       f"{not_optimised}", details)
+
+
 def _own_targets(case, inputs, targets, output):
     """The batch relabelled with the model's own first predictions (argmax), which it can surely represent; None
     unless the targets are class indices that the output scores along its last dim (in order, also when flattened). Masked positions stay masked;
@@ -268,6 +285,58 @@ def _own_targets(case, inputs, targets, output):
         if tensor.shape == targets.shape and tensor.dtype == targets.dtype and torch.equal(tensor, targets):
             inputs = replace_tensor(inputs, tensor, own)
     return inputs, own
+
+
+def _loss_floor(case, output, targets):
+    """The lowest loss the outputs alone reach on these targets, or None when it cannot be found.
+
+    Every floating tensor of the model's output becomes a free tensor, trained alone on the case's loss by Adam (lr
+    FREE_LR decaying to 0 over FREE_STEPS). What they reach is what any model could: 0 for hard targets, more for soft
+    targets under BCE, label smoothing, a KL term. When the loss refuses values the free tensors step to (BCE outside
+    [0, 1]), they run again kept within the range of the output and the targets. None when the loss raised anyway,
+    turned NaN, or the free outputs did not settle (their second half of steps gave over SETTLED of their whole fall):
+    then no floor is claimed."""
+    floating = [tensor for _, tensor in named_tensors(output) if tensor.is_floating_point()]
+    if not floating or sum(t.numel() for t in floating) > FREE_NUMEL:
+        return None
+    for bounded in (False, True):
+        try:
+            losses = _free_descent(case, output, floating, targets, bounded)
+            break
+        except Exception:  # out of the loss's domain (then bounded), or a loss that needs more than the outputs
+            losses = []
+    if len(losses) <= FREE_STEPS:
+        return None
+    fall, late = losses[0] - losses[-1], losses[FREE_STEPS // 2] - losses[-1]
+    return losses[-1] if fall > 0 and late <= SETTLED * fall else None
+
+
+def _free_descent(case, output, floating, targets, bounded):
+    """The losses of FREE_STEPS Adam steps on free copies of the output's floating tensors (see _loss_floor); bounded:
+    a free tensor of the targets' shape is clamped into the range of the output and the targets after each step."""
+    free, bounds = [], []
+    for tensor in floating:
+        free.append(tensor.detach().clone().requires_grad_())
+        output = replace_tensor(output, tensor, free[-1])
+        matches = bounded and targets.is_floating_point() and targets.shape == tensor.shape
+        bounds.append((float(torch.minimum(tensor.detach().min(), targets.min())),
+                       float(torch.maximum(tensor.detach().max(), targets.max()))) if matches else None)
+    optimizer, losses = torch.optim.Adam(free, lr=FREE_LR), []
+    with torch.enable_grad():
+        for step in range(FREE_STEPS + 1):
+            for group in optimizer.param_groups:
+                group["lr"] = FREE_LR * (1 - step / FREE_STEPS)
+            optimizer.zero_grad(set_to_none=True)
+            loss = case["loss_fn"](output, targets)
+            losses.append(float(loss.detach()))
+            if not abs(losses[-1]) < float("inf") or step == FREE_STEPS:
+                return losses
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                for tensor, bound in zip(free, bounds):
+                    if bound:
+                        tensor.clamp_(*bound)
 
 
 def _blocked_rows(case, model, inputs, targets, k, bdim, target):
@@ -343,12 +412,19 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if abs(losses[-1]) <= details["target"]:
             return CheckResult("overfit_one_batch", "warn" if missing else "pass",
                                f"memorised {k} rows: loss {_trace(losses)}{not_optimised}", details)
+        floor = _loss_floor(case, output, targets) if torch.is_tensor(targets) else None
+        if floor is not None and floor > details["target"]:  # the targets keep the loss above zero: near its floor is memorised
+            details.update(loss_floor=floor, target=floor + TARGET * max(reference - floor, 0.0))
+            if abs(losses[-1]) <= details["target"]:
+                return _at_floor(losses, k, floor, details, not_optimised, missing)
         if samples and _settled_low(losses, stop):
             return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses, samples)
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
             retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"])
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
+            if abs(retry[-1]) <= details["target"] and "loss_floor" in details:
+                return _at_floor(retry, k, details["loss_floor"], details, not_optimised, missing, f" at {RETRY_LR:g}x your lr")
             if abs(retry[-1]) <= details["target"]:
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
                                    f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses, samples)}{not_optimised}",

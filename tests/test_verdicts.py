@@ -423,3 +423,47 @@ def test_overfit_blocked_rows_read_targets_the_model_flattened_itself():
             "task": {"kind": "classification", "num_classes": 10}}
     result = overfit(case)
     assert "blocked_rows" in result.details and result.details.get("failure") != "raised", result.summary
+
+
+# --- overfit_one_batch: a loss whose floor is above zero ----------------------------------------------------------
+
+def _soft_target_case(width, loss_fn, targets, outputs, squash=None):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(10, width), torch.nn.Tanh(), torch.nn.Linear(width, outputs)] + ([squash] if squash else [])
+    return {"model": torch.nn.Sequential(*layers), "batch": (torch.randn(16, 10), targets), "loss_fn": loss_fn,
+            "optimizer": lambda params: torch.optim.Adam(params, lr=1e-2)}
+
+
+SMOOTHED = lambda logits, y: torch.nn.functional.cross_entropy(logits, y, label_smoothing=0.1)  # noqa: E731
+
+
+@pytest.mark.parametrize("loss_fn, soft, squash", [
+    (torch.nn.functional.binary_cross_entropy, True, torch.nn.Sigmoid()),  # the VAE example: BCE on grey pixels
+    (torch.nn.functional.binary_cross_entropy_with_logits, True, None),
+    (SMOOTHED, False, None),
+], ids=["bce-soft", "bce-logits-soft", "label-smoothing"])
+def test_overfit_passes_a_model_that_reaches_its_losss_floor_above_zero(loss_fn, soft, squash):
+    """pytorch/examples' VAE was a false plateau FAIL: BCE against grey pixels cannot go below their entropy."""
+    torch.manual_seed(1)
+    targets = torch.rand(16, 30) if soft else torch.randint(0, 5, (16,))
+    result = overfit(_soft_target_case(32, loss_fn, targets, 30 if soft else 5, squash))
+    floor = result.details["loss_floor"]
+    assert result.status == "pass" and floor > 0.3 and result.details["target"] > floor, result.summary
+    assert result.details["losses"][-1] <= result.details["target"], result.details
+
+
+def test_overfit_still_fails_a_bottleneck_above_the_losss_floor():
+    torch.manual_seed(1)
+    result = overfit(_soft_target_case(1, torch.nn.functional.binary_cross_entropy, torch.rand(16, 30), 30,
+                                       torch.nn.Sigmoid()))  # BUG: a width-1 bottleneck
+    assert (result.status, result.details["failure"]) == ("fail", "plateau"), result.summary
+    assert result.details["retry_losses"][-1] > result.details["target"] > result.details["loss_floor"], result.details
+
+
+def test_overfit_claims_no_floor_for_a_loss_the_free_outputs_cannot_settle():
+    """A loss that is the output itself falls without end: no floor, the usual verdicts."""
+    outputs = {"free": torch.randn(4, 3)}
+    case = {"loss_fn": lambda out, y: out["free"].sum()}
+    assert overfit_one_batch._loss_floor(case, outputs, torch.zeros(4)) is None
+    case = {"loss_fn": lambda out, y: torch.nn.functional.mse_loss(out["free"], y)}
+    assert overfit_one_batch._loss_floor(case, outputs, torch.ones(4, 3)) == pytest.approx(0, abs=1e-4)
