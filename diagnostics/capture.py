@@ -94,6 +94,8 @@ KINDS = {"cross_entropy": "classification", "nll_loss": "classification", "binar
 MODULE_NAMES = {"CrossEntropyLoss": "cross_entropy", "NLLLoss": "nll_loss", "BCELoss": "binary_cross_entropy",
                 "BCEWithLogitsLoss": "binary_cross_entropy_with_logits", "MSELoss": "mse_loss", "L1Loss": "l1_loss",
                 "SmoothL1Loss": "smooth_l1_loss", "HuberLoss": "huber_loss"}
+SYMMETRIC = ("mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss")  # loss(a, b) == loss(b, a): a script may write
+# F.mse_loss(x, model(x)) (Lightning's autoencoder example), the output in the target's slot
 TARGET_NAMES = ("labels", "targets", "target", "label", "y")  # a model argument that holds the targets
 GRADS_FIT = 1e-3  # relative residual under which .grad at the second step is "first + fresh" (or "fresh alone"): float64
 # sums of float32 gradients agree to ~1e-6; the other hypothesis misses by the whole first gradient (our assumption)
@@ -380,6 +382,8 @@ class Capture:
         pred = args[0] if args else kwargs.pop("input", None)
         target = args[1] if len(args) > 1 else kwargs.pop("target", None)
         extra = args[2:]
+        if name in SYMMETRIC and torch.is_tensor(target) and feeds(target) and not (torch.is_tensor(pred) and feeds(pred)):
+            pred, target = target, pred  # the model's output came second: the same loss either way round
         ignore_index = (kwargs.get("ignore_index", getattr(function, "ignore_index", -100))
                         if name in ("cross_entropy", "nll_loss") else None)
         if not torch.is_tensor(pred):

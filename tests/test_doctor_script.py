@@ -392,3 +392,16 @@ def test_the_ignore_index_of_a_loss_made_inside_the_model_is_kept(ignore_index):
     assert case["task"] == {"kind": "causal_lm", "ignore_index": ignore_index, "vocab_size": 27, "target_inputs": [1]}
     import labels
     assert labels.check_labels(doctor.validate_case(case)).status == "pass"
+
+
+@pytest.mark.parametrize("loss", ["torch.nn.functional.mse_loss(x, model(x))", "torch.nn.L1Loss()(x, model(x))"])
+def test_the_output_in_the_target_slot_of_a_symmetric_loss_is_captured(loss, tmp_path):
+    """Lightning's autoencoder example writes F.mse_loss(x, self(x)): the output second, the same loss either way."""
+    path = write(tmp_path, LOOP + "model = torch.nn.Sequential(torch.nn.Linear(6, 2), torch.nn.Linear(2, 6))\n"
+                 "opt = torch.optim.Adam(model.parameters())\nx = torch.randn(8, 6)\n"
+                 f"loss = {loss}\nloss.backward()\nopt.step()\n")
+    case = capture.capture_script(str(path))
+    inputs, targets = case["batch"]
+    assert torch.equal(inputs, targets) and case["task"]["kind"] == "regression", case["captured"]
+    assert torch.allclose(case["loss_fn"](case["model"](inputs), targets), eval(loss, {"torch": torch, "model": case["model"],
+                                                                                      "x": inputs}))
