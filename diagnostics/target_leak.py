@@ -11,7 +11,10 @@ Symptom
 What it checks
     Inputs that carry the targets: an integer input tensor of the targets' shape that equals
     them on 90% or more of the scored positions (shift 0), or equals them one position later
-    along time (shift 1: input[t + 1] is target t, the decoder-input convention). A causal LM's
+    along time (shift 1: input[t + 1] is target t, the decoder-input convention). Targets the
+    model flattened itself (B*T of them against an output of B*T rows, as Lightning's demo
+    transformer returns output.view(-1, V)) are viewed as (B, T) like the input of that many
+    elements, and the output as (B, T, V). A causal LM's
     own token sequence at shift 1 is left to causal_dependency. For each carrier, in eval mode
     on the case's batch, the carrier is changed at the position that holds target t (t = T//2
     and the last one it can reach) in every row: fail when the output at position t moves (by
@@ -122,9 +125,48 @@ def _scored_positions(case, output, prediction, targets, p, time_dim):
     return [q for q in range(moved.shape[0]) if moved[q] > 1e-7]
 
 
+class _Unflattened(torch.nn.Module):
+    """The model with its prediction viewed as (B, T, ...) when it flattened (B, T) to B*T rows itself (the Lightning
+    demo transformer's output.view(-1, V)): so the check sees positions, as for any sequence model."""
+
+    def __init__(self, model, grid):
+        super().__init__()
+        self.model, self.grid = model, grid
+
+    def forward(self, *args, **kwargs):
+        output = self.model(*args, **kwargs)
+        prediction = _prediction(output)
+        if prediction is None or prediction.shape[0] != self.grid.numel():
+            return output
+        return replace_tensor(output, prediction, prediction.view(*self.grid, *prediction.shape[1:]))
+
+
+def _unflattened(case, grid):
+    """The case seen position by position: targets viewed as `grid` (B, T), the model's flat prediction as (B, T, ...),
+    and the case's loss given both flat again, as it was written."""
+    def loss_fn(output, targets):
+        prediction = _prediction(output)
+        flat = prediction.reshape(-1, *prediction.shape[len(grid):])
+        return case["loss_fn"](replace_tensor(output, prediction, flat), targets.reshape(-1))
+
+    inputs, targets = case["batch"]
+    return {**case, "model": _Unflattened(case["model"], grid), "batch": (inputs, targets.view(grid)), "loss_fn": loss_fn}
+
+
+def _flattened_grid(inputs, targets):
+    """The (B, T) shape of an integer input with as many elements as 1-D targets: targets a model flattened to B*T."""
+    if targets.dim() != 1:
+        return None
+    return next((t.shape for _, t in named_tensors(inputs) if not t.is_floating_point() and t.dtype != torch.bool
+                 and t.dim() == 2 and t.numel() == targets.numel() and t.shape[1] > 1), None)
+
+
 def check_target_leak(case):
     """Change each input's copy of target t and watch whether the output at position t moves."""
     case = validate_case(case)
+    if torch.is_tensor(case["batch"][1]) and not case["batch"][1].is_floating_point():
+        grid = _flattened_grid(*case["batch"])
+        case = _unflattened(case, grid) if grid is not None else case
     model, (inputs, targets), task = case["model"], case["batch"], case["task"]
     if not torch.is_tensor(targets) or targets.is_floating_point() or targets.dim() < 1:
         return CheckResult("target_leak", "skip", "applies to integer targets (classes or tokens)")

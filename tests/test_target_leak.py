@@ -98,10 +98,18 @@ def verdict(tmp_path, monkeypatch, capfd, source):
     return json.loads(capfd.readouterr().out)["checks"][0]["status"]
 
 
+FLATTENED_INSIDE = ("        return self.head(self.transformer(self.embed(src), self.embed(tgt), tgt_mask=mask))",
+                    "        return self.head(self.transformer(self.embed(src), self.embed(tgt), tgt_mask=mask)).view(-1, V)")
+
+
 @pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="--script runs in the supervised child")
+@pytest.mark.parametrize("flattened", [False, True], ids=["bt-v", "flattened-inside"])
 @pytest.mark.parametrize("decoder_input, status", [(FED_THE_TARGETS, "fail"), (SHIFTED_RIGHT, "pass")])
-def test_a_decoder_fed_its_targets_under_a_causal_mask_reads_them(decoder_input, status, tmp_path, monkeypatch, capfd):
-    assert verdict(tmp_path, monkeypatch, capfd, TRANSFORMER.replace("DECODER_INPUT", decoder_input)) == status
+def test_a_decoder_fed_its_targets_under_a_causal_mask_reads_them(decoder_input, status, flattened, tmp_path, monkeypatch,
+                                                                   capfd):
+    """flattened: the Lightning demo's model returns output.view(-1, V) itself, so the loss's targets are B*T long."""
+    source = TRANSFORMER.replace("DECODER_INPUT", decoder_input)
+    assert verdict(tmp_path, monkeypatch, capfd, source.replace(*FLATTENED_INSIDE) if flattened else source) == status
 
 
 @pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="--script runs in the supervised child")
