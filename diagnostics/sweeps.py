@@ -204,7 +204,7 @@ def read_text(path):
     if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
         raise SweepError(f"{path}: not a regular file (a device or a pipe): expected a CSV or JSONL file of runs")
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: drops a byte-order mark (Excel writes one)
             return handle.read()
     except FileNotFoundError:
         raise SweepError(f"{path}: no such file") from None

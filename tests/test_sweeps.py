@@ -157,6 +157,14 @@ def test_baseline_matches_numerically(tmp_path):
     assert result["baseline"] == "0.0003" and result["comparisons"][0]["value"] == "0.001"
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_columns_name(tmp_path):
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    marked = tmp_path / "excel.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + sweep_csv(rows).encode())  # what Excel's "CSV UTF-8" writes
+    assert sweeps.analyze(str(marked), "lr", "seed", "val_loss")["comparisons"] == plain["comparisons"]
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 
