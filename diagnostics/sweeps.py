@@ -237,11 +237,14 @@ def parse_rows(text, path):
             rows.append((number, {key: "" if value is None else str(value) for key, value in record.items()}))
         return rows, columns
     dialect = csv.excel_tab if path.endswith(".tsv") or "\t" in text.splitlines()[0] else csv.excel
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # no field is longer than the file, read already
     try:
         reader = csv.DictReader(text.splitlines(), dialect=dialect)
         rows = [(number, row) for number, row in enumerate(reader, 2)]
     except csv.Error as exc:
         raise SweepError(f"{path}: not a readable CSV: {exc}") from None
+    finally:
+        csv.field_size_limit(limit)
     return rows, list(reader.fieldnames or [])
 
 

@@ -165,6 +165,17 @@ def test_a_byte_order_mark_is_not_part_of_the_first_columns_name(tmp_path):
     assert sweeps.analyze(str(marked), "lr", "seed", "val_loss")["comparisons"] == plain["comparisons"]
 
 
+def test_a_field_longer_than_the_csv_modules_default_limit_is_read_and_the_limit_restored(tmp_path):
+    import csv
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    limit = csv.field_size_limit()
+    noted = sweep_csv([row + ("x" * 200_000 if i == 2 else "",) for i, row in enumerate(rows)], extra="notes")  # a pasted log
+    result = sweeps.analyze(str(write(tmp_path, noted, "noted.csv")), "lr", "seed", "val_loss")
+    assert result["comparisons"] == plain["comparisons"] and result["problems"] == []
+    assert csv.field_size_limit() == limit
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 
