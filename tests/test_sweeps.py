@@ -176,6 +176,22 @@ def test_a_field_longer_than_the_csv_modules_default_limit_is_read_and_the_limit
     assert csv.field_size_limit() == limit
 
 
+def test_seeds_pair_by_number_as_parameter_values_do(tmp_path):
+    rows = [("1e-3", "0", 3.1), ("1e-3", "1", 3.3), ("1e-3", "2", 3.2),
+            ("3e-4", "0.0", 3.2), ("3e-4", "01", 3.35), ("3e-4", "2.0", 3.3)]  # a float column in one export, an int in the other
+    result = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    [c] = result["comparisons"]
+    assert (c["n_pairs"], result["n_seeds"], result["problems"]) == (3, 3, [])
+    assert c["mean_diff"] == pytest.approx(((3.2 - 3.1) + (3.35 - 3.3) + (3.3 - 3.2)) / 3)
+
+
+def test_seeds_that_one_float_cannot_tell_apart_stay_two_seeds(tmp_path):
+    big = ["9007199254740992", "9007199254740993"]  # 2**53 and 2**53 + 1: float() makes them equal
+    rows = [(lr, seed, 3.0 + i / 10 + (lr == "1e-3") / 100) for lr in ("3e-4", "1e-3") for i, seed in enumerate(big)]
+    result = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    assert (result["comparisons"][0]["n_pairs"], result["n_seeds"], result["problems"]) == (2, 2, [])
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 
