@@ -3,6 +3,7 @@ each fail the check that names them; the PNG is written (or, without matplotlib,
 import sys
 
 import pytest
+import torch
 
 import loss_surface  # noqa: E402  (conftest puts diagnostics/ on sys.path)
 
@@ -74,3 +75,9 @@ def test_a_loss_vmap_cannot_trace_is_evaluated_point_by_point_with_the_same_verd
     traced = dict(smooth, loss=lambda a, b: (a - 1) ** 2 + (b + 0.5) ** 2)
     looped, vmapped = loss_surface.check_loss_surface(smooth, n=21), loss_surface.check_loss_surface(traced, n=21)
     assert looped == vmapped and looped["status"] == "pass"
+
+
+def test_a_target_of_zero_dimensional_tensors_is_accepted_as_numbers():
+    surface = dict(loss_surface.make_demo_surface(None), target=(torch.tensor(1.0), torch.tensor(-0.5)))
+    result = loss_surface.check_loss_surface(surface, n=21)
+    assert (result["status"], result["details"]["target"]) == ("pass", [1.0, -0.5])

@@ -36,6 +36,16 @@ def nan_target(problem):
     problem["batch"][1][5] = float("nan")  # one target missing, read as NaN
 
 
+def nan_gradient(problem):
+    mse = problem["terms"]["mse"]  # plus a square root of exactly 0: the value stays finite, its gradient is 0 * inf
+    problem["terms"]["mse"] = lambda out, targets: mse(out, targets) + ((out - targets) * 0).pow(2).mean().sqrt()
+
+
+def nan_metric_once_fitted(problem):
+    mse = problem["metric"]  # NaN below 0.01, which the start (0.94) is not and 'mse' alone reaches
+    problem["metric"] = lambda out, targets: torch.where(mse(out, targets) < 0.01, float("nan"), mse(out, targets))
+
+
 def nan_in_training(problem):
     problem["terms"]["root"] = lambda out, _: torch.sqrt(out.mean() + 0.2)  # finite at the start; NaN once the mean passes -0.2
 
@@ -43,6 +53,8 @@ def nan_in_training(problem):
 @pytest.mark.parametrize("plant,phase,step,what", [
     (nan_metric, "start", 0, "the metric is nan before any training"),
     (nan_target, "start", 0, "'mse' is nan on sample 5 before any training"),
+    (nan_gradient, "start", 0, "the gradient of 'mse' has norm nan on sample 0 before any training"),
+    (nan_metric_once_fitted, "term_alone", 100, "the metric is nan after 100 steps of training on 'mse' alone"),
     (nan_in_training, "all_terms", 2, "the loss is nan at step 2 of training on every term"),
 ])
 def test_a_nan_metric_or_loss_is_a_fail_that_names_where_it_first_appears(plant, phase, step, what):
