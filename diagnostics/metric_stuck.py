@@ -110,8 +110,7 @@ def validate(problem):
     except (TypeError, ValueError):
         best = math.nan
     if not math.isfinite(best):
-        raise ProblemError(f"best is {problem['best']!r}: it must be a finite number, the metric's best value "
-                           f"(0 for an error, 1 for an accuracy)")
+        raise ProblemError("best must be a finite number: the metric's best value (0 for an error, 1 for an accuracy)")
     return problem
 
 
