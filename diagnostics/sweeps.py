@@ -76,6 +76,7 @@ Next step
 import argparse
 import csv
 import decimal
+import io
 import json
 import math
 import os
@@ -241,7 +242,7 @@ def parse_rows(text, path):
     dialect = csv.excel_tab if path.endswith(".tsv") or "\t" in text.splitlines()[0] else csv.excel
     limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # no field is longer than the file, read already
     try:
-        reader = csv.DictReader(text.splitlines(), dialect=dialect)
+        reader = csv.DictReader(io.StringIO(text, newline=""), dialect=dialect)  # not splitlines(): it also splits at \f, \x1c, \u2028
         rows = [(number, row) for number, row in enumerate(reader, 2)]
     except csv.Error as exc:
         raise SweepError(f"{path}: not a readable CSV: {exc}") from None

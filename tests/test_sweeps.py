@@ -176,6 +176,15 @@ def test_a_field_longer_than_the_csv_modules_default_limit_is_read_and_the_limit
     assert csv.field_size_limit() == limit
 
 
+def test_a_field_holding_a_form_feed_or_a_unicode_line_separator_stays_in_its_row(tmp_path):
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    notes = ["page\x0cbreak", "a\u2028b", "plain", "x\x1cy", "", '"two\nlines"']  # str.splitlines() splits at the first four
+    noted = sweep_csv([row + (note,) for row, note in zip(rows, notes)], extra="notes")
+    result = sweeps.analyze(str(write(tmp_path, noted, "noted.csv")), "lr", "seed", "val_loss")
+    assert (result["n_rows"], result["comparisons"], result["problems"]) == (6, plain["comparisons"], [])
+
+
 def test_seeds_pair_by_number_as_parameter_values_do(tmp_path):
     rows = [("1e-3", "0", 3.1), ("1e-3", "1", 3.3), ("1e-3", "2", 3.2),
             ("3e-4", "0.0", 3.2), ("3e-4", "01", 3.35), ("3e-4", "2.0", 3.3)]  # a float column in one export, an int in the other
