@@ -8,8 +8,9 @@ Symptom
 What it checks
     You give a function of two scalar tensors (the two inputs you want to see: two components of a
     prediction, a prediction and a scale, a logit and a margin; everything else fixed inside the
-    function), their ranges, and where the minimum should be. The loss and its gradient are
-    computed at every point of a grid (41 x 41 by default, float64, autograd), and:
+    function), their ranges, and where the minimum should be (finite numbers: a NaN or inf
+    there exits 2 with one line, since no grid or distance can be made of it). The loss and its
+    gradient are computed at every point of a grid (41 x 41 by default, float64, autograd), and:
 
       nonfinite   a loss or gradient that is NaN or inf anywhere on the grid: fail (the first such
                   point is given; a log, sqrt or division of something that can reach 0 or less)
@@ -52,6 +53,7 @@ Next step
 import argparse
 import importlib.util
 import math
+import numbers
 import os
 import sys
 
@@ -81,13 +83,17 @@ def validate(surface):
         raise SurfaceError("the surface must be a dict with loss: a function (a, b) -> scalar tensor")
     for key in ("x_range", "y_range"):
         value = surface.get(key)
-        if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(isinstance(v, (int, float)) for v in value)
-                and value[0] < value[1]):
-            raise SurfaceError(f"{key} must be (low, high) with low < high")
+        if not (isinstance(value, (tuple, list)) and len(value) == 2 and all(map(finite, value)) and value[0] < value[1]):
+            raise SurfaceError(f"{key} must be (low, high), two finite numbers with low < high")
     target = surface.get("target")
-    if target is not None and not (isinstance(target, (tuple, list)) and len(target) == 2):
-        raise SurfaceError("target must be (a, b): where the minimum should be")
+    if target is not None and not (isinstance(target, (tuple, list)) and len(target) == 2 and all(map(finite, target))):
+        raise SurfaceError("target must be (a, b), two finite numbers: where the minimum should be")
     return surface
+
+
+def finite(value):
+    """A real number, or a one-element tensor, that is not NaN or inf."""
+    return (isinstance(value, numbers.Real) or torch.is_tensor(value) and value.numel() == 1) and math.isfinite(float(value))
 
 
 def evaluate(surface, n):

@@ -29,6 +29,12 @@ What it checks
     The thresholds 1e-7, a quarter and 0.8 are our assumptions, tuned on the embedded demo's
     twins (healthy: 0 saturated, 0.99 of the way alone and together).
 
+    Before the three questions: a measurement that comes out NaN or inf (a sample's term or its
+    gradient, the metric before training, the loss at any step of either training run, the
+    metric after it) is a fail that names the first one, since it is one on the user's own model,
+    batch, terms and metric; no share of the way can be computed from it. A `best` that is not a
+    finite number is the description's fault, not the model's: exit 2.
+
 Command
     python diagnostics/metric_stuck.py --problem my_problem.py[:make_problem] [--json]
     python diagnostics/metric_stuck.py                  # embedded demo: a regulariser that fights the fit
@@ -57,6 +63,7 @@ Next step
 import argparse
 import copy
 import importlib.util
+import math
 import os
 import sys
 
@@ -98,6 +105,12 @@ def validate(problem):
         raise ProblemError("goal must be 'min' or 'max'")
     if not callable(problem["metric"]):
         raise ProblemError("metric must be a function(output, targets) -> number")
+    try:
+        best = float(problem["best"])
+    except (TypeError, ValueError):
+        best = math.nan
+    if not math.isfinite(best):
+        raise ProblemError("best must be a finite number: the metric's best value (0 for an error, 1 for an accuracy)")
     return problem
 
 
@@ -113,29 +126,51 @@ def progress(start, end, best):
 
 
 def train(problem, model, terms):
-    """STEPS of Adam on the sum of `terms` over the batch; the metric afterwards."""
+    """STEPS of Adam on the sum of `terms` over the batch: the metric afterwards, and (step, loss) of the first step
+    whose loss was NaN/inf, or None."""
     x, y = problem["batch"]
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
-    for _ in range(STEPS):
+    nonfinite = None
+    for step in range(1, STEPS + 1):
         output = model(x)
         loss = sum(problem["terms"][name](output, y) for name in terms)
+        if nonfinite is None and not torch.isfinite(loss).all():
+            nonfinite = (step, float(loss.detach()))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    return metric_value(problem, model)
+    return metric_value(problem, model), nonfinite
 
 
-def saturated_share(problem, model):
-    """The share of samples whose `target_term` gives the parameters no gradient although its value is not 0."""
+def per_sample(problem, model):
+    """Per sample: the value of `target_term` and the norm of its gradient on the parameters (NaN/inf as they come)."""
     x, y = problem["batch"]
     params = [p for p in model.parameters() if p.requires_grad]
-    dead = 0
+    samples = []
     for i in range(len(y)):
         value = problem["terms"][problem["target_term"]](model(x[i:i + 1]), y[i:i + 1])
         grads = torch.autograd.grad(value, params, allow_unused=True)
-        norm = sum(float(g.pow(2).sum()) for g in grads if g is not None) ** 0.5
-        dead += abs(float(value.detach())) > 0 and norm < SATURATED_GRAD * abs(float(value.detach()))
-    return dead / len(y)
+        samples.append((float(value.detach()), sum(float(g.double().pow(2).sum()) for g in grads if g is not None) ** 0.5))
+    return samples
+
+
+def first_nonfinite(target, samples, start, runs):
+    """The first measurement that came out NaN/inf, in the order the check takes them, or None: a dict with the phase
+    ('start', 'term_alone' or 'all_terms'), the step (0: before any training), and what it was, in words.
+    `runs` holds (phase, train()'s result) for each training run."""
+    for i, (value, norm) in enumerate(samples):
+        if not (math.isfinite(value) and math.isfinite(norm)):
+            what = f"{target!r} is {value:g}" if not math.isfinite(value) else f"the gradient of {target!r} has norm {norm:g}"
+            return {"phase": "start", "step": 0, "sample": i, "what": f"{what} on sample {i} before any training"}
+    if not math.isfinite(start):
+        return {"phase": "start", "step": 0, "what": f"the metric is {start:g} before any training"}
+    for phase, (metric, nonfinite) in runs:
+        run = f"training on {target!r} alone" if phase == "term_alone" else "training on every term"
+        if nonfinite is not None:
+            return {"phase": phase, "step": nonfinite[0], "what": f"the loss is {nonfinite[1]:g} at step {nonfinite[0]} of {run}"}
+        if not math.isfinite(metric):
+            return {"phase": phase, "step": STEPS, "what": f"the metric is {metric:g} after {STEPS} steps of {run}"}
+    return None
 
 
 def term_gradients(problem, model):
@@ -157,7 +192,8 @@ def check_metric_stuck(problem):
     others = [name for name in problem["terms"] if name != target]
     with torch.random.fork_rng(devices=[]):
         model = copy.deepcopy(problem["model"])  # the user's model, its .grad and buffers stay as they are
-        saturated = saturated_share(problem, model)
+        samples = per_sample(problem, model)
+        saturated = sum(abs(value) > 0 and norm < SATURATED_GRAD * abs(value) for value, norm in samples) / len(samples)
         params, grads = term_gradients(problem, model)
         details = {"target_term": target, "saturated_share": saturated, "steps": STEPS}
         if others:
@@ -170,14 +206,21 @@ def check_metric_stuck(problem):
                 details["other_to_term_norm_ratio"] = float(b.norm() / a.norm().clamp_min(1e-30))
 
         start = metric_value(problem, model)
-        alone = train(problem, copy.deepcopy(model), [target])
-        together = train(problem, copy.deepcopy(model), list(problem["terms"])) if others else alone
+        alone_run = train(problem, copy.deepcopy(model), [target])
+        together_run = train(problem, copy.deepcopy(model), list(problem["terms"])) if others else alone_run
+    (alone, _), (together, _) = alone_run, together_run
     best = float(problem["best"])
     details.update({"metric_start": start, "metric_term_alone": alone, "metric_all_terms": together, "best": best,
                     "progress_alone": progress(start, alone, best), "progress_all_terms": progress(start, together, best)})
     status, summary = "pass", (f"the metric moves: {start:.3g} -> {together:.3g} with every term on "
                                f"({details['progress_all_terms']:.0%} of the way to {best:g})")
-    if saturated > SATURATED_SHARE:
+    nonfinite = first_nonfinite(target, samples, start, [("term_alone", alone_run), ("all_terms", together_run)])
+    if nonfinite is not None:
+        details.update({"failed": "nonfinite", "nonfinite": nonfinite})
+        details["next"] = ("find what makes the NaN/inf: the batch, the model's output, or a log, sqrt, division or pow in "
+                           "the terms or the metric (nan_watch names the first module)")
+        status, summary = "fail", f"NaN/inf: {nonfinite['what']}"
+    elif saturated > SATURATED_SHARE:
         details["failed"] = "gradient"
         details["next"] = "remove the clamp/ReLU/sharp sigmoid between the model and the loss; use a loss on logits"
         status, summary = "fail", (f"question 1 (gradient): {saturated:.0%} of the samples get no gradient from "

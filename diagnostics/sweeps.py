@@ -13,7 +13,8 @@ What it checks
     column, other columns ignored (a W&B or MLflow export works as it is). Each value of the
     parameter is compared with a baseline value, seed by seed: only seeds that both arms ran
     count, and the difference value - baseline is taken per seed, so what a seed does to both
-    arms cancels out.
+    arms cancels out. Values and seeds that are numbers match as exact numbers (3e-4 and 0.0003
+    are one value; 0, 0.0 and 00 one seed), any other text as it is written.
 
       statistic      paired t on the per-seed differences, n - 1 degrees of freedom; p two-sided
                      from the exact t distribution (regularized incomplete beta, standard library)
@@ -74,6 +75,8 @@ Next step
 """
 import argparse
 import csv
+import decimal
+import io
 import json
 import math
 import os
@@ -204,7 +207,7 @@ def read_text(path):
     if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
         raise SweepError(f"{path}: not a regular file (a device or a pipe): expected a CSV or JSONL file of runs")
     try:
-        with open(path, encoding="utf-8", newline="") as handle:
+        with open(path, encoding="utf-8-sig", newline="") as handle:  # -sig: drops a byte-order mark (Excel writes one)
             return handle.read()
     except FileNotFoundError:
         raise SweepError(f"{path}: no such file") from None
@@ -237,11 +240,14 @@ def parse_rows(text, path):
             rows.append((number, {key: "" if value is None else str(value) for key, value in record.items()}))
         return rows, columns
     dialect = csv.excel_tab if path.endswith(".tsv") or "\t" in text.splitlines()[0] else csv.excel
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # no field is longer than the file, read already
     try:
-        reader = csv.DictReader(text.splitlines(), dialect=dialect)
+        reader = csv.DictReader(io.StringIO(text, newline=""), dialect=dialect)  # not splitlines(): it also splits at \f, \x1c, \u2028
         rows = [(number, row) for number, row in enumerate(reader, 2)]
     except csv.Error as exc:
         raise SweepError(f"{path}: not a readable CSV: {exc}") from None
+    finally:
+        csv.field_size_limit(limit)
     return rows, list(reader.fieldnames or [])
 
 
@@ -252,9 +258,14 @@ def number(text):
         return None
 
 
-def same_value(a, b):
-    """Parameter values match as text, or as numbers (3e-4 == 0.0003)."""
-    return a == b or (number(a) is not None and number(a) == number(b))
+def value_key(text):
+    """What the spellings of one parameter value or seed share: the exact number when the text is one (3e-4 and 0.0003,
+    0, 0.0 and 00 alike; 9007199254740993 and 9007199254740992 not, though they are one float), else the text."""
+    try:
+        value = decimal.Decimal(text)
+    except decimal.InvalidOperation:
+        return text
+    return text if value.is_nan() else value
 
 
 def load_runs(text, path, param, seed, metric, baseline=None):
@@ -266,16 +277,15 @@ def load_runs(text, path, param, seed, metric, baseline=None):
     if not rows:
         raise SweepError(f"{path}: no runs, only a header")
     state_column = next((name for name in STATE_COLUMNS if name in columns), None)
-    problems, values, found = [], [], {}
+    problems, spellings, seed_spellings, found = [], {}, {}, {}  # {value_key: the first spelling seen}
     for line, row in rows:
         value, seed_id, text = ((row.get(name) or "").strip() for name in (param, seed, metric))
         where = f"line {line} ({param}={value}, {seed}={seed_id})"
         if not value or not seed_id:
             problems.append({"kind": "unlabelled", "row": line, "detail": f"{where}: no {param if not value else seed}: left out"})
             continue
-        value = next((known for known in values if same_value(known, value)), value)
-        if value not in values:
-            values.append(value)
+        value = spellings.setdefault(value_key(value), value)
+        seed_id = seed_spellings.setdefault(value_key(seed_id), seed_id)
         state = (row.get(state_column) or "").strip().lower() if state_column else ""
         metric_value = number(text)
         kind, detail = None, None
@@ -293,8 +303,9 @@ def load_runs(text, path, param, seed, metric, baseline=None):
             problems.append({"kind": kind, "row": line, "value": value, "seed": seed_id, "detail": f"{where}: {detail}: left out"})
             continue
         found.setdefault(value, {}).setdefault(seed_id, []).append(metric_value)
+    values = list(spellings.values())
     if baseline is not None:
-        match = next((value for value in values if same_value(value, baseline)), None)
+        match = spellings.get(value_key(baseline))
         if match is None:
             raise SweepError(f"baseline {param}={baseline} is not in {path} (values: {', '.join(values)})")
         baseline = match

@@ -86,21 +86,40 @@ class Losses:
     def __init__(self):
         self.added = []
 
-    def add_loss(self, loss, tokens=None):
-        self.added.append((float(loss.detach()), tokens))
+    def add_loss(self, loss, tokens=None, share=False):
+        self.added.append((float(loss.detach()), tokens, share))
 
 
-def test_the_hf_probe_divides_by_the_accumulation_steps_only_when_the_model_averaged_one_micro_batch():
+def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_whole_steps_tokens_a_share():
     pytest.importorskip("transformers")
     from ml_debug.integrations.hf import _Probe
 
     model, session = LossModel(), Losses()
-    probe = _Probe(model, session, accumulation=2)
+    probe = _Probe(model, session)
     ids = torch.zeros(2, 5, dtype=torch.long)
-    model(input_ids=ids)  # the loss of one micro-batch: half of the step's loss
-    model(input_ids=ids, num_items_in_batch=20)  # already divided by the tokens of the whole step: a part of it
+    model(input_ids=ids)  # the loss of one micro-batch: the step's loss is their mean
+    model(input_ids=ids, num_items_in_batch=20)  # already divided by the tokens of the whole step: a share of it
     probe.remove()
-    assert session.added == [(pytest.approx(3.918 / 2), 10), (pytest.approx(3.918), 10)]
+    assert session.added == [(pytest.approx(3.918), 10, False), (pytest.approx(3.918), 10, True)]
+
+
+@pytest.mark.parametrize("losses,share,step_loss", [
+    ([2.0, 4.0, 6.0, 8.0], False, 5.0),  # a full window of four micro-batches: their mean
+    ([2.0, 4.0], False, 3.0),  # an epoch's last window, two micro-batches: their mean, not their sum over four
+    ([0.5, 0.25], True, 0.75),  # shares of the step's loss (HF, num_items_in_batch): their sum
+])
+def test_a_sessions_step_loss_is_the_mean_of_its_micro_batches_or_the_sum_of_its_shares(tmp_path, losses, share, step_loss):
+    from ml_debug.integrations._session import Session
+
+    model = torch.nn.Linear(2, 1)
+    session = Session(model, torch.optim.SGD(model.parameters(), lr=0.1), str(tmp_path / "log.jsonl"), guard=False,
+                      nan_watch=False)
+    for loss in losses:
+        session.add_loss(torch.tensor(loss), share=share)
+    assert float(session.step_loss()) == step_loss
+    session.after_step(0)
+    assert session.step_loss() is None and session.micro_batches == 0
+    session.close()
 
 
 def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_once_on_no_loss(caplog):
@@ -108,7 +127,7 @@ def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_on
     from ml_debug.integrations.hf import _Probe
 
     model, session = LossModel(), Losses()
-    probe = _Probe(model, session, accumulation=1)
+    probe = _Probe(model, session)
     with torch.no_grad():
         model(input_ids=None)  # an evaluation inside the training loop, under no_grad
     model.eval()
@@ -116,7 +135,7 @@ def test_the_hf_probe_takes_no_loss_from_an_eval_or_no_grad_forward_and_warns_on
     probe.remove()
     assert session.added == []
     silent, session = torch.nn.Linear(2, 2), Losses()  # a model whose output holds no loss
-    probe = _Probe(silent, session, accumulation=1)
+    probe = _Probe(silent, session)
     with caplog.at_level("WARNING", logger="ml_debug"):
         silent(torch.zeros(1, 2))
         silent(torch.zeros(1, 2))

@@ -96,3 +96,72 @@ def test_lightning_skips_and_names_a_batch_that_divides_zero_by_zero(tmp_path):
     assert sorted(own) == list(range(STEPS)) and math.isnan(own[BAD])  # Lightning's own log, the NaN step included
     for r in records:  # the same step numbers and the same losses
         assert r["loss"] == pytest.approx(own[r["step"]], rel=1e-5)
+
+
+def test_hf_trainer_logs_the_mean_micro_batch_loss_also_in_an_epochs_last_shorter_step(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import MLDebugCallback
+
+    class Regressor(torch.nn.Module):  # no **kwargs in forward: the Trainer divides each loss by the step's micro-batches
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+
+        def forward(self, x, labels):
+            return {"loss": torch.nn.functional.mse_loss(self.linear(x).squeeze(-1), labels) + 10.0}
+
+    class Rows(torch.utils.data.Dataset):
+        def __init__(self):
+            g = torch.Generator().manual_seed(0)
+            self.x, self.y = torch.randn(40, 4, generator=g), torch.randn(40, generator=g)
+
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            return {"x": self.x[i], "labels": self.y[i]}
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), num_train_epochs=1, per_device_train_batch_size=4,
+                                          gradient_accumulation_steps=4, learning_rate=1e-2, logging_steps=1, report_to=[],
+                                          save_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0)
+    torch.manual_seed(0)
+    trainer = transformers.Trainer(model=Regressor(), args=args, train_dataset=Rows(), callbacks=[MLDebugCallback()])
+    trainer.train()  # 10 micro-batches: steps of 4, 4 and 2
+
+    records, events = read_log(tmp_path / "out" / "ml_debug_log.jsonl")
+    own = {entry["step"]: entry["loss"] for entry in trainer.state.log_history if "loss" in entry}
+    assert [r["step"] for r in records] == sorted(own) == [1, 2, 3] and events == []
+    for r in records:  # the Trainer's own loss: the mean over the step's micro-batches, 4 or 2
+        assert r["loss"] == pytest.approx(own[r["step"]], rel=1e-4)
+
+
+def test_lightning_logs_the_mean_training_step_loss_also_in_an_epochs_last_shorter_step(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    from lightning_cases import Classifier
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    class Recorded(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.losses = {}  # global step -> the losses training_step returned
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.losses.setdefault(self.trainer.global_step, []).append(float(loss.detach()))
+            return loss
+
+    g = torch.Generator().manual_seed(0)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(80, 8, generator=g),
+                                                                        torch.randint(0, 3, (80,), generator=g)), batch_size=8)
+    torch.manual_seed(0)
+    model = Recorded()
+    trainer = lightning.Trainer(max_epochs=1, accumulate_grad_batches=4, accelerator="cpu", devices=1, logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                default_root_dir=tmp_path, callbacks=[MLDebugCallback()])
+    trainer.fit(model, loader)  # 10 batches: steps of 4, 4 and 2
+
+    records, events = read_log(tmp_path / "ml_debug_log.jsonl")
+    assert [r["step"] for r in records] == sorted(model.losses) == [0, 1, 2] and events == []
+    assert [len(model.losses[step]) for step in (0, 1, 2)] == [4, 4, 2]
+    for r in records:
+        assert r["loss"] == pytest.approx(sum(model.losses[r["step"]]) / len(model.losses[r["step"]]), rel=1e-5)

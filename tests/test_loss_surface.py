@@ -3,6 +3,7 @@ each fail the check that names them; the PNG is written (or, without matplotlib,
 import sys
 
 import pytest
+import torch
 
 import loss_surface  # noqa: E402  (conftest puts diagnostics/ on sys.path)
 
@@ -46,6 +47,10 @@ def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, mon
     ("def make_surface():\n    return {'loss': 1}\n", [], "must be a dict with loss"),
     ("def make_surface():\n    return {'loss': lambda a, b: a + b, 'x_range': (1, 0), 'y_range': (0, 1)}\n", [],
      "x_range must be (low, high)"),
+    ("def make_surface():\n    return {'loss': lambda a, b: a * b, 'x_range': (float('-inf'), 1), 'y_range': (0, 1)}\n", [],
+     "x_range must be (low, high), two finite numbers"),
+    ("def make_surface():\n    return {'loss': lambda a, b: (a - 1) ** 2 + b ** 2, 'x_range': (0, 2), 'y_range': (-1, 1),"
+     " 'target': (float('nan'), 0.0)}\n", [], "target must be (a, b), two finite numbers"),
     ("def make_surface():\n    return {'loss': lambda a, b: 3.0, 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],
      "loss(a, b) returned float, expected a scalar tensor"),
     ("def make_surface():\n    return {'loss': lambda a, b: a.view(5), 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],
@@ -70,3 +75,9 @@ def test_a_loss_vmap_cannot_trace_is_evaluated_point_by_point_with_the_same_verd
     traced = dict(smooth, loss=lambda a, b: (a - 1) ** 2 + (b + 0.5) ** 2)
     looped, vmapped = loss_surface.check_loss_surface(smooth, n=21), loss_surface.check_loss_surface(traced, n=21)
     assert looped == vmapped and looped["status"] == "pass"
+
+
+def test_a_target_of_zero_dimensional_tensors_is_accepted_as_numbers():
+    surface = dict(loss_surface.make_demo_surface(None), target=(torch.tensor(1.0), torch.tensor(-0.5)))
+    result = loss_surface.check_loss_surface(surface, n=21)
+    assert (result["status"], result["details"]["target"]) == ("pass", [1.0, -0.5])

@@ -1,6 +1,7 @@
 """diagnostics/metric_stuck.py: the healthy demo passes; each broken twin fails the question that names its bug; the
 user's model is left as found; bad problem files exit 2 with one line."""
 import pytest
+import torch
 
 from state_snapshot import assert_unchanged, snapshot
 
@@ -27,6 +28,45 @@ def test_each_twin_fails_its_own_question(bug, status, failed):
         assert d["cosine_with_other_terms"] < 0 and d["other_to_term_norm_ratio"] > 1
 
 
+def nan_metric(problem):
+    problem["metric"] = lambda out, targets: (out - targets).pow(2).mean() * float("nan")  # a metric that is NaN throughout
+
+
+def nan_target(problem):
+    problem["batch"][1][5] = float("nan")  # one target missing, read as NaN
+
+
+def nan_gradient(problem):
+    mse = problem["terms"]["mse"]  # plus a square root of exactly 0: the value stays finite, its gradient is 0 * inf
+    problem["terms"]["mse"] = lambda out, targets: mse(out, targets) + ((out - targets) * 0).pow(2).mean().sqrt()
+
+
+def nan_metric_once_fitted(problem):
+    mse = problem["metric"]  # NaN below 0.01, which the start (0.94) is not and 'mse' alone reaches
+    problem["metric"] = lambda out, targets: torch.where(mse(out, targets) < 0.01, float("nan"), mse(out, targets))
+
+
+def nan_in_training(problem):
+    problem["terms"]["root"] = lambda out, _: torch.sqrt(out.mean() + 0.2)  # finite at the start; NaN once the mean passes -0.2
+
+
+@pytest.mark.parametrize("plant,phase,step,what", [
+    (nan_metric, "start", 0, "the metric is nan before any training"),
+    (nan_target, "start", 0, "'mse' is nan on sample 5 before any training"),
+    (nan_gradient, "start", 0, "the gradient of 'mse' has norm nan on sample 0 before any training"),
+    (nan_metric_once_fitted, "term_alone", 100, "the metric is nan after 100 steps of training on 'mse' alone"),
+    (nan_in_training, "all_terms", 2, "the loss is nan at step 2 of training on every term"),
+])
+def test_a_nan_metric_or_loss_is_a_fail_that_names_where_it_first_appears(plant, phase, step, what):
+    problem = metric_stuck.make_demo_problem(None)
+    plant(problem)
+    result = metric_stuck.check_metric_stuck(problem)
+    d = result["details"]
+    assert (result["status"], d.get("failed")) == ("fail", "nonfinite"), result["summary"]
+    assert (d["nonfinite"]["phase"], d["nonfinite"]["step"]) == (phase, step)
+    assert result["summary"] == f"NaN/inf: {what}"
+
+
 @pytest.mark.hostile
 @pytest.mark.parametrize("source,says", [
     (None, "problem file not found"),
@@ -38,6 +78,9 @@ def test_each_twin_fails_its_own_question(bug, status, failed):
     ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 3), torch.randn(4)),"
      " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'a', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': 0}\n",
      "the check could not run on this problem: RuntimeError"),
+    ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 2), torch.randn(4)),"
+     " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'a', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': float('nan')}\n",
+     "best must be a finite number"),
 ])
 def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
     path = tmp_path / "problem.py"

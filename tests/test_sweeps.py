@@ -157,6 +157,50 @@ def test_baseline_matches_numerically(tmp_path):
     assert result["baseline"] == "0.0003" and result["comparisons"][0]["value"] == "0.001"
 
 
+def test_a_byte_order_mark_is_not_part_of_the_first_columns_name(tmp_path):
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    marked = tmp_path / "excel.csv"
+    marked.write_bytes(b"\xef\xbb\xbf" + sweep_csv(rows).encode())  # what Excel's "CSV UTF-8" writes
+    assert sweeps.analyze(str(marked), "lr", "seed", "val_loss")["comparisons"] == plain["comparisons"]
+
+
+def test_a_field_longer_than_the_csv_modules_default_limit_is_read_and_the_limit_restored(tmp_path):
+    import csv
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    limit = csv.field_size_limit()
+    noted = sweep_csv([row + ("x" * 200_000 if i == 2 else "",) for i, row in enumerate(rows)], extra="notes")  # a pasted log
+    result = sweeps.analyze(str(write(tmp_path, noted, "noted.csv")), "lr", "seed", "val_loss")
+    assert result["comparisons"] == plain["comparisons"] and result["problems"] == []
+    assert csv.field_size_limit() == limit
+
+
+def test_a_field_holding_a_form_feed_or_a_unicode_line_separator_stays_in_its_row(tmp_path):
+    rows = noisy_sweep(["3e-4", "1e-3"], [0, 1, 2], {"3e-4": 0.0, "1e-3": -0.05})
+    plain = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    notes = ["page\x0cbreak", "a\u2028b", "plain", "x\x1cy", "", '"two\nlines"']  # str.splitlines() splits at the first four
+    noted = sweep_csv([row + (note,) for row, note in zip(rows, notes)], extra="notes")
+    result = sweeps.analyze(str(write(tmp_path, noted, "noted.csv")), "lr", "seed", "val_loss")
+    assert (result["n_rows"], result["comparisons"], result["problems"]) == (6, plain["comparisons"], [])
+
+
+def test_seeds_pair_by_number_as_parameter_values_do(tmp_path):
+    rows = [("1e-3", "0", 3.1), ("1e-3", "1", 3.3), ("1e-3", "2", 3.2),
+            ("3e-4", "0.0", 3.2), ("3e-4", "01", 3.35), ("3e-4", "2.0", 3.3)]  # a float column in one export, an int in the other
+    result = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    [c] = result["comparisons"]
+    assert (c["n_pairs"], result["n_seeds"], result["problems"]) == (3, 3, [])
+    assert c["mean_diff"] == pytest.approx(((3.2 - 3.1) + (3.35 - 3.3) + (3.3 - 3.2)) / 3)
+
+
+def test_seeds_that_one_float_cannot_tell_apart_stay_two_seeds(tmp_path):
+    big = ["9007199254740992", "9007199254740993"]  # 2**53 and 2**53 + 1: float() makes them equal
+    rows = [(lr, seed, 3.0 + i / 10 + (lr == "1e-3") / 100) for lr in ("3e-4", "1e-3") for i, seed in enumerate(big)]
+    result = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    assert (result["comparisons"][0]["n_pairs"], result["n_seeds"], result["problems"]) == (2, 2, [])
+
+
 # -- the CLI --------------------------------------------------------------------------------------
 
 

@@ -18,15 +18,29 @@ class Session:
         self.guard = load("spike_guard").SpikeGuard(model, monitor=self.monitor, **(guard_options or {})) if guard else None
         self.watch = load("nan_watch").NanWatch(model, every=nan_watch_every) if nan_watch else None
         self.reports = []  # NanWatch reports, one per bad step found
-        self.loss = self.tokens = None
+        self.loss = self.tokens = None  # summed over the micro-batches of the step
+        self.micro_batches, self.shares = 0, False
         self.skipped = False
 
-    def add_loss(self, loss, tokens=None):
-        """One micro-batch's loss (detached, on its device: no sync), summed over the micro-batches of a step."""
+    def add_loss(self, loss, tokens=None, share=False):
+        """One micro-batch's loss as the user's code computed it (detached, on its device: no sync).
+
+        The step's loss is the mean of its micro-batches' losses, however many the step had (an epoch's
+        last step may have fewer); share=True says each loss is already a share of the step's loss (HF's
+        loss over the tokens of the whole step), and the shares add up to it.
+        """
         loss = loss.detach()
         self.loss = loss if self.loss is None else self.loss + loss
+        self.micro_batches += 1
+        self.shares = share
         if tokens is not None:
             self.tokens = tokens if self.tokens is None else self.tokens + tokens
+
+    def step_loss(self):
+        """The step's loss from its micro-batches (see add_loss), on the device; None before any."""
+        if self.loss is None:
+            return None
+        return self.loss if self.shares else self.loss / self.micro_batches
 
     def before_step(self, step, grad_norm=None):
         """Before optimizer.step(), gradients not yet clipped: skip the step if the guard says so, and name a NaN.
@@ -38,8 +52,9 @@ class Session:
         """
         self.skipped = False
         report = self.watch.check(step) if self.watch is not None else None
-        if self.guard is not None and self.loss is not None:
-            if self.guard.should_skip(step, self.loss, grad_norm=grad_norm):
+        loss = self.step_loss()
+        if self.guard is not None and loss is not None:
+            if self.guard.should_skip(step, loss, grad_norm=grad_norm):
                 self.skipped = True
                 event = self.guard.events[-1]
                 log.warning("ml_debug SpikeGuard: step %s skipped (%s, value %s)", step, event["reason"], event["value"])
@@ -62,7 +77,8 @@ class Session:
 
     def after_step(self, step, grad_norm=None):
         """After optimizer.step(): log the step (a skipped step is in the log as the guard's event)."""
-        loss, tokens, self.loss, self.tokens = self.loss, self.tokens, None, None
+        loss, tokens = self.step_loss(), self.tokens
+        self.loss, self.tokens, self.micro_batches = None, None, 0
         if self.monitor is not None and loss is not None and not self.skipped:
             if grad_norm is None and self.guard is not None and self.guard.grad_norm is not None:
                 grad_norm = self.guard.grad_norm

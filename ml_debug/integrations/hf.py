@@ -14,8 +14,11 @@ in its own logs (state.global_step after the update).
 
 The loss is read from the model's output (output.loss, which the Trainer's default compute_loss
 also uses); a model that returns no loss leaves the monitor and the guard without input: they then
-log and decide nothing, and say so once. The gradient norm is taken at the end of each backward,
-before the Trainer clips. The learning-rate scheduler still advances on a skipped step.
+log and decide nothing, and say so once. With gradient accumulation the step's loss is the mean of
+its micro-batches' losses, however many the step had (an epoch's last step may have fewer), or
+their sum when the model divided each by the tokens of the whole step (num_items_in_batch). The
+gradient norm is taken at the end of each backward, before the Trainer clips. The learning-rate
+scheduler still advances on a skipped step.
 """
 import logging
 import os
@@ -32,8 +35,8 @@ LOG_NAME = "ml_debug_log.jsonl"
 class _Probe:
     """A forward hook on the model: the loss of each training forward; at the end of its backward, the grad norm."""
 
-    def __init__(self, model, session, accumulation):
-        self.model, self.session, self.accumulation = model, session, accumulation
+    def __init__(self, model, session):
+        self.model, self.session = model, session
         self.grad_norm, self.warned = None, False
         self.handle = model.register_forward_hook(self.on_forward, with_kwargs=True)
 
@@ -46,10 +49,11 @@ class _Probe:
                 log.warning("ml_debug: the model returned no loss (output.loss): the monitor and the guard get no input")
                 self.warned = True
             return
-        # with num_items_in_batch the model divides by the tokens of the whole accumulated step: the parts add up
+        # with num_items_in_batch the model divides by the tokens of the whole accumulated step: the shares add up;
+        # without it, the step's loss is the mean over its micro-batches (the Trainer divides by the number the step had)
         ids = kwargs.get("input_ids")
-        parts = "num_items_in_batch" in kwargs
-        self.session.add_loss(loss if parts else loss / self.accumulation, tokens=ids.numel() if torch.is_tensor(ids) else None)
+        self.session.add_loss(loss, tokens=ids.numel() if torch.is_tensor(ids) else None,
+                              share=kwargs.get("num_items_in_batch") is not None)
         if loss.requires_grad:
             loss.register_hook(self.on_loss_grad)
 
@@ -83,7 +87,7 @@ class MLDebugCallback(TrainerCallback):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.session = Session(model, optimizer, path, every=self.every, append=state.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
-        self.probe = _Probe(model, self.session, args.gradient_accumulation_steps)
+        self.probe = _Probe(model, self.session)
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm)

@@ -11,7 +11,9 @@ outlier. After the step, TrainingMonitor writes the step's line to the JSONL log
 appended to when the run resumes). Each tool is switchable: MLDebugCallback(monitor=False),
 guard=False, nan_watch=False. Lightning's own logging is left as it is. Steps are numbered as
 Lightning numbers them (trainer.global_step before the update). Automatic optimization with one
-optimizer; the loss is the one Lightning passes to backward (summed over accumulated batches).
+optimizer; the loss logged and guarded is the mean of what training_step returned for the step's
+batches (Lightning hands backward each one divided by accumulate_grad_batches, also in an epoch's
+last, shorter window; the callback multiplies that back).
 The learning-rate scheduler still advances on a skipped step.
 """
 import os
@@ -45,7 +47,7 @@ class MLDebugCallback(Callback):
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
 
     def on_before_backward(self, trainer, pl_module, loss):
-        self.session.add_loss(loss)
+        self.session.add_loss(loss * trainer.accumulate_grad_batches)  # training_step's loss, before Lightning's division
 
     def on_after_backward(self, trainer, pl_module):
         self.grad_norm = grad_norm(pl_module)  # after each backward: the last one holds the whole step's gradients
