@@ -241,9 +241,12 @@ def check_data_sanity(case):
                 if doubled is not None:
                     findings.append(("warn", f"every row of {name} starts with id {doubled} twice: a BOS added by both "
                                      "the chat template and the tokenizer? Decode one row"))
-            elif t.dtype != torch.bool:
-                findings.append(("warn", f"{name} is {t.dtype} but the model has no embedding: numbers fed as integers?"))
+            elif t.dtype == torch.uint8:  # bytes without an embedding: pixels the model turns to float inside, unscaled?
+                findings.append(("warn", f"{name} is {t.dtype} but the model has no embedding: raw bytes (0..255 pixels) "
+                                 "fed as numbers?"))
                 findings += [("warn" if status == "wild" else status, message) for status, message in scale_findings(name, t)]
+            # other integers without an embedding (a diffusion model's timesteps, class ids it one-hots or indexes a table
+            # with): the model ran on them, so it reads them as it meant to (a Linear refuses an integer tensor)
         for name, t in target_tensors:
             if t.numel() == 0:
                 continue

@@ -95,3 +95,39 @@ def test_raw_inputs_that_train_to_near_zero_anyway_show_no_harm():
     (raw_first, raw_last), (_, fixed_last) = result.details["scale_trial"].values()
     assert raw_last >= 2 * fixed_last and raw_last < data_sanity.LEARNED * raw_first, "the shape of this test: both learn"
     assert result.status == "warn", result.summary
+
+
+class TimestepDenoiser(torch.nn.Module):
+    """tiny-diffusion's shape: model(x, t) with integer timesteps 0..999 turned into sinusoids inside, no nn.Embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(2 + 8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+
+    def forward(self, x, t):
+        freqs = torch.exp(-torch.arange(4) * 2.0)
+        angles = t.float()[:, None] * freqs
+        return self.net(torch.cat([x, angles.sin(), angles.cos()], dim=1))
+
+
+def test_integer_timesteps_the_model_reads_itself_are_no_finding_but_raw_bytes_are():
+    torch.manual_seed(0)
+    x, t = torch.randn(64, 2), torch.randint(0, 1000, (64,))
+    case = {"model": TimestepDenoiser(), "batch": ((x, t), torch.randn(64, 2)), "loss_fn": torch.nn.functional.mse_loss,
+            "task": {"kind": "regression"}}
+    result = data_sanity.check_data_sanity(data_sanity.validate_case(case))
+    assert result.status == "pass", result.summary  # a false WARN on tiny-diffusion: "numbers fed as integers?"
+    pixels = torch.randint(0, 256, (32, 1, 8, 8), dtype=torch.uint8)
+
+    class Bytes(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = plain_net()
+
+        def forward(self, images):
+            return self.net(images.float())
+
+    case = {"model": Bytes(), "batch": (pixels, (pixels.float().mean(dim=(1, 2, 3)) > 127.5).long()),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "num_classes": 2}}
+    result = data_sanity.check_data_sanity(data_sanity.validate_case(case))
+    assert result.status == "warn" and "raw bytes" in result.summary, result.summary
