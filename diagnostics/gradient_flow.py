@@ -9,6 +9,8 @@ What it checks
 
       None grad   backward never reached it: a `.detach()` (or `.item()`, `.numpy()`, a tensor
                   rebuilt with torch.tensor) cut the graph, or the layer is never used in forward.
+                  Up to 3 more passes (each with its own random draws) must agree: a layer that
+                  LayerDrop or stochastic depth skipped in one pass is reached in another.
       zero grad   the gradient exists but is exactly 0 everywhere: a dead path. When this happens
                   the check takes an optimizer step (the case's factory) and looks again, up to 4
                   steps while each one wakes more gradients: gradients that appear so were zero
@@ -71,6 +73,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 
 from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, step_optimizer, validate_case
 
+RESAMPLED_PASSES = 3  # more passes when some parameter got no gradient: a layer that LayerDrop (p 0.1, wav2vec2's default)
+# skipped in one pass is reached in another; one skipped in all four has p 1e-4 (derived) — our assumption
 DEAD_FAIL = 0.9  # a ReLU layer with >= 90% of its units dead has lost most of its width — our assumption, tuned on the test zoo
 DEAD_WARN = 0.5  # >= 50% dead is worth a look — our assumption (the healthy zoo's ReLU layers measure 0-3% dead)
 MIN_SAMPLES = 16  # a live unit at init is active with p ~ 1/2, so it looks dead on 16 samples with p ~ 2**-16 (derived)
@@ -136,8 +140,17 @@ def check_gradient_flow(case):
                                "(a detached graph, or an output built outside autograd)",
                                {"none_grad": [name for name, _ in trainable], "frozen": frozen,
                                 "next": "search the forward and the loss for .detach(), .item(), torch.no_grad(), torch.tensor(...)"})
+        missing_now = [name for name, p in trainable if p.grad is None]
+        missing_always, passes = set(missing_now), 1
+        while missing_now and passes <= 2 * RESAMPLED_PASSES:  # a layer its random draw skipped (LayerDrop) is no finding
+            if set(missing_now) == missing_always and passes > RESAMPLED_PASSES:
+                break  # the gradients judged below come from a pass that reached every parameter any pass reached
+            ran = _backward(case, model)
+            passes += 1
+            missing_now = [name for name, p in trainable if p.grad is None]
+            missing_always &= set(missing_now)
         order, relu_alive = ran
-        none_grad = [name for name, p in trainable if p.grad is None]
+        none_grad = [name for name, _ in trainable if name in missing_always]
         nonfinite = [name for name, p in trainable if p.grad is not None and not bool(torch.isfinite(p.grad).all())]
         zero_grad = [name for name, p in trainable if _all_zero(p)]
         owner = {}

@@ -27,12 +27,13 @@ What it checks
     otherwise dwarf every change.
 
       fail   the mean change is below half a rounding step of the output's dtype (eps x mean
-             |output|): the output does not depend on the input at all. (Judged in rounding
-             steps, not as a ratio, so that a small input effect on top of a large constant
-             offset, such as a big bias, is not mistaken for an ignored input.)
+             |output|): the output does not depend on the input at all, or on one of several
+             input tensors (a siamese net that compares the first image with itself, a DiT
+             that drops its class label). (Judged in rounding steps, not as a ratio, so that a
+             small input effect on top of a large constant offset, such as a big bias, is not
+             mistaken for an ignored input.)
       warn   relative change below 1e-2 (the input barely matters: scaled to nothing, a
-             near-zero gate, or a constant offset that dwarfs it), one of several input
-             tensors ignored.
+             near-zero gate, or a constant offset that dwarfs it).
 
     A weight matrix that is all zeros (a zero-initialised output layer: DDPM's last conv,
     DiT's adaLN-zero, a LoRA B matrix) makes the output ignore the input at step 0 by design:
@@ -268,7 +269,8 @@ def check_input_dependence(case):
     ignored = [key for key, change in per_input.items() if change is not None and change <= rounding]
     if ignored:
         details["next"] = "check that forward uses every argument it is given"
-        return CheckResult("input_dependence", "warn", f"{measured}, but the output ignores input {', '.join(ignored)}", details)
+        return CheckResult("input_dependence", "fail", f"{measured}, but changing input {', '.join(ignored)} alone changes "
+                           "it by 0: the output ignores that input", details)
     if details["relative_change"] < WEAK and weak_at_start is not None and details["relative_change"] >= GROWING * weak_at_start:
         details["next"] = "rerun after some training: the input's part of the output is growing"
         return CheckResult("input_dependence", "skip", f"inconclusive: the input barely matters at init ({weak_at_start:.3g}) "

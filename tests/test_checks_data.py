@@ -274,7 +274,7 @@ def test_input_dependence_names_an_ignored_input():
     case = {"model": TwoInputs(), "batch": ((torch.randn(8, 4), torch.randn(8, 3)), torch.zeros(8, dtype=torch.long)),
             "loss_fn": torch.nn.functional.cross_entropy, "task": {}}
     result = input_dependence.check_input_dependence(input_dependence.validate_case(case))
-    assert result.status == "warn" and "ignores input 1" in result.summary, result
+    assert result.status == "fail" and "changing input 1 alone" in result.summary, result
 
 
 def test_input_dependence_is_not_fooled_by_a_large_constant_offset():

@@ -203,7 +203,7 @@ def test_an_all_ones_mask_is_normal_but_a_repeated_batch_is_not():
     assert data_sanity.check_data_sanity(case).status == "fail"
 
 
-def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_fails():
+def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_warns():
     import init_loss
     case = healthy_own.make_mnist()
     result = init_loss.check_init_loss(case)
@@ -211,7 +211,8 @@ def test_log_softmax_with_nll_has_its_chance_level_and_a_scaled_twin_fails():
     model = case["model"]
     with torch.no_grad():
         model.fc2.weight.mul_(200)  # BUG: logits 200x too large before log_softmax
-    assert init_loss.check_init_loss(case).status == "fail"
+    result = init_loss.check_init_loss(case)  # 11.8x chance; 20 Adadelta steps take it to 0.19: no harm shown, a warn
+    assert result.status == "warn" and result.details["ratio_to_chance"] > 10, result.summary
 
 
 def test_time_major_transformer_without_its_causal_mask_is_caught():
@@ -267,7 +268,7 @@ def test_dit_zero_gates_are_stepped_through_but_a_dropped_class_label_still_show
     with healthy_own.seeded(30):
         case["model"].net = UnconditionedDiT()
     result = input_dependence.check_input_dependence(case)
-    assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
+    assert result.status == "fail" and "changing input 1 alone" in result.summary, result.summary
     assert result.details["steps_taken"] == 2  # every zero-init has moved: the label is ignored for good
 
 

@@ -230,7 +230,7 @@ def test_the_targets_argument_of_model_x_y_is_not_judged_as_an_input():
     assert result.status == "pass" and list(result.details["per_input"]) == [], result.summary
 
 
-def test_a_model_that_truly_ignores_an_input_still_warns_beside_a_targets_argument():
+def test_a_model_that_truly_ignores_an_input_still_fails_beside_a_targets_argument():
     class IgnoresMask(NanoGPTLike):
         def forward(self, idx, mask, targets=None):
             return super().forward(idx, targets)  # BUG: the mask is never used
@@ -240,7 +240,7 @@ def test_a_model_that_truly_ignores_an_input_still_warns_beside_a_targets_argume
     case = {"model": IgnoresMask(), "batch": ((x, torch.rand(8, 16), y), y),
             "loss_fn": lambda out, y: out[1], "task": {"target_inputs": [2]}}
     result = input_dependence_of(case)
-    assert result.status == "warn" and "ignores input 1" in result.summary, result.summary
+    assert result.status == "fail" and "changing input 1 alone" in result.summary, result.summary
 
 
 class Discriminator(torch.nn.Module):
@@ -483,3 +483,33 @@ def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     arm = result.details["overshoot"]["1x"]
     assert arm["highest"] > arm["before"] > arm["after"] and arm["steps"] == update_ratio.OVERSHOOT_STEPS, arm
     assert result.status == "warn", result.summary
+
+
+# --- gradient_flow: a layer a random draw skipped --------------------------------------------------------------------
+
+class _SkipsOnItsFirstPass(torch.nn.Module):
+    """LayerDrop's shape (wav2vec2 drops each layer with p 0.1 in train mode), made deterministic: the middle layer is
+    skipped on the first forward pass only. detached: the middle layer is cut from the graph for good (the real bug)."""
+
+    def __init__(self, detached=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.middle, self.head = torch.nn.Linear(6, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+        self.detached, self.calls = detached, 0
+
+    def forward(self, x):
+        self.calls += 1
+        x = self.first(x)
+        if self.calls > 1:
+            x = x + (self.middle(x).detach() if self.detached else self.middle(x))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("detached, status", [(False, "pass"), (True, "fail")])
+def test_gradient_flow_a_layer_skipped_in_one_pass_is_no_finding_one_cut_for_good_is(detached, status):
+    import gradient_flow
+    case = {"model": _SkipsOnItsFirstPass(detached), "batch": (torch.randn(16, 6), torch.randint(0, 3, (16,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    result = gradient_flow.check_gradient_flow(gradient_flow.validate_case(case))
+    assert result.status == status, result.summary
+    assert result.details["none_grad"] == ([] if not detached else ["middle.weight", "middle.bias"]), result.details
