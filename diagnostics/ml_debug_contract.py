@@ -20,8 +20,9 @@ What it holds
     supervised, SupervisedError    user code in a child process: killed at its time limit, one line
                                    for whatever ends it (exit, os._exit, fork, a BaseException)
     run_user_code                  the same for a tool that wants the value, or CaseError
-    WriteGuard                     a script's writes go to a scratch folder or are refused (Landlock,
-                                   where the kernel has it, refuses the rest)
+    in_supervised_child            whether a KeyboardInterrupt here is the user's code's (no Ctrl-C reaches it)
+    WriteGuard                     a script's or trainer's writes go to a scratch folder or are refused
+                                   (Landlock, where the kernel has it, refuses the rest)
 
 The contract itself is DESIGN.md, "Safety" and "A verdict".
 """
@@ -353,6 +354,15 @@ class SupervisedError(CaseError):
         self.timed_out = timed_out  # killed at the limit (a budget run out), not ended by the code itself
 
 
+_child_pid = None  # set in the supervised child itself (not in the processes the user's code forks from it)
+
+
+def in_supervised_child():
+    """Whether this process is the supervised child: a KeyboardInterrupt here was raised by the user's code, for the
+    terminal's Ctrl-C reaches the parent only (the child has its own process group)."""
+    return _child_pid == os.getpid()
+
+
 def one_line(exc):
     """An exception as `Type: message` on one line (a user's message may hold newlines); a CaseError as its message."""
     return " ".join((str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}").split())
@@ -360,7 +370,8 @@ def one_line(exc):
 
 def _child_main(work, read_fd, write_fd, stdout_to_stderr):
     """The child's whole life: run work(send) and tell the parent what came of it, then end at once."""
-    me = os.getpid()
+    global _child_pid
+    me = _child_pid = os.getpid()
     try:
         os.close(read_fd)
         os.setpgid(0, 0)  # its own process group: the terminal's Ctrl-C reaches the parent, which kills this group

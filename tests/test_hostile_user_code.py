@@ -149,6 +149,9 @@ TOOLS = {
                                "from loss_surface import make_demo_surface\ndef make_surface():\n"
                                "    return make_demo_surface(None)\n", 0),
     "rl_probes --agent": ("rl_probes", "--agent", "from rl_probes import ReferenceAgent as make_agent\n", 0),
+    "resume_check --trainer": ("resume_check", "--trainer",
+                               "from resume_check import make_demo_trainer\ndef make_trainer():\n"
+                               "    return make_demo_trainer(None)\n", 0),
 }
 ENDING = [kind for kind, (_, code, _) in KINDS.items() if code == 2]  # the kinds that end the run: exit 2, one line
 REPORTING = ["reads-stdin", "non-daemon-thread", "forks"]  # the kinds after which the tool must still report
@@ -183,6 +186,36 @@ def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, cap
         assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
         if pattern == r"time limit" and flag != "--case":  # the tool's --timeout covers the file: the line says so
             assert "--timeout" in lines[0], err
+
+
+TRAINER_BODY = """
+import resume_check
+class Trainer(resume_check.DemoTrainer):
+    def train_step(self):
+{planted}
+        return super().train_step()
+make_trainer = Trainer
+"""
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+@pytest.mark.parametrize("kind", sorted(ENDING))
+def test_a_trainer_hostile_in_its_train_step_ends_resume_check_in_one_line(kind, tmp_path, capfd, monkeypatch):
+    """resume_check calls into the trainer after its import: each kind that ends a run, planted in train_step."""
+    import resume_check
+    planted, code, pattern = KINDS[kind]
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    path = tmp_path / "trainer.py"
+    path.write_text(TRAINER_BODY.format(planted="\n".join(" " * 8 + line for line in planted.splitlines())))
+    resume_check.DemoTrainer().train_step()  # torch's lazy imports done here: the child reaches train_step at once
+    started = time.monotonic()
+    limit = HANG_LIMIT if pattern == r"time limit" else START_LIMIT
+    exit_code = resume_check.main(["--trainer", str(path), "--timeout", str(limit)])
+    out, err = capfd.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert (exit_code, out) == (code, ""), err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
+    assert time.monotonic() - started < 30, "the parent must not wait on the user's loops"
 
 
 STUCK_CASE = """import signal, torch
