@@ -706,7 +706,7 @@ def lr_jump(reference, resumed, found):
     step = found["lr"]
     if step is None:
         return ""
-    return f": at step {step} the LR is {resumed['lr'][step]:.4g} instead of {reference['lr'][step]:.4g}"
+    return f": at step {step} the LR is {lr_text(resumed['lr'][step])} instead of {lr_text(reference['lr'][step])}"
 
 
 def scheduler_advice():

@@ -56,6 +56,20 @@ class LossOnlyRngBug(rc.RngBug):
         return super().train_step()["loss"]
 
 
+class PerGroupSchedulerBug(rc.SchedulerBug):
+    """Two param groups, each with its own LR, reported as a tuple; a fresh scheduler on resume."""
+
+    def __init__(self):
+        super().__init__()
+        first, last = self.model[0], self.model[3]
+        self.opt = torch.optim.AdamW([{"params": first.parameters()}, {"params": last.parameters(), "lr": 1e-2}], lr=3e-2)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, rc.warmup)
+
+    def train_step(self):
+        lrs = tuple(self.sched.get_last_lr())
+        return {**super().train_step(), "lr": lrs}
+
+
 class Config:  # a plain object: torch.load(weights_only=True) refuses to unpickle it
     pass
 
@@ -139,6 +153,7 @@ def test_optimizer_and_scheduler_bugs_part_where_they_should():
     (NoOptimizerInCheckpoint, "optimizer_state_lost", "the checkpoint holds no optimizer state_dict"),
     (LossOnlyDataRestart, "state_not_restored", "data.pos"),
     (LossOnlyRngBug, "rng_not_restored", "does not restore the RNG state (rng)"),
+    (PerGroupSchedulerBug, "scheduler_state_lost", "at step 3 the LR is 0.0075/0.0025 instead of 0.03/0.01"),
 ])
 def test_other_failures_are_classified(trainer, verdict, words):
     result = check(trainer)
