@@ -20,8 +20,9 @@ What it holds
     supervised, SupervisedError    user code in a child process: killed at its time limit, one line
                                    for whatever ends it (exit, os._exit, fork, a BaseException)
     run_user_code                  the same for a tool that wants the value, or CaseError
-    WriteGuard                     a script's writes go to a scratch folder or are refused (Landlock,
-                                   where the kernel has it, refuses the rest)
+    in_supervised_child            whether a KeyboardInterrupt here is the user's code's (no Ctrl-C reaches it)
+    WriteGuard                     a script's or trainer's writes go to a scratch folder or are refused
+                                   (Landlock, where the kernel has it, refuses the rest)
 
 The contract itself is DESIGN.md, "Safety" and "A verdict".
 """
@@ -317,27 +318,14 @@ def cli_main(check, demo_case, description, argv=None):
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
 
-    def work(send):  # with --case, in the supervised child: the case file is the user's code
-        case = load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
-        send("phase", ["the check", args.timeout or None])
-        try:
-            with time_limit(args.timeout):
-                return check(case).to_dict()
-        except CheckTimeout:  # preserved() inside the check restored the model on the way out
-            raise CaseError(f"the check ran past its {args.timeout:g} s time limit and was stopped: the model or loss "
-                            "hangs, or is far slower than one batch should be (raise --timeout for a big model)") from None
-        except (Exception, SystemExit) as exc:  # the user's model or loss raised inside the check: one line
-            raise CaseError(f"the check could not run on this case: {one_line(exc)}") from None
+    def load():  # with --case, in the supervised child: the case file is the user's code
+        return load_case(args.case) if args.case else validate_case(demo_case(broken=not args.healthy), "demo")
 
     try:
-        if args.case:
-            outcome = dict(supervised(work, f"loading {args.case}", USER_CODE_LIMIT, stdout_to_stderr=args.json))
-            if "error" in outcome:
-                raise CaseError(outcome["error"])
-            result = CheckResult(**outcome["done"])
-        else:
-            result = CheckResult(**work(lambda kind, payload: None))
-    except (CaseError, SupervisedError) as exc:
+        result = CheckResult(**run_user_code(lambda case: check(case).to_dict(), args.case and f"loading {args.case}",
+                                             args.timeout, args.json, raised="the check could not run on this case",
+                                             subject="the check", load=load))
+    except CaseError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
@@ -366,6 +354,15 @@ class SupervisedError(CaseError):
         self.timed_out = timed_out  # killed at the limit (a budget run out), not ended by the code itself
 
 
+_child_pid = None  # set in the supervised child itself (not in the processes the user's code forks from it)
+
+
+def in_supervised_child():
+    """Whether this process is the supervised child: a KeyboardInterrupt here was raised by the user's code, for the
+    terminal's Ctrl-C reaches the parent only (the child has its own process group)."""
+    return _child_pid == os.getpid()
+
+
 def one_line(exc):
     """An exception as `Type: message` on one line (a user's message may hold newlines); a CaseError as its message."""
     return " ".join((str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}").split())
@@ -373,7 +370,8 @@ def one_line(exc):
 
 def _child_main(work, read_fd, write_fd, stdout_to_stderr):
     """The child's whole life: run work(send) and tell the parent what came of it, then end at once."""
-    me = os.getpid()
+    global _child_pid
+    me = _child_pid = os.getpid()
     try:
         os.close(read_fd)
         os.setpgid(0, 0)  # its own process group: the terminal's Ctrl-C reaches the parent, which kills this group
@@ -480,30 +478,43 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
         os.close(read_fd)
 
 
-def run_user_code(work, phase, limit, stdout_to_stderr=False, refusals=(), raised="your code raised"):
+def run_user_code(work, phase, limit, stdout_to_stderr=False, refusals=(), raised="your code raised",
+                  subject="your code", load=None):
     """work() under time_limit(limit), in the supervised child when `phase` names the user's file (else here, for a demo).
 
-    Returns work's JSON-able value, or raises CaseError with one line for whatever ended it: the time limit, one of
-    the tool's own `refusals` (its message as is), any other exception (`raised`: Type: message), an exit, os._exit or
-    a kill at limit + KILL_GRACE.
+    Returns work's JSON-able value, or raises CaseError with one line for whatever ended it: the time limit (the
+    alarm, or the kill at limit + KILL_GRACE when the code ignores it: `subject` ran past it), one of the tool's own
+    `refusals` (its message), any other exception or exit (`raised`: Type: message), os._exit. With `load` (a model
+    check's case file), load() runs first, as `phase`, under the parent's USER_CODE_LIMIT alone; then work(its value)
+    runs as the phase `subject`, under `limit`: what load() raises is its own line, never the check's error.
     """
-    def guarded():
+    stopped = (f"{subject} ran past the {limit:g} s time limit and was stopped (it hangs, or is far slower than "
+               "expected: raise --timeout)")
+
+    def guarded(send):
+        loaded = ()
+        if load is not None:
+            loaded = (load(),)
+            send("phase", [subject, limit or None])
         try:
             with time_limit(limit):
-                return work()
+                return work(*loaded)
         except CheckTimeout:
-            raise CaseError(f"your code ran past the {limit:g} s time limit and was stopped (it hangs, or is far slower "
-                            "than expected: raise --timeout)") from None
+            raise CaseError(stopped) from None
         except refusals as exc:
-            raise CaseError(str(exc)) from None
-        except CaseError:
-            raise
-        except Exception as exc:  # the user's code raised: one line, not a traceback
+            raise CaseError(" ".join(str(exc).split())) from None
+        except (Exception, SystemExit) as exc:  # the user's code raised or exited: one line, not a traceback
             raise CaseError(f"{raised}: {one_line(exc)}") from None
 
     if phase is None:
-        return guarded()
-    outcome = dict(supervised(lambda send: guarded(), phase, limit or None, stdout_to_stderr))
+        return guarded(lambda kind, payload: None)
+    try:
+        outcome = dict(supervised(guarded, phase, USER_CODE_LIMIT if load is not None else limit or None,
+                                  stdout_to_stderr))
+    except SupervisedError as exc:  # killed past the limit (the code ignored the alarm): the same line as the alarm's
+        if exc.timed_out and exc.phase == (subject if load is not None else phase):
+            raise CaseError(stopped) from None
+        raise
     if "error" in outcome:
         raise CaseError(outcome["error"])
     return outcome["done"]

@@ -53,15 +53,19 @@ What it checks
     Every verdict but ok is a fail. It finds optimizer, scheduler and RNG entries in your
     state_dict by shape and name: a dict with "state" and "param_groups" is an optimizer's, one
     with "last_epoch" and "base_lrs" (or "_last_lr") a scheduler's, a key containing "rng", "random" or
-    "generator" an RNG state. Nothing is written to disk, and Python's, torch's (CPU, and CUDA
-    when initialised before the check) and NumPy's global RNG states are restored afterwards,
-    also when your trainer raises. Models, optimizers and LR schedulers that make_trainer()
-    hands to more than one trainer (built once, outside it) are put back as they were before
-    each new trainer is built, as a fresh process finds them, and after the check.
+    "generator" an RNG state. The checkpoints live in memory, and Python's, torch's (CPU, and
+    CUDA when initialised before the check) and NumPy's global RNG states are restored
+    afterwards, also when your trainer raises. Models, optimizers and LR schedulers that
+    make_trainer() hands to more than one trainer (built once, outside it) are put back as they
+    were before each new trainer is built, as a fresh process finds them, and after the check.
 
-    Your code runs under a time limit (--timeout, 300 s for the whole check): a trainer that
-    hangs is reported with the call it hung in, and exit 2. A trainer (or its file) that raises,
-    SystemExit and KeyboardInterrupt included, is one line naming the call and the error, exit 2.
+    With --trainer your code runs in a child process, under a time limit (--timeout, 300 s for
+    the whole check, the file's import included) at which it is killed whatever it does
+    (threads, ignored signals, reads of stdin): a trainer that hangs is reported with the call
+    it hung in, and exit 2. A trainer (or its file) that raises, SystemExit and KeyboardInterrupt
+    included, is one line naming the call and the error, exit 2; so is os._exit. Its own writes
+    (logs, checkpoint files) go to a scratch folder removed afterwards, or are refused: your
+    files stay as they were, and the report names the paths it wrote to.
 
     Under torch.distributed the check runs locally in each process and starts no collective of
     its own, so a trainer that is not distributed-aware cannot hang it. Each rank makes the same
@@ -135,12 +139,15 @@ import argparse
 import contextlib
 import copy
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import io
 import os
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import types
 
@@ -151,7 +158,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, ArgumentParser, json_text
+from ml_debug_contract import (SUPERVISED, ArgumentParser, CaseError, CheckResult, CheckTimeout, WriteGuard,
+                               in_supervised_child, json_text, run_user_code)
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
@@ -180,9 +188,11 @@ def method(trainer, name):
 
 
 def users_error(exc):
-    """True when `exc`, raised inside the user's code, is the user's error to report: any Exception, SystemExit,
-    and KeyboardInterrupt off the main thread (a real Ctrl-C reaches the main thread only; there it stops the check)."""
-    interrupt = isinstance(exc, KeyboardInterrupt) and threading.current_thread() is not threading.main_thread()
+    """True when `exc`, raised inside the user's code, is the user's error to report: any Exception, SystemExit, and a
+    KeyboardInterrupt no Ctrl-C sent: in the supervised child, or off the main thread (a real Ctrl-C reaches the main
+    thread of the process the terminal runs; there it stops the check)."""
+    interrupt = isinstance(exc, KeyboardInterrupt) and (
+        in_supervised_child() or threading.current_thread() is not threading.main_thread())
     return isinstance(exc, (Exception, SystemExit)) or interrupt
 
 
@@ -430,9 +440,10 @@ def kind_of(path, kinds):
 
 
 def close(a, b, rtol, atol):
-    if isinstance(a, tuple) and isinstance(b, tuple):
+    """Two losses or LRs (a float, None, or one LR per param group: a tuple, a list once it came back as JSON)."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(close(x, y, rtol, atol) for x, y in zip(a, b))
-    if a is None or b is None or isinstance(a, tuple) or isinstance(b, tuple):
+    if a is None or b is None or isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
         return a is None and b is None
     return a == b or (a != a and b != b) or abs(a - b) <= atol + rtol * abs(b)
 
@@ -695,7 +706,7 @@ def lr_jump(reference, resumed, found):
     step = found["lr"]
     if step is None:
         return ""
-    return f": at step {step} the LR is {resumed['lr'][step]:.4g} instead of {reference['lr'][step]:.4g}"
+    return f": at step {step} the LR is {lr_text(resumed['lr'][step])} instead of {lr_text(reference['lr'][step])}"
 
 
 def scheduler_advice():
@@ -834,6 +845,8 @@ def report(result):
             seen = "new*"
         lines.append(f"  {mark}{step:>4}  {ref['loss'][step]:>15.6g} {other['loss'][step]:>10.6g}{loss_flag}  "
                      f"{lr_text(ref['lr'][step]):>13} {lr_text(other['lr'][step]):>9}{lr_flag}  {seen}")
+    if d.get("writes"):
+        lines.append(f"  your trainer: {d['writes']}")
     if d.get("next"):
         lines.append(f"  next: {d['next']}")
     return "\n".join(lines)
@@ -842,33 +855,7 @@ def report(result):
 def lr_text(lr):
     if lr is None:
         return "-"
-    return "/".join(f"{v:.4g}" for v in lr) if isinstance(lr, tuple) else f"{lr:.4g}"
-
-
-def within(seconds, work):
-    """work() in a worker thread; its result, or CheckError naming what it waits on after `seconds`.
-
-    The thread is a daemon: one stuck in the user's code does not keep the process alive. A Ctrl-C reaches
-    this (the main) thread, so a KeyboardInterrupt raised inside the trainer is the trainer's error.
-    """
-    outcome = {}
-
-    def target():
-        try:
-            outcome["result"] = work()
-        except BaseException as exc:  # handed to the main thread, which reports it
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, name="resume_check", daemon=True)
-    worker.start()
-    worker.join(seconds)
-    if worker.is_alive():
-        raise CheckError(f"resume_check: no answer within {seconds:g} s, still in {progress['at']}: a hang (a "
-                         "collective waiting for another rank, a data loader worker, input()) or a configuration too "
-                         "big for a check; give a smaller one, or a larger --timeout")
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+    return "/".join(f"{v:.4g}" for v in lr) if isinstance(lr, (tuple, list)) else f"{lr:.4g}"
 
 
 def main(argv=None):
@@ -890,35 +877,46 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     args = parser.parse_args(argv)
     try:
+        if not args.timeout > 0:
+            raise CheckError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+        if args.trainer and (args.healthy or args.bug):
+            raise CheckError("--healthy and --bug choose the embedded demo; they do not apply to --trainer")
+        if args.healthy and args.bug:
+            raise CheckError("--healthy runs the demo without a bug; do not combine it with --bug")
         try:
-            if not args.timeout > 0:
-                raise CheckError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
-            if args.trainer and (args.healthy or args.bug):
-                raise CheckError("--healthy and --bug choose the embedded demo; they do not apply to --trainer")
-            if args.healthy and args.bug:
-                raise CheckError("--healthy runs the demo without a bug; do not combine it with --bug")
-            try:
-                resume_at = [int(part) for part in args.resume_at.split(",")]
-            except ValueError:
-                raise CheckError(f"--resume-at takes comma-separated step numbers, not {args.resume_at!r}") from None
+            resume_at = [int(part) for part in args.resume_at.split(",")]
+        except ValueError:
+            raise CheckError(f"--resume-at takes comma-separated step numbers, not {args.resume_at!r}") from None
+    except CheckError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    bug = None if args.healthy else args.bug or "data_restart"
+    scratch = tempfile.mkdtemp(prefix="ml-debug-scratch-") if args.trainer and SUPERVISED else None
 
-            def work():
-                if args.trainer:
-                    factory = load_factory(args.trainer)
-                else:
-                    bug = None if args.healthy else args.bug or "data_restart"
+    def work():  # with --trainer, in the supervised child: the trainer file is the user's code
+        guard = WriteGuard(scratch).install() if scratch else None  # for good: only in the child
+        try:
+            factory = load_factory(args.trainer) if args.trainer else functools.partial(make_demo_trainer, bug)
+            result = check_resume(factory, args.steps, resume_at, args.rtol, args.atol, not args.no_weights_only)
+        except CheckTimeout:  # named with the call it waited on
+            raise CheckError(f"resume_check ran past the {args.timeout:g} s time limit and was stopped, still in "
+                             f"{progress['at']}: a hang (a collective waiting for another rank, a data loader worker, "
+                             "input()) or a configuration too big for a check; give a smaller one, or a larger "
+                             "--timeout") from None
+        if guard is not None and guard.written:
+            result.details["writes"] = guard.summary(os.getcwd())
+        return result.to_dict()
 
-                    def factory():
-                        return make_demo_trainer(bug)
-                return check_resume(factory, args.steps, resume_at, args.rtol, args.atol, not args.no_weights_only)
-
-            result = within(args.timeout, work)
-        except CheckError as exc:  # messages may quote the user's multi-line errors: squeeze them onto one line
-            print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+    try:
+        try:
+            result = CheckResult(**run_user_code(work, args.trainer and f"running {args.trainer}", args.timeout,
+                                                 args.json, CheckError, "the check could not run"))
+        except CaseError as exc:
+            print(f"error: {exc}", file=sys.stderr)
             return 2
-        except Exception as exc:  # anything else the user's trainer set off: one line, not a traceback
-            print(f"error: the check could not run: {type(exc).__name__}: " + " ".join(str(exc).split()), file=sys.stderr)
-            return 2
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)  # our own folder: what the trainer wrote went there
         sys.stdout.write((json_text(result.to_dict()) if args.json else report(result)) + "\n")
         sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
@@ -930,8 +928,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    code = main()
-    if any(t.name == "resume_check" and t.is_alive() for t in threading.enumerate()):  # past --timeout, or Ctrl-C
-        sys.stderr.flush()
-        os._exit(code)  # the worker is stuck in the user's code: do not wait for it at exit
-    sys.exit(code)
+    sys.exit(main())

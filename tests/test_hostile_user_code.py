@@ -6,7 +6,6 @@ does. Each kind below is planted once at the top of a case file (`--case`, run a
 training script (`--script`, run before its first step); the generator applies every kind to every mode, so a new
 kind or a new mode is covered by one line.
 """
-import os
 import re
 import time
 
@@ -150,6 +149,9 @@ TOOLS = {
                                "from loss_surface import make_demo_surface\ndef make_surface():\n"
                                "    return make_demo_surface(None)\n", 0),
     "rl_probes --agent": ("rl_probes", "--agent", "from rl_probes import ReferenceAgent as make_agent\n", 0),
+    "resume_check --trainer": ("resume_check", "--trainer",
+                               "from resume_check import make_demo_trainer\ndef make_trainer():\n"
+                               "    return make_demo_trainer(None)\n", 0),
 }
 ENDING = [kind for kind, (_, code, _) in KINDS.items() if code == 2]  # the kinds that end the run: exit 2, one line
 REPORTING = ["reads-stdin", "non-daemon-thread", "forks"]  # the kinds after which the tool must still report
@@ -182,6 +184,65 @@ def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, cap
     else:
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
+        if pattern == r"time limit" and flag != "--case":  # the tool's --timeout covers the file: the line says so
+            assert "--timeout" in lines[0], err
+
+
+TRAINER_BODY = """
+import resume_check
+class Trainer(resume_check.DemoTrainer):
+    def train_step(self):
+{planted}
+        return super().train_step()
+make_trainer = Trainer
+"""
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+@pytest.mark.parametrize("kind", sorted(ENDING))
+def test_a_trainer_hostile_in_its_train_step_ends_resume_check_in_one_line(kind, tmp_path, capfd, monkeypatch):
+    """resume_check calls into the trainer after its import: each kind that ends a run, planted in train_step."""
+    import resume_check
+    planted, code, pattern = KINDS[kind]
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    path = tmp_path / "trainer.py"
+    path.write_text(TRAINER_BODY.format(planted="\n".join(" " * 8 + line for line in planted.splitlines())))
+    resume_check.DemoTrainer().train_step()  # torch's lazy imports done here: the child reaches train_step at once
+    started = time.monotonic()
+    limit = HANG_LIMIT if pattern == r"time limit" else START_LIMIT
+    exit_code = resume_check.main(["--trainer", str(path), "--timeout", str(limit)])
+    out, err = capfd.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert (exit_code, out) == (code, ""), err
+    assert len(lines) == 1 and lines[0].startswith("error: ") and re.search(pattern, lines[0]), err
+    assert time.monotonic() - started < 30, "the parent must not wait on the user's loops"
+
+
+STUCK_CASE = """import signal, torch
+class Stuck(torch.nn.Linear):
+    def forward(self, x):
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            pass
+def make_case():
+    return {'model': Stuck(4, 3), 'batch': (torch.randn(16, 4), torch.randint(0, 3, (16,))),
+            'loss_fn': torch.nn.functional.cross_entropy}
+"""
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+def test_one_check_whose_model_ignores_the_alarm_is_stopped_and_says_to_raise_the_timeout(tmp_path, capfd, monkeypatch):
+    """cli_main: the check's phase, killed by the parent, gives the same line as the alarm: the check, --timeout."""
+    import init_loss
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    path = tmp_path / "case.py"
+    path.write_text(STUCK_CASE)
+    exit_code = init_loss.cli_main(init_loss.check_init_loss, init_loss.make_demo_case, "init_loss",
+                                   ["--case", str(path), "--timeout", "1"])
+    out, err = capfd.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert (exit_code, out, len(lines)) == (2, "", 1), err
+    assert lines[0].startswith("error: the check ran past the 1 s time limit") and "raise --timeout" in lines[0], err
 
 
 @pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
@@ -191,15 +252,7 @@ def test_a_check_killed_at_its_time_limit_is_inconclusive_not_a_fail(tmp_path, c
     monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity"), ("init_loss", "init_loss"),
                                            ("gradient_flow", "gradient_flow")])
     path = tmp_path / "case.py"
-    path.write_text("import signal, torch\n"
-                    "class Stuck(torch.nn.Linear):\n"
-                    "    def forward(self, x):\n"
-                    "        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-                    "        while True:\n"
-                    "            pass\n"
-                    "def make_case():\n"
-                    "    return {'model': Stuck(4, 3), 'batch': (torch.randn(16, 4), torch.randint(0, 3, (16,))),\n"
-                    "            'loss_fn': torch.nn.functional.cross_entropy}\n")
+    path.write_text(STUCK_CASE)
     assert doctor.main(["--case", str(path), "--json", "--timeout", "1"]) == 0
     import json
     checks = {check["id"]: check for check in json.loads(capfd.readouterr().out)["checks"]}

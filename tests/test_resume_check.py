@@ -9,11 +9,13 @@ works; and under torch.distributed two gloo ranks reach the same verdict without
 import json
 import random
 import subprocess
+import tempfile
 
 import pytest
 import torch
 
 import gloo
+import ml_debug_contract
 from conftest import assert_one_line_error, run_cli
 import resume_check as rc  # noqa: E402  (conftest puts diagnostics/ on sys.path)
 
@@ -52,6 +54,20 @@ class LossOnlyDataRestart(rc.DataRestartBug):
 class LossOnlyRngBug(rc.RngBug):
     def train_step(self):
         return super().train_step()["loss"]
+
+
+class PerGroupSchedulerBug(rc.SchedulerBug):
+    """Two param groups, each with its own LR, reported as a tuple; a fresh scheduler on resume."""
+
+    def __init__(self):
+        super().__init__()
+        first, last = self.model[0], self.model[3]
+        self.opt = torch.optim.AdamW([{"params": first.parameters()}, {"params": last.parameters(), "lr": 1e-2}], lr=3e-2)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, rc.warmup)
+
+    def train_step(self):
+        lrs = tuple(self.sched.get_last_lr())
+        return {**super().train_step(), "lr": lrs}
 
 
 class Config:  # a plain object: torch.load(weights_only=True) refuses to unpickle it
@@ -137,6 +153,7 @@ def test_optimizer_and_scheduler_bugs_part_where_they_should():
     (NoOptimizerInCheckpoint, "optimizer_state_lost", "the checkpoint holds no optimizer state_dict"),
     (LossOnlyDataRestart, "state_not_restored", "data.pos"),
     (LossOnlyRngBug, "rng_not_restored", "does not restore the RNG state (rng)"),
+    (PerGroupSchedulerBug, "scheduler_state_lost", "at step 3 the LR is 0.0075/0.0025 instead of 0.03/0.01"),
 ])
 def test_other_failures_are_classified(trainer, verdict, words):
     result = check(trainer)
@@ -261,6 +278,51 @@ def test_cli_healthy_json_and_own_trainer(capsys, tmp_path):
     proc = run_main(capsys, "--trainer", f"{path}:build", "--steps", 6, "--resume-at", "2,4")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("[PASS] resume_check: ok: 6 steps with resumes before step 2, 4")
+
+
+WRITES_ITS_OWN_FILES = """
+import os
+import torch
+import resume_check
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class Trainer(resume_check.DemoTrainer):
+    def train_step(self):
+        out = super().train_step()
+        with open(os.path.join(HERE, "train.log"), "a") as log:  # the run's own log
+            log.write(f"loss {out['loss']}\\n")
+        return out
+
+    def state_dict(self):
+        sd = super().state_dict()
+        torch.save(sd, os.path.join(HERE, "last.pt"))  # a checkpoint callback, where the real run keeps its own
+        with open(os.path.join(HERE, "new.txt"), "w") as new:
+            new.write("made by the trainer")
+        return sd
+
+
+make_trainer = Trainer
+"""
+
+
+@pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
+def test_a_trainer_that_writes_files_changes_none_of_the_users(capsys, tmp_path, monkeypatch):
+    """Its checkpoint and log writes go to a scratch folder, removed afterwards; the verdict is the same."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where our scratch folder goes
+    (tmp_path / "tmp").mkdir()
+    user = tmp_path / "run"
+    user.mkdir()
+    (user / "last.pt").write_bytes(b"the real run's checkpoint")
+    (user / "train.log").write_text("loss 2.3\n")
+    (user / "trainer.py").write_text(WRITES_ITS_OWN_FILES)
+    before = {path.name: path.read_bytes() for path in user.iterdir()}
+    proc = run_main(capsys, "--trainer", user / "trainer.py", "--steps", 4, "--resume-at", 2)
+    assert proc.returncode == 0 and proc.stdout.startswith("[PASS] resume_check: ok:"), (proc.stdout, proc.stderr)
+    assert {path.name: path.read_bytes() for path in user.iterdir()} == before  # no __pycache__, no new.txt either
+    assert "went to a scratch folder, removed afterwards" in proc.stdout and "last.pt" in proc.stdout
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 TRAINER = """
