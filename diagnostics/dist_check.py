@@ -83,6 +83,9 @@ import threading
 import time
 from pathlib import Path
 
+# c10d logs every failed connection attempt and timeout to stderr with C++ frames; dist_check says what failed in one
+# line. Set before torch loads (TORCH_CPP_LOG_LEVEL=INFO in the environment brings the logs back).
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 try:
     import torch
 except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
