@@ -990,6 +990,7 @@ class OutputFolder:
         """Replace the manifest in one rename: a run stopped half-way leaves the old one whole."""
         fd, temporary = tempfile.mkstemp(prefix=OUTPUT_MANIFEST + ".", dir=self.path)
         try:
+            os.fchmod(fd, 0o644)  # as readable as the files it lists (mkstemp makes it private)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 json.dump({"kind": OUTPUT_MANIFEST_KIND, "files": manifest}, handle, indent=1, sort_keys=True)
             os.replace(temporary, os.path.join(self.path, OUTPUT_MANIFEST))
