@@ -830,6 +830,8 @@ def output_file(path, force=False, inputs=(), option=None):
     through a symlink or a hard link), even with force; an existing file without force.
     """
     shown = _shown(option, path)
+    if not os.fspath(path):
+        raise OutputRefused(f"{option or 'the output'}: an empty path; give a file path")
     if not os.path.lexists(path):
         problem = _where_problem(path, shown)
         if problem is None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
@@ -906,7 +908,11 @@ class OutputFolder:
                 kind = "a file" if os.path.isfile(entry) and not os.path.islink(entry) else "a folder or a device (or a link)"
                 raise OutputRefused(f"{_shown(None, entry)} is {kind} that {self.tool} did not write: it is never "
                                     f"replaced, with or without --force; move it away, or choose another {option}")
-        if manifest is None and not force and os.listdir(self.path):
+        try:
+            holds = os.listdir(self.path)
+        except OSError as exc:
+            raise OutputRefused(f"{self.shown}: cannot read the folder: {exc.strerror or exc}") from None
+        if manifest is None and not force and holds:
             raise OutputRefused(f"{self.shown} already holds files that no ml-debug command wrote: choose an empty or "
                                 "new folder, or pass --force to write into it (nothing of yours is replaced)")
 
@@ -942,15 +948,15 @@ class OutputFolder:
         """Make the folder and remove this command's earlier files among `names`; returns the folder's path."""
         try:
             os.makedirs(self.path, exist_ok=True)
+            with self._locked():
+                manifest = self._manifest() or {}
+                for name in self.names:
+                    if name in manifest and manifest[name].get("tool") == self.tool and self.ours(name, manifest):
+                        os.remove(os.path.join(self.path, name))
+                        del manifest[name]
+                self._write_manifest(manifest)
         except OSError as exc:
-            raise OutputRefused(f"{self.shown}: cannot make the folder: {exc.strerror or exc}") from None
-        with self._locked():
-            manifest = self._manifest() or {}
-            for name in self.names:
-                if name in manifest and manifest[name].get("tool") == self.tool and self.ours(name, manifest):
-                    os.remove(os.path.join(self.path, name))
-                    del manifest[name]
-            self._write_manifest(manifest)
+            raise OutputRefused(f"{self.shown}: cannot write into the folder: {exc.strerror or exc}") from None
         return self.path
 
     @contextlib.contextmanager
@@ -963,13 +969,17 @@ class OutputFolder:
 
     def record(self, *names):
         """Record the folder's `names` (regular files this command wrote) as ours, with their bytes as they are now."""
-        with self._locked():
-            manifest = self._manifest() or {}
-            for name in names:
-                where = os.path.join(self.path, name)
-                if os.path.isfile(where) and not os.path.islink(where):
-                    manifest[name] = {"sha256": _sha256(where), "tool": self.tool}
-            self._write_manifest(manifest)
+        try:
+            with self._locked():
+                manifest = self._manifest() or {}
+                for name in names:
+                    where = os.path.join(self.path, name)
+                    if os.path.isfile(where) and not os.path.islink(where):
+                        manifest[name] = {"sha256": _sha256(where), "tool": self.tool}
+                self._write_manifest(manifest)
+        except OSError as exc:  # a full disk: the files are written, but the next run will take them for the user's
+            raise OutputRefused(f"{self.shown}: cannot record the files written there in {OUTPUT_MANIFEST}: "
+                                f"{exc.strerror or exc}") from None
 
     @contextlib.contextmanager
     def _locked(self):
