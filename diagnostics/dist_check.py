@@ -487,11 +487,13 @@ def run_one_rank(args, environment):
         with contextlib.suppress(RuntimeError):  # the store may be gone with its host: the verdicts are on disk
             if not launched and store.add("dist_check/reporter", 1) == 1:
                 time.sleep(1.0)  # the other ranks' abort watchers publish their verdicts within 0.2 s
+                folder.record(*rank_names(range(world)))  # also a killed rank's files: every rank checked its names
                 print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out), flush=True)
             store.set("dist_check/abort", "1")
             time.sleep(0.5)  # a store hosted here must outlive the other ranks' last look at it
         os._exit(1)  # a process group with a dead collective cannot be torn down cleanly
     if rank == 0 and not launched:
+        folder.record(*rank_names(range(world)))  # what this node holds of every rank's (the others record their own)
         print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out))
     return 0 if verdict["status"] == "pass" else 1
 
