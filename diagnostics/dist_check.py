@@ -70,6 +70,7 @@ Next step
     refs/distributed.md has the checklist.
 """
 import argparse
+import contextlib
 import datetime
 import faulthandler
 import json
@@ -82,6 +83,9 @@ import threading
 import time
 from pathlib import Path
 
+# c10d logs every failed connection attempt and timeout to stderr with C++ frames; dist_check says what failed in one
+# line. Set before torch loads (TORCH_CPP_LOG_LEVEL=INFO in the environment brings the logs back).
+os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 try:
     import torch
 except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a command, end quietly like main() does
@@ -90,11 +94,11 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused
 
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
+TIMEOUT_RANGE = (1.0, 86400.0)  # below a second a first connection cannot be made; above a day it is no smoke test
 STALL_FRACTION = 0.8  # the stack is written at 80% of the limit: before the collective's own timeout unwinds it
-MARKER = ".dist_check"  # a folder holding this file was made by dist_check: its rank files may be replaced
 STEPS = ("barrier", "all_reduce", "all_gather", "broadcast", "ring_send_recv")
 BROADCAST_VALUE = 1000.0
 
@@ -219,10 +223,15 @@ def diagnose_hang(index, positions):
 
 
 def _abort_watch(store, stack_file, on_abort):
-    """A daemon thread: when another rank declares the run dead, or the store vanishes, dump stacks and exit."""
+    """A daemon thread: when another rank declares the run dead, or the store vanishes, dump stacks and exit.
+
+    Returns stop(): it ends the thread and waits for it. A healthy rank calls it before it tears down: a daemon thread
+    still inside a store call when the interpreter finalises is ended in C++ code, which aborts the process (SIGABRT
+    after "all ranks passed", once in 7 healthy torchrun runs)."""
+    stopping = threading.Event()
+
     def watch():
-        while True:
-            time.sleep(0.2)
+        while not stopping.wait(0.2):
             try:
                 dead = store.check(["dist_check/abort"])
             except Exception:
@@ -234,12 +243,45 @@ def _abort_watch(store, stack_file, on_abort):
                     on_abort()  # publishes to the store, which may be gone with its host
                 finally:
                     os._exit(1)
-    threading.Thread(target=watch, daemon=True, name="dist_check-abort-watch").start()
+    thread = threading.Thread(target=watch, daemon=True, name="dist_check-abort-watch")
+    thread.start()
+
+    def stop():
+        stopping.set()
+        thread.join()
+    return stop
 
 
-def connect(rank, world, timeout, host_store):
+def rank_names(ranks):
+    """The files the ranks write into OUT."""
+    return [f"rank{rank}{suffix}" for rank in ranks for suffix in (".json", ".stack.txt")]
+
+
+def _env_int(name, low, high):
+    text = os.environ.get(name)
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"{name}={text!r} is not a whole number: run under torchrun, which sets it") from None
+    if not low <= value <= high:
+        raise UsageError(f"{name}={value} must be between {low} and {high}")
+    return value
+
+
+def rank_environment():
+    """(rank, world, local rank, MASTER_ADDR, MASTER_PORT) as torchrun sets them; UsageError (one line) for a missing
+    or malformed one."""
+    if "WORLD_SIZE" not in os.environ:
+        raise UsageError("RANK is set but WORLD_SIZE is not: run under torchrun (it sets both), or set both")
+    world = _env_int("WORLD_SIZE", 1, 1 << 20)
+    rank = _env_int("RANK", 0, world - 1)
+    local_rank = _env_int("LOCAL_RANK", 0, world - 1) if "LOCAL_RANK" in os.environ else rank
+    port = _env_int("MASTER_PORT", 1, 65535) if "MASTER_PORT" in os.environ else 29500
+    return rank, world, local_rank, os.environ.get("MASTER_ADDR", "127.0.0.1"), port
+
+
+def connect(host, port, world, timeout, host_store):
     """The rendezvous store: hosted by rank 0, by torchrun's agent, or by the --nproc launcher."""
-    host, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), int(os.environ.get("MASTER_PORT", "29500"))
     limit = datetime.timedelta(seconds=timeout * 2)
     if host_store:
         return dist.TCPStore(host, port, world, True, timeout=limit, wait_for_workers=False)
@@ -257,9 +299,9 @@ def read_verdicts(store, world):
     return verdicts
 
 
-def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store=False):
-    """One rank's whole smoke test; returns (its verdict, the store). Writes OUT/rank<N>.json and .stack.txt."""
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+def run_rank(rank, world, local_rank, store, out_dir, timeout, backend=None, plant=None, record=lambda: None):
+    """One rank's whole smoke test; returns its verdict. Writes OUT/rank<N>.json and .stack.txt, then record()s them
+    (also on the way out of an abort)."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
     if device.type == "cuda":
@@ -281,15 +323,24 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
         with verdict_lock:
             if "hang" not in verdict:  # this rank's own timeout verdict stays as it is
                 verdict.update(status="fail", summary=f"stopped by another rank's hang verdict while at {where['step']}")
-        publish()  # also a verdict of its own not published yet: the process ends right after this
+        try:
+            publish()  # also a verdict of its own not published yet: the process ends right after this
+        finally:
+            record()
 
     stall = STALL_FRACTION * timeout
     faulthandler.dump_traceback_later(stall, repeat=False, file=stack_file)  # a stall anywhere writes the stack
-    store = connect(rank, world, timeout, host_store)
-    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=timeout))
+    except RuntimeError as exc:  # a peer that never joined, or died while joining
+        faulthandler.cancel_dump_traceback_later()
+        stack_file.close()
+        record()
+        raise UsageError(f"rank {rank}: the process group did not form within {timeout:g} s (a rank never started, "
+                         f"or died): {_first_line(exc)}") from None
     _post(store, rank, 0, "before")
-    _abort_watch(store, stack_file, aborted)
+    stop_watch = _abort_watch(store, stack_file, aborted)
     for index, step in enumerate(STEPS):
         where["step"] = step
         _post(store, rank, index, "enter")
@@ -320,26 +371,45 @@ def run_rank(rank, world, out_dir, timeout, backend=None, plant=None, host_store
     if "hang" in verdict:
         faulthandler.dump_traceback(file=stack_file, all_threads=True)
         stack_file.flush()
-        return verdict, store  # the caller reports, then ends the process: a dead collective cannot be torn down
-    dist.barrier()
-    dist.destroy_process_group()
-    stack_file.close()
-    return verdict, store
+        record()
+        return verdict  # the caller reports, then ends the process: a dead collective cannot be torn down
+    stop_watch()
+    try:
+        dist.barrier()  # every rank is done with the store and the group before any tears down
+        dist.destroy_process_group()
+    except RuntimeError as exc:  # a peer died after its last collective
+        raise UsageError(f"rank {rank}: a peer left before the end: {_first_line(exc)}") from None
+    finally:
+        stack_file.close()
+        record()
+    return verdict
 
 
-def prepare_out_dir(out_dir, force):
-    """Make OUT or reuse one this tool made; never write into a folder of the user's without --force."""
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file, not a folder: choose another path")
-    if out.is_dir() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
-        raise UsageError(f"--out {out} already holds files that dist_check did not write: choose an empty or "
-                         f"new folder, or pass --force to write rank files into it")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MARKER).write_text("made by diagnostics/dist_check.py: rank<N>.json and rank<N>.stack.txt files\n")
-    for rank_file in list(out.glob("rank*.json")) + list(out.glob("rank*.stack.txt")):
-        rank_file.unlink()  # the previous run's, in a folder this tool made (or --force): stale verdicts mislead
-    return out
+def _first_line(exc):
+    return " ".join((str(exc).strip().splitlines() or [type(exc).__name__])[0].split())[:300]
+
+
+def agree_on_out(store, rank, world, out, force, timeout):
+    """Under torchrun: every rank checks OUT for its own files before any rank writes one, and all learn every
+    rank's answer; returns this rank's OutputFolder, made. UsageError (one line) for a refusal on any rank, or a rank
+    that never arrives."""
+    try:
+        folder, answer = OutputFolder(out, rank_names([rank]), force, tool="dist_check.py"), ""
+    except OutputRefused as exc:
+        folder, answer = None, f"rank {rank}: {exc}"
+    store.set(f"dist_check/out/{rank}", answer)
+    keys = [f"dist_check/out/{other}" for other in range(world)]
+    try:
+        store.wait(keys, datetime.timedelta(seconds=timeout * 2))
+    except RuntimeError:
+        missing = [str(other) for other, key in enumerate(keys) if not store.check([key])]
+        raise UsageError(f"rank {rank}: rank{'s' if len(missing) > 1 else ''} {', '.join(missing)} never reached the "
+                         f"rendezvous within {timeout * 2:g} s: start every rank, or check MASTER_ADDR and MASTER_PORT")
+    refusals = [text for text in (store.get(key).decode() for key in keys) if text]
+    if refusals:
+        raise UsageError(refusals[0])
+    folder.prepare()
+    return folder
 
 
 def report(verdicts, world, backend, timeout, out_dir):
@@ -377,7 +447,7 @@ def launch_local(nproc, args):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    store = connect(0, nproc, args.timeout, host_store=True)
+    store = connect("127.0.0.1", port, nproc, args.timeout, host_store=True)
     command = [sys.executable, os.path.abspath(__file__), "--out", str(args.out), "--timeout", str(args.timeout)]
     command += (["--backend", args.backend] if args.backend else []) + (["--plant", args.plant] if args.plant else [])
     processes = []
@@ -400,20 +470,30 @@ def launch_local(nproc, args):
     return read_verdicts(store, nproc)
 
 
-def run_one_rank(args):
+def run_one_rank(args, environment):
     """Under torchrun (or the launcher): this rank's test; the rank that reports prints the combined report."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world, local_rank, host, port = environment
     launched = os.environ.get("DIST_CHECK_LAUNCHED") == "1"
     host_store = rank == 0 and not launched and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
-    verdict, store = run_rank(rank, world, args.out, args.timeout, args.backend, args.plant, host_store)
+    try:
+        store = connect(host, port, world, args.timeout, host_store)
+    except RuntimeError as exc:
+        raise UsageError(f"rank {rank}: cannot reach the rendezvous store at {host}:{port} within {args.timeout * 2:g} "
+                         f"s (rank 0 never started?): {_first_line(exc)}") from None
+    folder = None if launched else agree_on_out(store, rank, world, args.out, args.force, args.timeout)
+    record = (lambda: None) if folder is None else (lambda: folder.record(*rank_names([rank])))
+    verdict = run_rank(rank, world, local_rank, store, args.out, args.timeout, args.backend, args.plant, record)
     if "hang" in verdict:
-        if not launched and store.add("dist_check/reporter", 1) == 1:
-            time.sleep(1.0)  # the other ranks' abort watchers publish their verdicts within 0.2 s
-            print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out), flush=True)
-        store.set("dist_check/abort", "1")
-        time.sleep(0.5)  # a store hosted here must outlive the other ranks' last look at it
+        with contextlib.suppress(RuntimeError):  # the store may be gone with its host: the verdicts are on disk
+            if not launched and store.add("dist_check/reporter", 1) == 1:
+                time.sleep(1.0)  # the other ranks' abort watchers publish their verdicts within 0.2 s
+                folder.record(*rank_names(range(world)))  # also a killed rank's files: every rank checked its names
+                print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out), flush=True)
+            store.set("dist_check/abort", "1")
+            time.sleep(0.5)  # a store hosted here must outlive the other ranks' last look at it
         os._exit(1)  # a process group with a dead collective cannot be torn down cleanly
     if rank == 0 and not launched:
+        folder.record(*rank_names(range(world)))  # what this node holds of every rank's (the others record their own)
         print(report(read_verdicts(store, world), world, verdict["backend"], args.timeout, args.out))
     return 0 if verdict["status"] == "pass" else 1
 
@@ -429,30 +509,39 @@ def main(argv=None):
     parser.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with CUDA, else gloo")
     parser.add_argument("--out", default="dist_check_out", help="folder for the per-rank verdicts and stacks "
                         "(default dist_check_out; a folder of yours is refused without --force)")
-    parser.add_argument("--force", action="store_true", help="write rank files into an existing folder dist_check did not make")
+    parser.add_argument("--force", action="store_true", help="write rank files into a folder of yours (its files are "
+                        "kept; a file of yours named like a rank file is never replaced)")
     parser.add_argument("--plant", choices=("skip", "sleep"), help="demo: the last rank skips all_reduce, or sleeps "
                         "before all_gather")
     try:
         args = parser.parse_args(argv)
-        if not args.timeout > 0:
-            raise UsageError(f"--timeout must be > 0 seconds, got {args.timeout:g}")
+        low, high = TIMEOUT_RANGE
+        if not low <= args.timeout <= high:
+            raise UsageError(f"--timeout must be between {low:g} and {high:g} seconds, got {args.timeout:g}")
         if args.nproc is None and "RANK" not in os.environ:
             raise UsageError("no ranks: run under torchrun (torchrun --nproc_per_node N dist_check.py) or pass --nproc N")
         if args.nproc is not None and not 1 <= args.nproc <= 64:
             raise UsageError(f"--nproc must be between 1 and 64, got {args.nproc}")
         if args.backend == "nccl" and not torch.cuda.is_available():
             raise UsageError("--backend nccl needs CUDA, and this machine has none: use gloo")
-        if os.environ.get("DIST_CHECK_LAUNCHED") != "1" and int(os.environ.get("RANK", 0)) == 0:
-            prepare_out_dir(args.out, args.force)
         if args.nproc is None:
-            Path(args.out).mkdir(parents=True, exist_ok=True)  # other ranks, other nodes: rank 0 checked it
-            return run_one_rank(args)
-        verdicts = launch_local(args.nproc, args)
+            return run_one_rank(args, rank_environment())
+        names = rank_names(range(args.nproc))
+        folder = OutputFolder(args.out, names, args.force, tool="dist_check.py")
+        folder.prepare()  # before any rank starts: the ranks write only names checked here
+        try:
+            verdicts = launch_local(args.nproc, args)
+        finally:
+            folder.record(*names)
         backend = next(iter(verdicts.values()))["backend"] if verdicts else (args.backend or "gloo")
         print(report(verdicts, args.nproc, backend, args.timeout, args.out))
         return 0 if len(verdicts) == args.nproc and all(v["status"] == "pass" for v in verdicts.values()) else 1
-    except UsageError as exc:
+    except (UsageError, OutputRefused) as exc:
         print(f"dist_check.py: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # torch.distributed's errors: the store or a peer went away outside a collective
+        print(f"dist_check.py: error: the rendezvous failed (a peer died, or the store's host): {_first_line(exc)}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -62,7 +62,7 @@ from pathlib import Path
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the trainlint package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-from ml_debug_contract import ArgumentParser, json_text  # noqa: E402
+from ml_debug_contract import ArgumentParser, OutputRefused, json_text, output_file  # noqa: E402
 from trainlint.docs import render_docs  # noqa: E402
 from trainlint.rules import RULES  # noqa: E402
 from trainlint.run import Config, lint_paths, lint_source  # noqa: E402
@@ -91,13 +91,13 @@ DOCS_HEADING = "# Static analysis: silent training bugs in the source"
 
 
 def write_docs(target, force, parser):
-    """Write the reference page; refuse a folder, a device, or a file this command did not write (without --force)."""
+    """Write the reference page; refuse what output_file refuses, but replace a page lint.py wrote without --force."""
     path = Path(target)
-    if path.exists():
-        if not path.is_file():
-            parser.error(f"--write-docs {target}: not a regular file; give a .md path")
-        if not force and not path.read_text(encoding="utf-8", errors="replace").startswith(DOCS_HEADING):
-            parser.error(f"--write-docs {target}: the file exists and is not a page lint.py wrote; pass --force to replace it")
+    ours = path.is_file() and path.read_text(encoding="utf-8", errors="replace").startswith(DOCS_HEADING)
+    try:
+        output_file(target, force or ours, option="--write-docs")
+    except OutputRefused as exc:
+        parser.exit(2, f"lint.py: error: {exc}\n")
     try:
         path.write_text(render_docs(), encoding="utf-8")
     except OSError as error:

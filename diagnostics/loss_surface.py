@@ -65,7 +65,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, output_file, run_user_code
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -277,8 +277,9 @@ def main(argv=None):
     def work():  # with --surface, in the supervised child: the file is the user's code
         if not 5 <= args.grid <= 401:
             raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
-        if args.png and os.path.exists(args.png) and not (args.force and os.path.isfile(args.png)):
-            raise SurfaceError(f"{args.png} exists; not overwriting it (--force replaces a file)")
+        if args.png:
+            output_file(args.png, args.force, inputs=[args.surface.partition(":")[0]] if args.surface else [],
+                        option="--png")
         surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
         return check_loss_surface(surface, args.grid, args.png)
 

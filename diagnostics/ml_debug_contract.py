@@ -23,6 +23,11 @@ What it holds
     in_supervised_child            whether a KeyboardInterrupt here is the user's code's (no Ctrl-C reaches it)
     WriteGuard                     a script's or trainer's writes go to a scratch folder or are refused
                                    (Landlock, where the kernel has it, refuses the rest)
+    output_file, OutputRefused     an output path checked before any work: never an input (also through a
+                                   link), a folder, a device, a FIFO, a kernel file, or an existing file
+                                   without --force
+    OutputFolder                   a folder a command writes named files into: only the files it wrote
+                                   there (its manifest says which) are ever replaced, with or without --force
 
 The contract itself is DESIGN.md, "Safety" and "A verdict".
 """
@@ -30,6 +35,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import math
@@ -38,7 +44,9 @@ import random
 import re
 import select
 import signal
+import stat
 import sys
+import tempfile
 import threading
 import time
 
@@ -787,3 +795,227 @@ class WriteGuard:
         os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
         self.kernel = landlock_writes_only_under([self.scratch, *PSEUDO_FILESYSTEMS])
         return self
+
+
+# --- output paths: nothing of the user's is replaced -----------------------------------------------------
+# DESIGN.md "Safety": an output path that is an input (also through a symlink or a hard link), a folder or a device is
+# refused; an existing file is replaced only when told --force; in a folder of ours, only the files we wrote are ever
+# removed, with or without --force.
+KERNEL_TREES = ("/proc", "/sys", "/dev")  # the kernel's files and devices: never an output
+OUTPUT_MANIFEST = ".ml-debug-files.json"  # in an output folder: the files the commands wrote there, with their sha256
+OUTPUT_MANIFEST_KIND = "ml-debug output folder"
+
+
+class OutputRefused(CaseError):
+    """An output path that will not be written: its message is the one line to print, and the exit code is 2."""
+
+
+def _shown(option, path):
+    text = os.fsdecode(path).replace("\n", "\\n")  # a newline in a path must not make the message two lines
+    return f"{option} {text}" if option else text
+
+
+def _kernel_tree(path):
+    real = os.path.realpath(path)
+    return next((root for root in KERNEL_TREES if real == root or real.startswith(root + os.sep)), None)
+
+
+def _where_problem(path, shown):
+    """Why a path that does not exist cannot be made there (a folder above it is a file, or missing), or None."""
+    tree = _kernel_tree(path)
+    if tree:
+        return f"{shown} is in {tree}, the kernel's files, not a place for an output: choose another path"
+    above = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        return f"{shown} is under {_shown(None, above)}, which is a file, not a folder: choose another path"
+    return None
+
+
+def output_file(path, force=False, inputs=(), option=None):
+    """Check, before any work, that the command may write the file `path`; return it, or raise OutputRefused.
+
+    Refused: a path in a folder that does not exist or under a file; in /proc, /sys or /dev; a dangling symlink;
+    anything but a regular file (a folder, a device, a FIFO); one of `inputs` (compared by device and inode, so also
+    through a symlink or a hard link), even with force; an existing file without force.
+    """
+    shown = _shown(option, path)
+    if not os.fspath(path):
+        raise OutputRefused(f"{option or 'the output'}: an empty path; give a file path")
+    if not os.path.lexists(path):
+        problem = _where_problem(path, shown)
+        if problem is None and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            problem = f"{shown}: the folder {_shown(None, os.path.dirname(os.path.abspath(path)))} does not exist"
+        if problem:
+            raise OutputRefused(problem)
+        return path
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise OutputRefused(f"{shown} is a symlink to {_shown(None, os.readlink(path))}, which does not exist: remove "
+                            "the link, or choose another path") from None
+    except OSError as exc:
+        raise OutputRefused(f"{shown}: cannot use it: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise OutputRefused(f"{shown} is not a regular file (a folder, a device or a FIFO): give a file path")
+    tree = _kernel_tree(path)
+    if tree:
+        raise OutputRefused(f"{shown} is in {tree}, the kernel's files, not a place for an output: choose another path")
+    for source in inputs:
+        try:
+            same = os.path.samestat(os.stat(source), info)
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise OutputRefused(f"{shown} is the input {_shown(None, source)} (the same file, also through a link): "
+                                "refused, with or without --force")
+    if not force:
+        raise OutputRefused(f"{shown} exists; pass --force to replace it, or choose another path")
+    return path
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class OutputFolder:
+    """A folder a command writes named files into, where only the files it wrote are ever replaced or removed.
+
+    The folder's manifest (OUTPUT_MANIFEST) lists the files the commands wrote there, each with its sha256 when the
+    command was done with it: such a file, a regular file still holding those bytes, is ours. Every other entry is
+    the user's, and is never replaced or removed, with or without --force. The constructor checks and writes nothing:
+    OutputRefused for a path that is not a folder (or cannot become one), for one of `names` (the files this run
+    writes) that is there and not ours, and, without force, for a folder of the user's (no manifest) that holds
+    anything. prepare() makes the folder and removes this command's earlier files among `names`; a file written
+    with writing(name) is recorded in the manifest when the block ends, however it ends; record() records others.
+    """
+
+    def __init__(self, path, names, force=False, option="--out", tool=None):
+        self.path, self.names = os.fspath(path), list(names)
+        self.tool = tool or os.path.basename(sys.argv[0])
+        self.shown = _shown(option, path)
+        if not os.path.lexists(self.path):
+            problem = _where_problem(self.path, self.shown)
+            if problem:
+                raise OutputRefused(problem)
+            return
+        if not os.path.exists(self.path):
+            raise OutputRefused(f"{self.shown} is a symlink to {_shown(None, os.readlink(self.path))}, which does not "
+                                "exist: remove the link, or choose another path")
+        if not os.path.isdir(self.path):
+            raise OutputRefused(f"{self.shown} is not a folder (a file, a device or a FIFO): give a folder path")
+        tree = _kernel_tree(self.path)
+        if tree:
+            raise OutputRefused(f"{self.shown} is in {tree}, the kernel's files, not a place for an output")
+        manifest = self._manifest()
+        for name in self.names:
+            entry = os.path.join(self.path, name)
+            if os.path.lexists(entry) and not self.ours(name, manifest):
+                kind = "a file" if os.path.isfile(entry) and not os.path.islink(entry) else "a folder or a device (or a link)"
+                raise OutputRefused(f"{_shown(None, entry)} is {kind} that {self.tool} did not write: it is never "
+                                    f"replaced, with or without --force; move it away, or choose another {option}")
+        try:
+            holds = os.listdir(self.path)
+        except OSError as exc:
+            raise OutputRefused(f"{self.shown}: cannot read the folder: {exc.strerror or exc}") from None
+        if manifest is None and not force and holds:
+            raise OutputRefused(f"{self.shown} already holds files that no ml-debug command wrote: choose an empty or "
+                                "new folder, or pass --force to write into it (nothing of yours is replaced)")
+
+    def _manifest(self):
+        """{name: {"sha256", "tool"}} from the folder's manifest; None when there is none. OutputRefused when the
+        manifest's name holds something else (a file of the user's by that name)."""
+        where = os.path.join(self.path, OUTPUT_MANIFEST)
+        if not os.path.lexists(where):
+            return None
+        try:
+            with open(where, encoding="utf-8") as handle:
+                data = json.load(handle) if os.path.isfile(where) and not os.path.islink(where) else None
+        except (OSError, ValueError):
+            data = None
+        files = data.get("files") if isinstance(data, dict) and data.get("kind") == OUTPUT_MANIFEST_KIND else None
+        if not isinstance(files, dict) or not all(isinstance(entry, dict) for entry in files.values()):
+            raise OutputRefused(f"{_shown(None, where)} is not a manifest an ml-debug command wrote: the folder is not "
+                                f"ours to write into; choose another {self.shown.split(' ')[0]}")
+        return files
+
+    def ours(self, name, manifest=None):
+        """Whether the folder's `name` is a file a command wrote, unchanged since."""
+        manifest = self._manifest() if manifest is None else manifest
+        entry, where = (manifest or {}).get(name), os.path.join(self.path, name)
+        if not entry or os.path.islink(where) or not os.path.isfile(where):
+            return False
+        try:
+            return _sha256(where) == entry.get("sha256")
+        except OSError:
+            return False
+
+    def prepare(self):
+        """Make the folder and remove this command's earlier files among `names`; returns the folder's path."""
+        try:
+            os.makedirs(self.path, exist_ok=True)
+            with self._locked():
+                manifest = self._manifest() or {}
+                for name in self.names:
+                    if name in manifest and manifest[name].get("tool") == self.tool and self.ours(name, manifest):
+                        os.remove(os.path.join(self.path, name))
+                        del manifest[name]
+                self._write_manifest(manifest)
+        except OSError as exc:
+            raise OutputRefused(f"{self.shown}: cannot write into the folder: {exc.strerror or exc}") from None
+        return self.path
+
+    @contextlib.contextmanager
+    def writing(self, name):
+        """The path to write `name` at; recorded as ours when the block ends (also by an exception or Ctrl-C)."""
+        try:
+            yield os.path.join(self.path, name)
+        finally:
+            self.record(name)
+
+    def record(self, *names):
+        """Record the folder's `names` (regular files this command wrote) as ours, with their bytes as they are now."""
+        try:
+            with self._locked():
+                manifest = self._manifest() or {}
+                for name in names:
+                    where = os.path.join(self.path, name)
+                    if os.path.isfile(where) and not os.path.islink(where):
+                        manifest[name] = {"sha256": _sha256(where), "tool": self.tool}
+                self._write_manifest(manifest)
+        except OSError as exc:  # a full disk: the files are written, but the next run will take them for the user's
+            raise OutputRefused(f"{self.shown}: cannot record the files written there in {OUTPUT_MANIFEST}: "
+                                f"{exc.strerror or exc}") from None
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The manifest to ourselves: the ranks of dist_check record into one folder at once."""
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: one process at a time is all there is
+            yield
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _write_manifest(self, manifest):
+        """Replace the manifest in one rename: a run stopped half-way leaves the old one whole."""
+        fd, temporary = tempfile.mkstemp(prefix=OUTPUT_MANIFEST + ".", dir=self.path)
+        try:
+            os.fchmod(fd, 0o644)  # as readable as the files it lists (mkstemp makes it private)
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump({"kind": OUTPUT_MANIFEST_KIND, "files": manifest}, handle, indent=1, sort_keys=True)
+            os.replace(temporary, os.path.join(self.path, OUTPUT_MANIFEST))
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+            raise

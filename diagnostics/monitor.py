@@ -144,7 +144,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, OutputRefused, output_file
 
 
 def _local(tensor):
@@ -379,14 +379,17 @@ def main(argv=None):
     parser.add_argument("--healthy", action="store_true", help="run the demo without the planted bad batch")
     parser.add_argument("--every", type=int, default=1, help="log every N steps (default 1)")
     parser.add_argument("--out", help="where to write the JSONL log (default: a new monitor_demo_*.jsonl file in the "
-                        "temp dir); an existing non-empty file is refused without --force")
+                        "temp dir); an existing file is refused without --force")
     parser.add_argument("--force", action="store_true", help="replace the --out file if it exists")
     args = parser.parse_args(argv)
     if args.every < 1:
         parser.error(f"--every must be at least 1, got {args.every}")
     try:
         if args.out:
-            path = Path(args.out)
+            try:
+                path = Path(output_file(args.out, args.force, option="--out"))
+            except OutputRefused as exc:
+                parser.exit(2, f"monitor.py: error: {exc}\n")
         else:  # a new, empty file of our own: nothing of the user's is replaced
             handle, name = tempfile.mkstemp(prefix="monitor_demo_", suffix=".jsonl")
             os.close(handle)

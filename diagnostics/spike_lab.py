@@ -82,7 +82,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # monitor, spike_guard, spikes and the contract sit beside this file
-from ml_debug_contract import ArgumentParser  # noqa: E402
+from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused  # noqa: E402
 import spikes  # noqa: E402
 from monitor import TrainingMonitor  # noqa: E402
 from spike_guard import RestartFromCheckpoint, SpikeGuard  # noqa: E402
@@ -191,7 +191,7 @@ def train(scenario, at, steps, pocket, log_path, seed=0, guard=False):
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
     noise = torch.Generator().manual_seed(seed + 1)
     losses, skipped, restarts, crash_checkpoint, last_checkpoint = {}, [], [], None, None
-    with TrainingMonitor(log_path, model, optimizer, overwrite=True) as monitor:  # main() checked --out and --force
+    with TrainingMonitor(log_path, model, optimizer, overwrite=True) as monitor:  # main()'s OutputFolder: ours or new
         spike_guard = SpikeGuard(model, monitor=monitor) if guard else None
         step, position = 0, 0
         while step < steps:
@@ -233,24 +233,14 @@ def train(scenario, at, steps, pocket, log_path, seed=0, guard=False):
     return {"losses": losses, "skipped": skipped, "restarts": restarts}
 
 
-def prepare_out(out, force):
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out} is a file: give a folder")
-    clashes = [name for name in OUTPUTS if (out / name).exists()]
-    if clashes and not force:
-        raise UsageError(f"{out} already holds {', '.join(clashes)}: choose another --out, or pass --force to "
-                         f"replace those files")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def drill(scenario, at, steps, pocket, out, guard):
-    """Run the drill and return the lines to print."""
-    log = out / "train_log.jsonl"
-    run = train(scenario, at, steps, pocket, log)
+def drill(scenario, at, steps, pocket, folder, guard):
+    """Run the drill, writing into `folder` (an OutputFolder, prepared), and return the lines to print."""
+    out = Path(folder.path)
+    with folder.writing("train_log.jsonl") as log:
+        run = train(scenario, at, steps, pocket, log)
     report = spikes.analyze(log)
-    (out / "postmortem.md").write_text(spikes.postmortem(report))
+    with folder.writing("postmortem.md") as postmortem:
+        Path(postmortem).write_text(spikes.postmortem(report))
     what = {"pocket": f"{pocket} batches of random tokens from step {at}",
             "lr_jump": f"the learning rate x{LR_JUMP:g} from step {at}",
             "nan_batch": f"a NaN loss weight in the batch of step {at}",
@@ -260,7 +250,8 @@ def drill(scenario, at, steps, pocket, out, guard):
              f"-parameter GPT; the log: {log}",
              "spikes.py reads it as:", spikes.summary(report)]
     if guard:
-        guarded = train(scenario, at, steps, pocket, out / "guarded_log.jsonl", guard=True)
+        with folder.writing("guarded_log.jsonl") as guarded_log:
+            guarded = train(scenario, at, steps, pocket, guarded_log, guard=True)
         lines += guard_table(run, guarded, at, pocket)
     lines.append(f"post-mortem draft to complete: {out / 'postmortem.md'}")
     return lines
@@ -296,7 +287,8 @@ def main(argv=None):
     parser.add_argument("--pocket", type=int, default=8, help="bad batches in a pocket (default 8)")
     parser.add_argument("--guard", action="store_true", help="train again with SpikeGuard and compare")
     parser.add_argument("--out", default="spike_lab_out", help="folder for the log and the post-mortem draft")
-    parser.add_argument("--force", action="store_true", help="replace the lab's files in --out")
+    parser.add_argument("--force", action="store_true", help="write into an --out folder that holds files of yours "
+                        "(they are kept; a file of yours named like the lab's is never replaced)")
     try:
         args = parser.parse_args(argv)
         first = RESUME_BACK + 1 if args.scenario == "repeat_resume" else 50
@@ -305,11 +297,12 @@ def main(argv=None):
                              f"history before the failure and room after it), got {args.at}")
         if not 1 <= args.pocket <= 100:
             raise UsageError(f"--pocket must be between 1 and 100, got {args.pocket}")
-        out = prepare_out(args.out, args.force)
+        folder = OutputFolder(args.out, OUTPUTS, args.force, tool="spike_lab.py")
+        folder.prepare()
         torch.set_num_threads(1)
-        print("\n".join(drill(args.scenario, args.at, args.steps, args.pocket, out, args.guard)))
+        print("\n".join(drill(args.scenario, args.at, args.steps, args.pocket, folder, args.guard)))
         return 0
-    except UsageError as exc:
+    except (UsageError, OutputRefused) as exc:
         print(f"spike_lab.py: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

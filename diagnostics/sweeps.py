@@ -84,7 +84,7 @@ import random
 import statistics
 import sys
 
-from ml_debug_contract import ArgumentParser, json_text
+from ml_debug_contract import ArgumentParser, OutputRefused, json_text, output_file
 
 ALPHA = 0.05  # two-sided 5%: the convention the `|t| > 2` rule of thumb approximates
 POWER = 0.8  # the usual planning target (Cohen); our choice, printed with the figure
@@ -439,11 +439,12 @@ def demo_csv(broken=True):
 def write_demo(path, broken):
     """Write the demo's CSV to a new file (never over an existing one); returns the number of runs."""
     try:
+        output_file(path, option="--write-demo")
         with open(path, "x", encoding="utf-8") as handle:
             handle.write(demo_csv(broken))
-    except FileExistsError:
-        raise SweepError(f"{path} exists; not overwriting it") from None
-    except OSError as exc:
+    except OutputRefused as exc:
+        raise SweepError(str(exc)) from None
+    except OSError as exc:  # also a file made since output_file looked: "x" never replaces it
         raise SweepError(f"cannot write {path}: {exc.strerror or exc}") from None
     return len(demo_rows(broken))
 

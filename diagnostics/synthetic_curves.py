@@ -39,7 +39,7 @@ import os
 import random
 import sys
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, OutputRefused, output_file
 
 SPIKE_TYPES = ("fast_recovery", "slow_recovery", "no_recovery", "divergence")
 SCENARIOS = ("clean", "mixed", *SPIKE_TYPES, "lasting_offset", "grad_spikes", "creep", "nan", "resume", "repeat_data", "datasets")
@@ -351,14 +351,15 @@ def main(argv=None):
     problem = None
     if args.rows is not None and args.rows < 100:
         problem = "--rows must be at least 100"
-    elif args.truth and os.path.abspath(args.truth) == os.path.abspath(args.out):
+    elif args.truth and os.path.realpath(args.truth) == os.path.realpath(args.out):
         problem = "--out and --truth name the same file"
-    for path in (args.out, args.truth or args.out):
-        if problem is None and os.path.exists(path):
-            if not os.path.isfile(path):  # a folder, a device, a FIFO (writing one would wait for a reader)
-                problem = f"{path} is not a regular file; give a file path"
-            elif not args.force:
-                problem = f"{path} exists; pass --force to replace it, or another path"
+    else:
+        try:
+            output_file(args.out, args.force, inputs=[args.truth] if args.truth else [], option="--out")
+            if args.truth:
+                output_file(args.truth, args.force, inputs=[args.out], option="--truth")
+        except OutputRefused as exc:
+            problem = str(exc)
     if problem is not None:
         print(f"synthetic_curves.py: {problem}", file=sys.stderr)
         return 2

@@ -360,10 +360,11 @@ def test_dist_check_fails_when_a_rank_never_reported(tmp_path, monkeypatch, caps
 
 
 @pytest.mark.parametrize("name", ["train_log.jsonl", "postmortem.md", "guarded_log.jsonl"])
-def test_spike_lab_refuses_to_replace_any_of_its_files_the_user_has(tmp_path, name):
+def test_spike_lab_refuses_to_replace_any_of_its_files_the_user_has(tmp_path, name, capsys):
     (tmp_path / name).write_text("mine\n")
-    with pytest.raises(spike_lab.UsageError):
-        spike_lab.prepare_out(tmp_path, force=False)
+    for force in ([], ["--force"]):
+        assert spike_lab.main(["--steps", "200", "--at", "60", "--out", str(tmp_path), *force]) == 2
+        assert name in capsys.readouterr().err
     assert (tmp_path / name).read_text() == "mine\n"
 
 

@@ -4,8 +4,10 @@ named within the time limit, with their stacks on disk; no process is left behin
 The four runs start together (each is a launcher plus its ranks) so that their torch imports overlap."""
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -120,7 +122,7 @@ def test_no_process_left_behind(runs):
 
 @pytest.mark.hostile
 @pytest.mark.parametrize("args, words", [
-    (["--nproc", "2", "--timeout", "0"], "--timeout must be > 0"),
+    (["--nproc", "2", "--timeout", "0"], "--timeout must be between"),
     (["--nproc", "0"], "--nproc must be between 1 and 64"),
     ([], "no ranks"),
     (["--nproc", "2", "--backend", "nccl"], "needs CUDA"),
@@ -171,3 +173,87 @@ def test_hangwatch_writes_the_stack_of_a_stalled_loop(tmp_path):
     stack = (tmp_path / "rank3.stack.txt").read_text()
     assert "-- step 2" in stack and "Timeout (0:00:00.500000)!" in stack
     assert stack.count("Timeout") == 1  # steps re-armed the timer: only the stall fired it
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("args, env, words", [
+    (["--nproc", "2", "--timeout", "inf"], {}, "--timeout must be between"),
+    (["--nproc", "2", "--timeout", "1e-6"], {}, "--timeout must be between"),
+    (["--nproc", "2", "--timeout", "1e12"], {}, "--timeout must be between"),
+    ([], {"RANK": "0"}, "WORLD_SIZE is not"),
+    ([], {"RANK": "abc", "WORLD_SIZE": "2"}, "RANK='abc' is not a whole number"),
+    ([], {"RANK": "2", "WORLD_SIZE": "2"}, "RANK=2 must be between 0 and 1"),
+    ([], {"RANK": "0", "WORLD_SIZE": "1", "MASTER_PORT": "abc"}, "MASTER_PORT='abc'"),
+], ids=["timeout inf", "timeout 1e-6", "timeout 1e12", "RANK without WORLD_SIZE", "RANK=abc", "RANK past the world",
+        "MASTER_PORT=abc"])
+def test_an_environment_error_is_one_line(args, env, words, capsys, monkeypatch, tmp_path):
+    """Issue 22: each of these was a traceback (OverflowError, KeyError, ValueError from deep in the start-up)."""
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT", "DIST_CHECK_LAUNCHED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert dist_check.main([*args, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and words in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.hostile
+def test_a_peer_that_never_starts_is_one_line_on_either_side(tmp_path):
+    """Rank 0 alone waits for rank 1 at the rendezvous; rank 1 alone finds no store: each ends in one line, exit 2,
+    within a few times the limit (both were tracebacks)."""
+    procs = {}
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+                   OMP_NUM_THREADS="1")
+        env.pop("DIST_CHECK_LAUNCHED", None)
+        procs[rank] = subprocess.Popen([sys.executable, str(DIAGNOSTICS / "dist_check.py"), "--timeout", "1", "--out",
+                                        str(tmp_path / f"out{rank}")], env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    errors = {}
+    for rank, proc in procs.items():
+        out, errors[rank] = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and errors[rank].count("\n") == 1 and "Traceback" not in errors[rank], (rank, out)
+    assert "rank 1 never reached the rendezvous" in errors[0] and "cannot reach the rendezvous store" in errors[1]
+
+
+@pytest.mark.hostile
+def test_the_abort_watch_stops_before_teardown(tmp_path):
+    """A healthy torchrun run aborted (SIGABRT) after `all ranks passed`, once in 7: the daemon thread that polls the
+    store was still inside a store call when the interpreter finalised. It is stopped and joined first now."""
+    class Store:
+        def check(self, keys):
+            return False
+
+    with open(tmp_path / "stack.txt", "w") as stack:
+        stop = dist_check._abort_watch(Store(), stack, lambda: None)
+        time.sleep(0.3)
+        stop()
+    assert not [t for t in threading.enumerate() if t.name == "dist_check-abort-watch"]
+
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "{port}",
+            str(DIAGNOSTICS / "dist_check.py"), "--timeout", "20", "--out", "{out}"]
+
+
+@pytest.mark.hostile
+def test_a_healthy_torchrun_run_passes_and_a_second_run_reuses_its_folder(tmp_path):
+    """Under torchrun, rank 1 created its stack file before rank 0 checked --out: a healthy run was refused 3 times in
+    4. Every rank now checks before any rank writes. The second run finds the folder its own and passes too; a file
+    the user added to it stays."""
+    out = tmp_path / "out"
+    for run in range(2):
+        command = [part.format(port=_free_port(), out=out) for part in TORCHRUN]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=240,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+        assert proc.returncode == 0, (run, proc.stdout, proc.stderr[-3000:])
+        assert "all ranks passed" in proc.stdout
+        assert sorted(_verdicts({"dir": out})) == [0, 1]
+        (out / "notes.txt").write_text("mine\n")
+    assert (out / "notes.txt").read_text() == "mine\n"

@@ -62,7 +62,9 @@ def test_a_git_clone_at_the_install_path_is_left_alone_without_force(tmp_path, s
     assert tree(tmp_path / "skills") == before  # nothing written, not even a staging folder
     assert install_skill.main([str(tmp_path / "skills"), "--force"], source=source) == 0
     assert not (tmp_path / "skills" / "ml-debug" / ".git").exists()
-    assert sorted(p.name for p in (tmp_path / "skills").iterdir()) == ["ml-debug"]
+    kept, = install_skill.kept_aside(tmp_path / "skills")  # --force never deletes: the clone is kept, whole
+    assert tree(kept) == before
+    assert f"is kept in {kept / 'ml-debug'}" in capsys.readouterr().out
 
 
 def test_the_cli_refuses_a_git_clone_in_one_line(tmp_path):
@@ -94,6 +96,9 @@ def test_a_reinstall_replaces_an_unchanged_install_and_refuses_an_edited_one(tmp
     assert tree(tmp_path) == before
     assert install_skill.main([str(tmp_path), "--force"], source=source) == 0
     assert not (target / "diagnostics" / "mine.py").exists() and (target / "SKILL.md").read_text() == SKILL
+    kept, = install_skill.kept_aside(tmp_path)  # the edited install, whole: nothing of the user's is lost
+    assert (kept / "ml-debug" / "diagnostics" / "mine.py").read_text() == "x = 1\n"
+    assert (kept / "ml-debug" / "SKILL.md").read_text() == SKILL + "my own notes\n"
 
 
 def test_a_garbled_manifest_counts_as_none(tmp_path, source, capsys):
@@ -112,6 +117,8 @@ def test_a_symlinked_install_path_is_refused_and_force_replaces_only_the_link(tm
     assert install_skill.main([str(tmp_path / "skills"), "--force"], source=source) == 0
     assert not (tmp_path / "skills" / "ml-debug").is_symlink()
     assert tree(elsewhere) == before  # what the link pointed to is untouched
+    kept, = install_skill.kept_aside(tmp_path / "skills")
+    assert os.readlink(kept / "ml-debug") == str(elsewhere)  # and the link itself is kept
 
 
 def test_dest_inside_the_source_tree_is_refused(tmp_path, source, capsys):

@@ -105,9 +105,9 @@ def test_help_exits_0(repo):
     (["calc.py", "--max", "0"], "--max must be 1 or more"),
     (["calc.py", "--timeout", "0"], "--timeout must be more than 0"),
     (["--base", "no-such-branch"], "git merge-base"),
-    (["calc.py", "--json", "calc.py"], "is one of the files to mutate"),
-    (["calc.py", "--json", "notes.json"], "was not written by mutate.py"),
-    (["calc.py", "--json", "tests"], "is a folder"),
+    (["calc.py", "--json", "calc.py"], "is the input"),
+    (["calc.py", "--json", "notes.json"], "exists; pass --force"),
+    (["calc.py", "--json", "tests"], "is not a regular file"),
     (["--bogus"], "unrecognized arguments"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(repo, args, says):

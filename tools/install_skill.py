@@ -12,9 +12,10 @@ It never deletes or overwrites what it did not write. A re-install replaces DEST
 when it is an earlier install whose files all still match its manifest (a file the user deleted
 loses nothing and does not count). It refuses, without touching anything:
 - a DEST/ml-debug with files changed or added since the install, or with no manifest (a git
-  clone, a copy made by hand): it lists what it found; --force replaces it anyway;
-- a DEST/ml-debug that is a symlink (it says where it points; --force replaces the link, never
-  what it points to);
+  clone, a copy made by hand): it lists what it found; --force installs in its place and keeps
+  it, whole, in a hidden folder of DEST (.ml-debug-replaced-*; it says where): nothing is deleted;
+- a DEST/ml-debug that is a symlink (it says where it points; --force keeps the link aside the
+  same way, and never touches what it points to);
 - a DEST inside the source tree, or a DEST/ml-debug that holds the source tree;
 - a DEST that is not a folder or cannot be written.
 The new copy is staged in a hidden folder inside DEST and moved into place in one rename, so a
@@ -118,8 +119,15 @@ def inside(path, folder):
     return path == folder or folder in path.parents
 
 
+def unchanged_install(target):
+    """Whether target is an earlier install whose files all still match its manifest: every file in it is ours."""
+    manifest = None if target.is_symlink() or not target.is_dir() else read_manifest(target)
+    return manifest is not None and changes(target, manifest) == ([], [])
+
+
 def preflight(dest, source, force):
-    """(resolved DEST, target) after every refusal check; nothing is written here."""
+    """(resolved DEST, target, whether target holds only what we wrote) after every refusal check; nothing is
+    written here."""
     source = source.resolve()
     dest = Path(os.path.abspath(Path(dest).expanduser()))
     existing = next(p for p in (dest, *dest.parents) if os.path.lexists(p))
@@ -132,36 +140,40 @@ def preflight(dest, source, force):
     if target.is_symlink():
         if not force:
             raise Refused(f"{target} is a symlink to {os.readlink(target)}; nothing was changed. Remove the link, or "
-                          "pass --force to replace the link itself (what it points to is left alone)")
-        return resolved, target
+                          "pass --force to put an install in its place (the link is kept aside, what it points to is "
+                          "left alone)")
+        return resolved, target, False
     if inside(source, target):
         raise Refused(f"{target} holds the source tree {source} itself; install into another DEST")
-    if not os.path.lexists(target) or force:
-        return resolved, target
+    if not os.path.lexists(target):
+        return resolved, target, True
+    if force:
+        return resolved, target, unchanged_install(target)
     if not target.is_dir():
         raise Refused(f"{target} exists and is not a folder; nothing was changed. Move it away, or pass --force "
-                      "to replace it")
+                      "to install in its place (it is kept aside)")
     manifest = read_manifest(target)
     if manifest is None:
         what = " (it holds .git: a git clone)" if (target / ".git").exists() else ""
         raise Refused(f"{target} exists and was not made by this installer (no {MANIFEST}){what}; nothing was "
-                      "changed. Move it away, or pass --force to replace it and lose its contents")
+                      "changed. Move it away, or pass --force to install in its place (it is kept aside, whole)")
     changed, added = changes(target, manifest)
     if changed or added:
         found = "; ".join(part for part in (f"changed: {listing(changed)}" if changed else "",
                                             f"added: {listing(added)}" if added else "") if part)
         raise Refused(f"{target} is an earlier install that was edited since ({found}); nothing was changed. "
-                      "Save those edits elsewhere, or pass --force to replace the install and lose them")
-    return resolved, target
+                      "Save those edits elsewhere, or pass --force to install in its place (it is kept aside, whole)")
+    return resolved, target, True
 
 
 def install(dest, source=ROOT, force=False):
     """Copy the agent-facing files of `source` to dest/ml-debug with a manifest; return that folder.
 
-    Raises Refused when dest/ml-debug holds anything this installer did not write, unchanged, and not force.
+    Raises Refused when dest/ml-debug holds anything this installer did not write, unchanged, and not force. With
+    force, what stood there is moved whole into a hidden folder of DEST (kept_aside(DEST) finds it), never deleted.
     """
     source = Path(source)
-    resolved, target = preflight(dest, source, force)
+    resolved, target, ours = preflight(dest, source, force)
     try:
         resolved.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{SKILL_NAME}-staging-", dir=resolved))
@@ -194,9 +206,14 @@ def install(dest, source=ROOT, force=False):
             raise Refused(f"cannot write the install into {resolved}: {exc.strerror or exc}; nothing was "
                           "changed") from None
         raise
-    if replaced is not None:
-        shutil.rmtree(replaced)  # cleared by preflight (or --force); a symlink in it is removed, not followed
+    if replaced is not None and ours:
+        shutil.rmtree(replaced)  # an unchanged earlier install: every file in it is one we wrote
     return target
+
+
+def kept_aside(dest):
+    """The folders of DEST where --force moved what stood at DEST/ml-debug, each holding it as ml-debug."""
+    return sorted(Path(dest).expanduser().resolve().glob(f".{SKILL_NAME}-replaced-*"))
 
 
 def validate_install(target):
@@ -209,9 +226,11 @@ def main(argv=None, source=ROOT):
     parser = ArgumentParser(prog="install_skill.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("dest", type=Path, help="the agent's skills folder; the skill lands in DEST/ml-debug/")
     parser.add_argument("--force", action="store_true",
-                        help="replace DEST/ml-debug even when it holds files this installer did not write (they are lost)")
+                        help="install even when DEST/ml-debug holds files this installer did not write (it is kept, "
+                             "whole, in a hidden folder of DEST)")
     args = parser.parse_args(argv)
     try:
+        earlier = set(kept_aside(args.dest))
         try:
             target = install(args.dest, source, args.force)
         except Refused as exc:
@@ -221,6 +240,8 @@ def main(argv=None, source=ROOT):
         sys.stdout.write("".join(f"{problem}\n" for problem in problems))
         if not problems:
             sys.stdout.write(f"installed to {target}; skills-ref validate and the pack checker pass on the copy\n")
+        for folder in sorted(set(kept_aside(args.dest)) - earlier):
+            sys.stdout.write(f"what stood at {target} before --force is kept in {folder / SKILL_NAME}\n")
         sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback; a half-made copy was removed
         return 130

@@ -5,18 +5,21 @@
 For every pattern it runs the two commands the page shows (write the synthetic log, then find the
 pattern in it with `spikes.py --plot`) in a temporary folder and moves `<pattern>.png` into OUT_DIR
 (default: refs/img/loss_patterns/). With ../shared present it also plots the real modded-nanogpt log.
-A PNG already in OUT_DIR is replaced only with --force (redrawing the committed pictures needs it);
-without it the tool stops before drawing anything and names the files in the way.
+Only a PNG this tool drew is ever replaced (OUT_DIR's manifest, .ml-debug-files.json, lists them with their
+sha256; the committed pictures are in it); a file of yours under a picture's name stops the tool before it draws
+anything, with or without --force. --force lets it write into a folder of yours (its files are kept).
 Exit 0 when every picture was written, 2 when a command failed or a file is in the way (one line).
 """
-import argparse
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT / "diagnostics") not in sys.path:  # the commands' contract module: output folders, one-line usage errors
+    sys.path.append(str(ROOT / "diagnostics"))
+from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused  # noqa: E402
+
 OUT = ROOT / "refs" / "img" / "loss_patterns"
 REAL_LOG = ROOT.parent / "shared" / "data" / "modded-nanogpt" / "scaleup1b_ad8d7ae5.csv"
 
@@ -60,37 +63,33 @@ def run(line, cwd):
 
 
 def draw(out, force):
-    """Draw every picture into a temporary folder, then move each into `out`."""
+    """Draw every picture into a temporary folder, then move each into `out`, where only pictures this tool drew
+    (its manifest says which) are ever replaced."""
     names = [name for name, _, _ in PATTERNS] + (["modded_nanogpt"] if REAL_LOG.is_file() else [])
-    if out.exists() and not out.is_dir():
-        raise Failed(f"{out} is not a folder")
-    taken = [f"{name}.png" for name in names if os.path.lexists(out / f"{name}.png")]
-    if taken and not force:
-        raise Failed(f"{len(taken)} picture(s) already in {out} ({', '.join(taken[:3])}"
-                     f"{', ...' if len(taken) > 3 else ''}); pass --force to replace them, or another OUT_DIR")
-    if any(not (out / name).is_file() for name in taken):
-        raise Failed(f"{out} holds a folder or a device under a picture's name ({', '.join(taken)})")
-    out.mkdir(parents=True, exist_ok=True)
+    folder = OutputFolder(out, [f"{name}.png" for name in names], force, option="OUT_DIR", tool="make_pattern_gallery.py")
+    folder.prepare()
     with tempfile.TemporaryDirectory() as work:
         for name, scenario, seed in PATTERNS:
             for line in commands(name, scenario, seed):
                 summary = run(line, work)
-            (Path(work) / f"{name}.png").replace(out / f"{name}.png")
+            with folder.writing(f"{name}.png") as picture:
+                (Path(work) / f"{name}.png").replace(picture)
             print(f"{name}.png: {summary.splitlines()[1]}")
         if REAL_LOG.is_file():
             run(f"python diagnostics/spikes.py {REAL_LOG} --plot modded_nanogpt.png", work)
-            (Path(work) / "modded_nanogpt.png").replace(out / "modded_nanogpt.png")
+            with folder.writing("modded_nanogpt.png") as picture:
+                (Path(work) / "modded_nanogpt.png").replace(picture)
             print("modded_nanogpt.png: the real log")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Draw the pictures of refs/loss_patterns.md with spikes.py.")
+    parser = ArgumentParser(description="Draw the pictures of refs/loss_patterns.md with spikes.py.")
     parser.add_argument("out", nargs="?", default=OUT, type=Path, help=f"where to write the PNGs (default: {OUT})")
-    parser.add_argument("--force", action="store_true", help="replace the PNGs already in OUT_DIR")
+    parser.add_argument("--force", action="store_true", help="write into a folder of yours (its files are kept)")
     args = parser.parse_args(argv)
     try:
         draw(args.out, args.force)
-    except (Failed, OSError) as exc:
+    except (Failed, OutputRefused, OSError) as exc:
         print(f"make_pattern_gallery.py: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback; the temporary folder is gone

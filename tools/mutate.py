@@ -55,6 +55,10 @@ import tempfile
 import time
 from pathlib import Path
 
+if str(Path(__file__).resolve().parents[1] / "diagnostics") not in sys.path:  # the contract module: output paths
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "diagnostics"))
+from ml_debug_contract import OutputRefused, output_file  # noqa: E402
+
 SOURCE_DIRS = ("diagnostics", "ml_debug", "tools")  # where the default file list comes from
 RESULTS_KIND = "ml-debug mutate results"  # marks a JSON file this tool wrote, so it may write over it
 VERDICT_DOWN = {"fail": "warn", "warn": "pass", "skip": "pass"}
@@ -410,20 +414,17 @@ def summary_lines(result):
     return lines
 
 
-def check_output(path, force):
-    """Refuse an output path that is a folder, an input, or a file this tool did not write (unless force)."""
-    if path.is_dir():
-        raise UsageError(f"--json {path} is a folder: name a file")
-    if not path.parent.is_dir():
-        raise UsageError(f"--json {path}: the folder {path.parent} does not exist")
-    if not path.exists() or force:
-        return
+def check_output(path, force, inputs):
+    """Refuse what the contract's output_file refuses (a folder, an input also through a link, an existing file
+    without force), except that a results file this tool wrote may be replaced without force."""
     try:
-        ours = json.loads(path.read_text(encoding="utf-8")).get("kind") == RESULTS_KIND
+        ours = path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("kind") == RESULTS_KIND
     except (OSError, ValueError, AttributeError):
         ours = False
-    if not ours:
-        raise UsageError(f"--json {path} exists and was not written by mutate.py: choose another path, or pass --force")
+    try:
+        output_file(path, force or ours, inputs=inputs, option="--json")
+    except OutputRefused as exc:
+        raise UsageError(str(exc)) from None
 
 
 def write_json(path, results, settings):
@@ -463,9 +464,7 @@ def main(argv=None):
         if not files:
             raise UsageError(f"no Python file under {', '.join(SOURCE_DIRS)} differs from {args.base}: name the files")
         if args.json is not None:
-            if args.json.resolve() in {(root / rel).resolve() for rel in files}:
-                raise UsageError(f"--json {args.json} is one of the files to mutate")
-            check_output(args.json, args.force)
+            check_output(args.json, args.force, [root / rel for rel in files])
         everything = repository_files(root)
         plan = []
         for rel in files:

@@ -1,6 +1,8 @@
-"""Where --plot and --postmortem may write: never over the log, a folder, a device, or (without --force) a file."""
-import stat
+"""Where --plot and --postmortem may write: the contract's output_file decides (never the log, a folder, a device,
+or without --force a file that is there), after the extension."""
 from pathlib import Path
+
+from ml_debug_contract import OutputRefused, output_file
 
 from . import CliError
 
@@ -9,23 +11,13 @@ OUTPUTS = {"--plot": (".png", ".svg", ".pdf"), "--postmortem": (".md", ".markdow
 
 
 def check_output(option, out, log, force):
-    """Refuse an output path before any work: the log itself, a folder, a device, an unknown extension,
-    or (without --force) a file that is already there. Nothing is written that would destroy data."""
-    path = Path(out)
-    if path.suffix.lower() not in OUTPUTS[option]:
+    """Refuse an output path before any work: an unknown extension, or what output_file refuses."""
+    if Path(out).suffix.lower() not in OUTPUTS[option]:
         raise CliError(f"{option} {out}: unknown extension; use {', '.join(OUTPUTS[option])}")
     try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        if not path.parent.is_dir():
-            raise CliError(f"{option} {out}: no such folder {path.parent}") from None
-        return
-    if not stat.S_ISREG(mode):
-        raise CliError(f"{option} {out}: a folder or a device, not a file: refused")
-    if Path(log).exists() and path.samefile(log):
-        raise CliError(f"{option} {out}: that is the log itself: refused")
-    if not force:
-        raise CliError(f"{option} {out}: the file exists; pass --force to overwrite it, or choose another name")
+        output_file(out, force, inputs=[log], option=option)
+    except OutputRefused as exc:
+        raise CliError(str(exc)) from None
 
 
 def write_output(out, write, force):
