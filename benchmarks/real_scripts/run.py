@@ -110,7 +110,7 @@ def judge(entry, run):
 
 
 def run_doctor(doctor, workdir, script, args, timeout, env):
-    """Run the doctor on script from workdir: {rc, seconds, checks {id: status}, summaries, error}."""
+    """Run the doctor on script from workdir: {rc, seconds, checks {id: status}, summaries, error, check_seconds}."""
     start = time.perf_counter()
     proc = subprocess.Popen([sys.executable, str(doctor), "--script", os.path.relpath(script, workdir), "--json", "--",
                              *args], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -132,7 +132,8 @@ def run_doctor(doctor, workdir, script, args, timeout, env):
         return {"rc": proc.returncode, "seconds": seconds, "checks": None, "summaries": {},
                 "error": lines[-1] if lines else f"exit {proc.returncode}, no output"}
     return {"rc": proc.returncode, "seconds": seconds, "checks": {c["id"]: c["status"] for c in checks},
-            "summaries": {c["id"]: c["summary"] for c in checks}, "error": None}
+            "summaries": {c["id"]: c["summary"] for c in checks}, "error": None,
+            "check_seconds": {c["id"]: (c.get("details") or {}).get("seconds") for c in checks}}
 
 
 def run_one(entry, files, doctor, timeout, env, twin=None):
