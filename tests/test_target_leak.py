@@ -169,3 +169,32 @@ def test_a_copy_of_the_targets_with_a_tenth_of_its_positions_masked_still_carrie
     case = {"model": model, "batch": ((src, decoder_input), targets), "loss_fn": loss_fn, "task": {"kind": "seq2seq"}}
     result = target_leak.check_target_leak(case)
     assert result.status == "fail" and result.details["carriers"][0]["share"] == 0.9, result.summary
+
+
+def test_targets_flattened_outside_a_model_that_keeps_its_positions_are_read_as_its_grid():
+    """Targets given flat (B*T) to a model whose output keeps (B, T, V): the output is left as it is, the targets viewed
+    as (B, T), and the decoder fed them still fails (as with the targets unflattened)."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 10))
+    targets = src.flip(1)
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.reshape(-1, 12), targets.reshape(-1))
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets.reshape(-1)), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_targets_of_b_by_t_are_not_flattened_for_the_loss():
+    """(B, T) targets stay (B, T): a loss written for them, cross_entropy over (B, V, T), gets them as they are."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 10))
+    targets = src.flip(1)
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.transpose(1, 2), targets)
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
