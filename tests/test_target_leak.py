@@ -198,3 +198,29 @@ def test_targets_of_b_by_t_are_not_flattened_for_the_loss():
     case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets), "loss_fn": loss_fn,
             "task": {"kind": "seq2seq"}}
     assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_a_model_that_flattens_two_positions_itself_is_read_position_by_position():
+    """T = 2, the shortest sequence: the flat (B*2) targets are viewed as (B, 2) and the decoder fed them fails."""
+    torch.manual_seed(0)
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq2seq = target_leak.TinySeq2Seq(12)
+
+        def forward(self, src, tgt):
+            return self.seq2seq(src, tgt).reshape(-1, 12)
+
+    src, targets = torch.randint(0, 12, (8, 2)), torch.randint(0, 12, (8, 2))
+    case = {"model": Flat(), "batch": ((src, targets.clone()), targets.reshape(-1)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_targets_that_are_not_a_tensor_are_a_skip():
+    x = torch.randn(8, 6)
+    y = x[:, :3].argmax(1)
+    case = {"model": torch.nn.Linear(6, 3), "batch": (x, (y, y)),
+            "loss_fn": lambda output, targets: torch.nn.functional.cross_entropy(output, targets[0])}
+    assert target_leak.check_target_leak(case).status == "skip"
