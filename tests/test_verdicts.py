@@ -5,6 +5,7 @@ The models here are our own look-alikes of what real scripts taught us (nanoGPT'
 MLP, an LBFGS time series, a DCGAN generator, a VAE decoder), never fetched code.
 """
 import itertools
+import math
 import sys
 import time
 
@@ -483,3 +484,28 @@ def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     arm = result.details["overshoot"]["1x"]
     assert arm["highest"] > arm["before"] > arm["after"] and arm["steps"] == update_ratio.OVERSHOOT_STEPS, arm
     assert result.status == "warn", result.summary
+
+
+class _ReversedGradient(torch.autograd.Function):
+    """The identity forward, the gradient negated backward: every step climbs the loss, at any lr."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+def test_update_ratio_a_rise_at_every_lr_is_a_warn_and_a_nan_ends_its_arm():
+    """The demo's broken lr with its gradient reversed: the judged lr's arm climbs to NaN (and stops there, before its 10
+    steps), and no lower lr lowers the loss either, so the lr is not shown to be the cause: a warn, not a fail."""
+    import update_ratio
+    case = update_ratio.make_demo_case(broken=True)
+    case["loss_fn"] = lambda out, y: torch.nn.functional.cross_entropy(_ReversedGradient.apply(out), y)
+    result = update_ratio_of(case)
+    arms = result.details["overshoot"]
+    assert result.status == "warn", result.summary
+    assert math.isnan(arms["1x"]["after"]) and arms["1x"]["steps"] < update_ratio.OVERSHOOT_STEPS, arms
+    assert len(arms) == 4 and all(arm["after"] > arm["before"] for name, arm in arms.items() if name != "1x"), arms
