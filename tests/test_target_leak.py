@@ -224,3 +224,19 @@ def test_targets_that_are_not_a_tensor_are_a_skip():
     case = {"model": torch.nn.Linear(6, 3), "batch": (x, (y, y)),
             "loss_fn": lambda output, targets: torch.nn.functional.cross_entropy(output, targets[0])}
     assert target_leak.check_target_leak(case).status == "skip"
+
+
+def test_a_two_position_sequence_with_a_carrier_one_position_ahead_is_probed_within_it():
+    """T = 2 and an input that holds target t at t + 1 (the source, reversed into the targets): position T // 2 = 1 has
+    no t + 1, so that carrier is probed at 0 (it raised IndexError); the decoder fed the targets fails."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 2))
+    targets = src.flip(1)  # src[:, 1] == targets[:, 0]: src carries the targets one position later
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.reshape(-1, 12), targets.reshape(-1))
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    result = target_leak.check_target_leak(case)
+    assert result.status == "fail" and {c["shift"] for c in result.details["carriers"]} == {0, 1}, result.details
