@@ -64,8 +64,11 @@ def test_kills_and_survivors_are_counted_and_the_working_tree_is_left_byte_ident
     proc = mutate(repo, "calc.py", "--json", out)
     assert proc.returncode == 1, proc.stderr  # a mutant survived
     assert files(repo) == before
-    (result,) = json.loads(out.read_text())["files"]
+    data = json.loads(out.read_text())
+    assert (data["base"], data["lines"]) == (None, "all")  # named files, whole: no base
+    (result,) = data["files"]
     assert (result["file"], result["tests"], result["generated"]) == ("calc.py", ["tests/test_calc.py"], 4)
+    assert "in_file" not in result
     assert result["killed"] == ["calc.py:7: drop the `return` that ends this if-branch", "calc.py:7: 'fail' -> 'warn'"]
     assert result["survived"] == ["calc.py:2: 10 -> 11", "calc.py:6: `>` -> `>=`"]
     assert result["timed_out"] == []
@@ -150,20 +153,29 @@ def test_lines_changed_keeps_only_the_mutants_on_the_lines_the_change_touched(re
     out = tmp_path / "results.json"
     proc = mutate(repo, "calc.py", "--lines", "changed", "--json", out)
     assert proc.returncode == 1, proc.stderr
-    (result,) = json.loads(out.read_text())["files"]
+    data = json.loads(out.read_text())
+    assert (data["base"], data["lines"]) == ("main", "changed")  # named files, their changed lines: measured from main
+    (result,) = data["files"]
     assert (result["generated"], result["in_file"], result["survived"]) == (3, 4, ["calc.py:2: 9 -> 10"])
     assert "calc.py: generated 3 (on changed lines, of 4 in the file), killed 2, survived 1" in proc.stdout
 
 
 def test_without_files_only_the_changed_lines_are_mutated_unless_lines_all(repo):
     (repo / "tools").mkdir()
-    (repo / "tools" / "gate.py").write_text("def gate(x, y):\n    if x > 1:\n        return 'fail'\n    return y < 2\n")
+    gate = ("def gate(x, y):\n    if (x > 1 and\n            y < 2):\n        return 'fail'\n    # a note\n    return y < 9\n"
+            "\n\ndef other(z):\n    return z == 0\n")
+    (repo / "tools" / "gate.py").write_text(gate)
     git(repo, "add", ".")
     git(repo, "commit", "-q", "-m", "gate")
     git(repo, "checkout", "-q", "-b", "work")
-    (repo / "tools" / "gate.py").write_text("def gate(x, y):\n    if x > 1:\n        return 'fail'\n    return y < 3\n")
+    # one hunk of two lines (the condition's second line and the verdict), a deletion alone (the note), line 11 untouched
+    (repo / "tools" / "gate.py").write_text(gate.replace("y < 2):\n        return 'fail'", "y < 3):\n        return 'warn'")
+                                            .replace("    # a note\n", ""))
     proc = mutate(repo, "--list", "--tests", "tests/test_calc.py")
-    assert proc.stdout.splitlines() == ["tools/gate.py: 2 mutants on changed lines (of 6 in the file); tests: tests/test_calc.py",
-                                        "  tools/gate.py:4: `<` -> `<=`", "  tools/gate.py:4: 3 -> 4"]
+    assert proc.stdout.splitlines() == [
+        "tools/gate.py: 5 mutants on changed lines (of 11 in the file); tests: tests/test_calc.py",
+        "  tools/gate.py:2: `and` -> `or`",  # starts on line 2, reaches the changed line 3
+        "  tools/gate.py:3: `<` -> `<=`", "  tools/gate.py:3: 3 -> 4",
+        "  tools/gate.py:4: drop the `return` that ends this if-branch", "  tools/gate.py:4: 'warn' -> 'pass'"]
     proc = mutate(repo, "--list", "--tests", "tests/test_calc.py", "--lines", "all")
-    assert proc.stdout.splitlines()[0] == "tools/gate.py: 6 mutants; tests: tests/test_calc.py"
+    assert proc.stdout.splitlines()[0] == "tools/gate.py: 11 mutants; tests: tests/test_calc.py"

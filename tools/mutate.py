@@ -80,9 +80,9 @@ class UsageError(Exception):
 class Mutant:
     """One edit of one file: bytes [start, end) replaced by `new`."""
 
-    def __init__(self, path, line, start, end, new, what, last=None):
+    def __init__(self, path, line, start, end, new, what, last):
         self.path, self.line, self.start, self.end, self.new, self.what = path, line, start, end, new, what
-        self.last = line if last is None else last  # the last line the replaced text reaches
+        self.last = last  # the last line the replaced text reaches
 
     def apply(self, source):
         return source[:self.start] + self.new + source[self.end:]
@@ -237,7 +237,7 @@ def find_mutants(root, rel):
 
 def on_lines(mutants, lines):
     """The mutants whose replaced text touches one of `lines` (1-based line numbers)."""
-    return [m for m in mutants if any(n in lines for n in range(min(m.line, m.last), max(m.line, m.last) + 1))]
+    return [m for m in mutants if any(n in lines for n in range(m.line, m.last + 1))]
 
 
 def spread(mutants, most):
