@@ -194,7 +194,8 @@ def check_target_leak(case):
         steps = targets.shape[time_dim] if targets.dim() >= 2 else 1
         scale = float(prediction.float().abs().max()) or 1.0
         for name, tensor, shift, _ in carriers:
-            for p in sorted({steps // 2, steps - 1 - shift} if targets.dim() >= 2 else {0}):
+            last = steps - 1 - shift  # the last position whose copy (at p + shift) is inside the carrier
+            for p in sorted({min(steps // 2, last), last} if targets.dim() >= 2 else {0}):
                 scored = _scored_positions(case, output, prediction, targets, p, time_dim) if targets.dim() >= 2 else [0]
                 if p < 0 or not scored:
                     continue

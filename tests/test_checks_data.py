@@ -190,6 +190,27 @@ def test_init_loss_fails_outputs_too_large_only_when_the_steps_go_into_undoing_t
     assert all(torch.equal(before[name], value) for name, value in model.state_dict().items())  # the trial trained a copy's way back
 
 
+
+
+@pytest.mark.parametrize("change", ["lbfgs", "frozen", "scale-free loss"])
+def test_init_loss_too_large_with_no_trial_possible_is_a_warn(change):
+    """An optimizer that needs a closure, nothing trainable, or a loss that no output scale changes (it normalises the
+    outputs itself: every scale scores exactly the same): no steps can show harm, so no fail."""
+    case = zoo_case("broken_data.py:make_scaled_logits")
+    if change == "lbfgs":
+        case["optimizer"] = lambda params: torch.optim.LBFGS(params)
+    elif change == "frozen":
+        case["model"].requires_grad_(False)
+    else:
+        case["loss_fn"] = lambda out, y: torch.nn.functional.cross_entropy(torch.nn.functional.normalize(out, dim=-1) * 20, y)
+    result = init_loss.check_init_loss(init_loss.validate_case(case))
+    assert result.status == "warn" and "loss_after_trial" not in result.details, result
+
+def test_init_loss_calms_with_the_largest_scale_whose_loss_is_within_the_bound():
+    """A loss exactly at the bound is within it: scale 1/4 of outputs of 1 scores 0.25 <= 0.25 (1/2 scores 0.5)."""
+    case = {"batch": (None, torch.zeros(4)), "loss_fn": lambda out, _: out.abs().max()}
+    assert init_loss._calming_factor(case, torch.ones(4, 3), 0.25) == (0.25, 0.25)
+
 def test_init_loss_sum_reduction_is_a_warn_not_a_scaled_logits_fail():
     case = demo("init_loss", broken=False)
     case["loss_fn"] = lambda out, y: torch.nn.functional.cross_entropy(out, y, reduction="sum")

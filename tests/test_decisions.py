@@ -117,6 +117,7 @@ def test_a_sessions_step_loss_is_the_mean_of_its_micro_batches_or_the_sum_of_its
     for loss in losses:
         session.add_loss(torch.tensor(loss), share=share)
     assert float(session.step_loss()) == step_loss
+    assert session.before_step(0) is False  # no guard: nothing asks to skip
     session.after_step(0)
     assert session.step_loss() is None and session.micro_batches == 0
     session.close()

@@ -395,7 +395,8 @@ def test_the_ignore_index_of_a_loss_made_inside_the_model_is_kept(ignore_index):
     assert labels.check_labels(doctor.validate_case(case)).status == "pass"
 
 
-@pytest.mark.parametrize("loss", ["torch.nn.functional.mse_loss(x, model(x))", "torch.nn.L1Loss()(x, model(x))"])
+@pytest.mark.parametrize("loss", ["torch.nn.functional.mse_loss(x, model(x))", "torch.nn.L1Loss()(x, model(x))",
+                                  "torch.nn.functional.mse_loss(model(x), x)"])  # the usual order: left as it is
 def test_the_output_in_the_target_slot_of_a_symmetric_loss_is_captured(loss, tmp_path):
     """Lightning's autoencoder example writes F.mse_loss(x, self(x)): the output second, the same loss either way."""
     path = write(tmp_path, LOOP + "model = torch.nn.Sequential(torch.nn.Linear(6, 2), torch.nn.Linear(2, 6))\n"

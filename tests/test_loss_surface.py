@@ -51,6 +51,10 @@ def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, mon
      "x_range must be (low, high), two finite numbers"),
     ("def make_surface():\n    return {'loss': lambda a, b: (a - 1) ** 2 + b ** 2, 'x_range': (0, 2), 'y_range': (-1, 1),"
      " 'target': (float('nan'), 0.0)}\n", [], "target must be (a, b), two finite numbers"),
+    ("def make_surface():\n    return {'loss': lambda a, b: a + b, 'x_range': (1, 1), 'y_range': (0, 1)}\n", [],
+     "x_range must be (low, high)"),  # low == high: no grid
+    ("def make_surface():\n    return {'loss': lambda a, b: a + b, 'x_range': ('0', 1), 'y_range': (0, 1)}\n", [],
+     "x_range must be (low, high), two finite numbers"),  # text, neither a number nor a tensor
     ("def make_surface():\n    return {'loss': lambda a, b: 3.0, 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],
      "loss(a, b) returned float, expected a scalar tensor"),
     ("def make_surface():\n    return {'loss': lambda a, b: a.view(5), 'x_range': (0, 1), 'y_range': (0, 1)}\n", [],

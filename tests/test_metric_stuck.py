@@ -90,3 +90,17 @@ def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err
 
+
+
+def test_exactly_a_quarter_of_the_samples_saturated_is_not_the_gradient_fail():
+    """SATURATED_SHARE is 'more than a quarter'; a saturated sample with a loss of 1 still counts (any loss above 0)."""
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.fill_(1.0)
+        model[0].bias.zero_()
+    x, y = torch.tensor([[-1.0], [1.0], [2.0], [3.0]]), torch.tensor([[1.0], [2.0], [3.0], [4.0]])  # sample 0: ReLU off, loss 1
+    mse = torch.nn.functional.mse_loss
+    problem = {"model": model, "batch": (x, y), "terms": {"mse": mse}, "target_term": "mse", "metric": mse, "goal": "min",
+               "best": 0.0}
+    d = metric_stuck.check_metric_stuck(problem)["details"]
+    assert (d["saturated_share"], d.get("failed")) == (0.25, "ceiling")  # sample 0 is out of reach: question 2, not 1

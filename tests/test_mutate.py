@@ -64,8 +64,11 @@ def test_kills_and_survivors_are_counted_and_the_working_tree_is_left_byte_ident
     proc = mutate(repo, "calc.py", "--json", out)
     assert proc.returncode == 1, proc.stderr  # a mutant survived
     assert files(repo) == before
-    (result,) = json.loads(out.read_text())["files"]
+    data = json.loads(out.read_text())
+    assert (data["base"], data["lines"]) == (None, "all")  # named files, whole: no base
+    (result,) = data["files"]
     assert (result["file"], result["tests"], result["generated"]) == ("calc.py", ["tests/test_calc.py"], 4)
+    assert "in_file" not in result
     assert result["killed"] == ["calc.py:7: drop the `return` that ends this if-branch", "calc.py:7: 'fail' -> 'warn'"]
     assert result["survived"] == ["calc.py:2: 10 -> 11", "calc.py:6: `>` -> `>=`"]
     assert result["timed_out"] == []
@@ -89,7 +92,7 @@ def test_list_takes_the_files_changed_since_the_base_and_runs_nothing(repo):
     (repo / "tools" / "new.py").write_text("def f(x):\n    return 1 if not x else 2\n")
     proc = mutate(repo, "--list", "--tests", "tests/test_calc.py")
     assert proc.returncode == 0
-    assert proc.stdout.splitlines() == ["tools/new.py: 2 mutants; tests: tests/test_calc.py",
+    assert proc.stdout.splitlines() == ["tools/new.py: 2 mutants on changed lines (of 2 in the file); tests: tests/test_calc.py",
                                         "  tools/new.py:2: swap the branches of `... if ... else ...`",
                                         "  tools/new.py:2: drop `not`"]
 
@@ -134,3 +137,45 @@ def test_max_spreads_the_mutants_over_the_file(repo):
     proc = mutate(repo, "calc.py", "--list", "--max", "2")
     assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:2: 10 -> 11",
                                         "  calc.py:7: drop the `return` that ends this if-branch"]
+
+
+def test_lines_changed_keeps_only_the_mutants_on_the_lines_the_change_touched(repo, tmp_path):
+    git(repo, "checkout", "-q", "-b", "work")
+    (repo / "calc.py").write_text(CALC.replace("LIMIT = 10", "LIMIT = 9"))
+    git(repo, "commit", "-q", "-am", "limit")  # a committed change on line 2
+    (repo / "calc.py").write_text(CALC.replace("LIMIT = 10", "LIMIT = 9").replace('"fail"', '"fail"  # too big'))
+    proc = mutate(repo, "calc.py", "--list", "--lines", "changed")  # and an uncommitted one on line 7; line 6 untouched
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["calc.py: 3 mutants on changed lines (of 4 in the file); tests: tests/test_calc.py",
+                                        "  calc.py:2: 9 -> 10", "  calc.py:7: drop the `return` that ends this if-branch",
+                                        "  calc.py:7: 'fail' -> 'warn'"]
+    assert mutate(repo, "calc.py", "--list").stdout.startswith("calc.py: 4 mutants;")  # a named file: all its lines
+    out = tmp_path / "results.json"
+    proc = mutate(repo, "calc.py", "--lines", "changed", "--json", out)
+    assert proc.returncode == 1, proc.stderr
+    data = json.loads(out.read_text())
+    assert (data["base"], data["lines"]) == ("main", "changed")  # named files, their changed lines: measured from main
+    (result,) = data["files"]
+    assert (result["generated"], result["in_file"], result["survived"]) == (3, 4, ["calc.py:2: 9 -> 10"])
+    assert "calc.py: generated 3 (on changed lines, of 4 in the file), killed 2, survived 1" in proc.stdout
+
+
+def test_without_files_only_the_changed_lines_are_mutated_unless_lines_all(repo):
+    (repo / "tools").mkdir()
+    gate = ("def gate(x, y):\n    if (x > 1 and\n            y < 2):\n        return 'fail'\n    # a note\n    return y < 9\n"
+            "\n\ndef other(z):\n    return z == 0\n")
+    (repo / "tools" / "gate.py").write_text(gate)
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "gate")
+    git(repo, "checkout", "-q", "-b", "work")
+    # one hunk of two lines (the condition's second line and the verdict), a deletion alone (the note), line 11 untouched
+    (repo / "tools" / "gate.py").write_text(gate.replace("y < 2):\n        return 'fail'", "y < 3):\n        return 'warn'")
+                                            .replace("    # a note\n", ""))
+    proc = mutate(repo, "--list", "--tests", "tests/test_calc.py")
+    assert proc.stdout.splitlines() == [
+        "tools/gate.py: 5 mutants on changed lines (of 11 in the file); tests: tests/test_calc.py",
+        "  tools/gate.py:2: `and` -> `or`",  # starts on line 2, reaches the changed line 3
+        "  tools/gate.py:3: `<` -> `<=`", "  tools/gate.py:3: 3 -> 4",
+        "  tools/gate.py:4: drop the `return` that ends this if-branch", "  tools/gate.py:4: 'warn' -> 'pass'"]
+    proc = mutate(repo, "--list", "--tests", "tests/test_calc.py", "--lines", "all")
+    assert proc.stdout.splitlines()[0] == "tools/gate.py: 11 mutants; tests: tests/test_calc.py"

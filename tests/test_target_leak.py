@@ -169,3 +169,74 @@ def test_a_copy_of_the_targets_with_a_tenth_of_its_positions_masked_still_carrie
     case = {"model": model, "batch": ((src, decoder_input), targets), "loss_fn": loss_fn, "task": {"kind": "seq2seq"}}
     result = target_leak.check_target_leak(case)
     assert result.status == "fail" and result.details["carriers"][0]["share"] == 0.9, result.summary
+
+
+def test_targets_flattened_outside_a_model_that_keeps_its_positions_are_read_as_its_grid():
+    """Targets given flat (B*T) to a model whose output keeps (B, T, V): the output is left as it is, the targets viewed
+    as (B, T), and the decoder fed them still fails (as with the targets unflattened)."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 10))
+    targets = src.flip(1)
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.reshape(-1, 12), targets.reshape(-1))
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets.reshape(-1)), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_targets_of_b_by_t_are_not_flattened_for_the_loss():
+    """(B, T) targets stay (B, T): a loss written for them, cross_entropy over (B, V, T), gets them as they are."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 10))
+    targets = src.flip(1)
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.transpose(1, 2), targets)
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_a_model_that_flattens_two_positions_itself_is_read_position_by_position():
+    """T = 2, the shortest sequence: the flat (B*2) targets are viewed as (B, 2) and the decoder fed them fails."""
+    torch.manual_seed(0)
+
+    class Flat(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.seq2seq = target_leak.TinySeq2Seq(12)
+
+        def forward(self, src, tgt):
+            return self.seq2seq(src, tgt).reshape(-1, 12)
+
+    src, targets = torch.randint(0, 12, (8, 2)), torch.randint(0, 12, (8, 2))
+    case = {"model": Flat(), "batch": ((src, targets.clone()), targets.reshape(-1)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "seq2seq"}}
+    assert target_leak.check_target_leak(case).status == "fail"
+
+
+def test_targets_that_are_not_a_tensor_are_a_skip():
+    x = torch.randn(8, 6)
+    y = x[:, :3].argmax(1)
+    case = {"model": torch.nn.Linear(6, 3), "batch": (x, (y, y)),
+            "loss_fn": lambda output, targets: torch.nn.functional.cross_entropy(output, targets[0])}
+    assert target_leak.check_target_leak(case).status == "skip"
+
+
+def test_a_two_position_sequence_with_a_carrier_one_position_ahead_is_probed_within_it():
+    """T = 2 and an input that holds target t at t + 1 (the source, reversed into the targets): position T // 2 = 1 has
+    no t + 1, so that carrier is probed at 0 (it raised IndexError); the decoder fed the targets fails."""
+    torch.manual_seed(0)
+    src = torch.randint(0, 12, (8, 2))
+    targets = src.flip(1)  # src[:, 1] == targets[:, 0]: src carries the targets one position later
+
+    def loss_fn(output, targets):
+        return torch.nn.functional.cross_entropy(output.reshape(-1, 12), targets.reshape(-1))
+
+    case = {"model": target_leak.TinySeq2Seq(12), "batch": ((src, targets.clone()), targets), "loss_fn": loss_fn,
+            "task": {"kind": "seq2seq"}}
+    result = target_leak.check_target_leak(case)
+    assert result.status == "fail" and {c["shift"] for c in result.details["carriers"]} == {0, 1}, result.details

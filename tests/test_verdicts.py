@@ -5,6 +5,7 @@ The models here are our own look-alikes of what real scripts taught us (nanoGPT'
 MLP, an LBFGS time series, a DCGAN generator, a VAE decoder), never fetched code.
 """
 import itertools
+import math
 import sys
 import time
 
@@ -449,7 +450,7 @@ def test_overfit_passes_a_model_that_reaches_its_losss_floor_above_zero(loss_fn,
     result = overfit(_soft_target_case(32, loss_fn, targets, 30 if soft else 5, squash))
     floor = result.details["loss_floor"]
     assert result.status == "pass" and floor > 0.3 and result.details["target"] > floor, result.summary
-    assert result.details["losses"][-1] <= result.details["target"], result.details
+    assert result.details["losses"][-1] <= result.details["target"] and "retry_losses" not in result.details, result.details
 
 
 def test_overfit_still_fails_a_bottleneck_above_the_losss_floor():
@@ -469,6 +470,38 @@ def test_overfit_claims_no_floor_for_a_loss_the_free_outputs_cannot_settle():
     assert overfit_one_batch._loss_floor(case, outputs, torch.ones(4, 3)) == pytest.approx(0, abs=1e-4)
 
 
+
+def test_overfit_claims_no_floor_for_a_loss_the_outputs_do_not_move_one_that_raises_or_outputs_too_large():
+    outputs, targets = {"free": torch.zeros(4, 3)}, torch.zeros(4, 3)
+    constant = {"loss_fn": lambda out, y: (out["free"] * 0).sum() + 1.0}  # nothing falls: no floor shown
+    assert overfit_one_batch._loss_floor(constant, outputs, targets) is None
+
+    def needs_the_model(out, y):
+        raise RuntimeError("a loss that needs more than the outputs")
+
+    assert overfit_one_batch._loss_floor({"loss_fn": needs_the_model}, outputs, targets) is None
+    big = torch.zeros(10_000_001)  # over the memory cap (10M numbers): not even tried, though it would settle at 0
+    assert overfit_one_batch._loss_floor({"loss_fn": torch.nn.functional.mse_loss}, big, torch.ones_like(big)) is None
+
+
+
+def test_overfit_a_loss_with_no_floor_keeps_its_own_verdict():
+    """A linear loss (a flipped sign, maximising): free outputs find no floor, so none is claimed, and it diverges."""
+    torch.manual_seed(0)
+    case = {"model": torch.nn.Linear(4, 2), "batch": (torch.randn(8, 4), torch.randn(8, 2)),
+            "loss_fn": lambda out, y: (out - y).mean(), "optimizer": lambda params: torch.optim.SGD(params, lr=0.1)}
+    result = overfit(case, steps=50)
+    assert (result.status, result.details["failure"]) == ("fail", "diverging") and "loss_floor" not in result.details
+
+def test_overfit_at_the_floor_with_a_parameter_left_out_of_the_optimizer_is_a_warn():
+    torch.manual_seed(1)
+    case = _soft_target_case(32, torch.nn.functional.binary_cross_entropy_with_logits, torch.rand(16, 30), 30)
+    case["model"].register_parameter("spare", torch.nn.Parameter(torch.zeros(7, 7, 7)))  # trainable, never optimised
+    case["optimizer"] = lambda params: torch.optim.Adam([p for p in params if p.shape != (7, 7, 7)], lr=1e-2)
+    result = overfit(case)
+    assert result.status == "warn" and "loss_floor" in result.details and result.details["not_in_optimizer"], result.summary
+
+
 def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     """Lightning's autoencoder example (Adam at 1e-2 on 784 inputs in [0, 1]): its first step at the steady state jumps
     the loss 1.8x, and its 10 steps end below the start. That was a false FAIL when an arm stopped at the first jump."""
@@ -483,6 +516,31 @@ def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     arm = result.details["overshoot"]["1x"]
     assert arm["highest"] > arm["before"] > arm["after"] and arm["steps"] == update_ratio.OVERSHOOT_STEPS, arm
     assert result.status == "warn", result.summary
+
+
+class _ReversedGradient(torch.autograd.Function):
+    """The identity forward, the gradient negated backward: every step climbs the loss, at any lr."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return -grad
+
+
+def test_update_ratio_a_rise_at_every_lr_is_a_warn_and_a_nan_ends_its_arm():
+    """The demo's broken lr with its gradient reversed: the judged lr's arm climbs to NaN (and stops there, before its 10
+    steps), and no lower lr lowers the loss either, so the lr is not shown to be the cause: a warn, not a fail."""
+    import update_ratio
+    case = update_ratio.make_demo_case(broken=True)
+    case["loss_fn"] = lambda out, y: torch.nn.functional.cross_entropy(_ReversedGradient.apply(out), y)
+    result = update_ratio_of(case)
+    arms = result.details["overshoot"]
+    assert result.status == "warn", result.summary
+    assert math.isnan(arms["1x"]["after"]) and arms["1x"]["steps"] < update_ratio.OVERSHOOT_STEPS, arms
+    assert len(arms) == 4 and all(arm["after"] > arm["before"] for name, arm in arms.items() if name != "1x"), arms
 
 
 # --- gradient_flow: a layer a random draw skipped --------------------------------------------------------------------

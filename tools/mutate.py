@@ -1,7 +1,7 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
-    python tools/mutate.py [FILE ...] [--base main] [--tests TEST ...] [--list] [--max N] [--timeout S]
-                           [--json OUT [--force]]
+    python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N]
+                           [--timeout S] [--json OUT [--force]]
 
 Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
 this branch left --base (committed or not, new files included). In each file it finds the decision
@@ -17,6 +17,12 @@ lines with the ast module and makes one mutant per decision:
 
 Only functions and classes are mutated, and the UPPER_CASE constants of the module: the rest of the
 module level (imports, a Ctrl-C while torch loads, `if __name__ == "__main__":`) is left alone.
+
+--lines changed keeps only the mutants whose edited text touches a line the change added or rewrote: the
+new-side lines of `git diff --unified=0 FORK -- FILE`, FORK being where this branch left --base (the
+working tree against it, so uncommitted edits count; a file absent at FORK is all changed). A hunk that
+only deletes lines has no new-side line, so it keeps nothing. It is the default when no FILE is named;
+with FILE named the default is --lines all, the whole file.
 
 Each mutant is applied, one at a time, to a copy of the repository in a temporary folder (the working
 tree is never written; the copy gets the original back after each mutant, and is deleted at the end),
@@ -44,6 +50,7 @@ CONTRIBUTING.md, "Tests".
 """
 import argparse
 import ast
+import bisect
 import json
 import os
 import re
@@ -77,8 +84,9 @@ class UsageError(Exception):
 class Mutant:
     """One edit of one file: bytes [start, end) replaced by `new`."""
 
-    def __init__(self, path, line, start, end, new, what):
+    def __init__(self, path, line, start, end, new, what, last):
         self.path, self.line, self.start, self.end, self.new, self.what = path, line, start, end, new, what
+        self.last = last  # the last line the replaced text reaches
 
     def apply(self, source):
         return source[:self.start] + self.new + source[self.end:]
@@ -107,7 +115,8 @@ class Finder(ast.NodeVisitor):
         return self.at(node.lineno, node.col_offset), self.at(node.end_lineno, node.end_col_offset)
 
     def add(self, node, start, end, new, what):
-        self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what))
+        last = bisect.bisect_right(self.starts, max(start, end - 1))  # the line holding the last replaced byte
+        self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what, last))
 
     def visit_If(self, node):
         self.drop_last(node.body, (ast.Return, ast.Raise), "if-branch")
@@ -230,6 +239,11 @@ def find_mutants(root, rel):
     return unique
 
 
+def on_lines(mutants, lines):
+    """The mutants whose replaced text touches one of `lines` (1-based line numbers)."""
+    return [m for m in mutants if any(n in lines for n in range(m.line, m.last + 1))]
+
+
 def spread(mutants, most):
     """At most `most` mutants, evenly spaced over the file (deterministic)."""
     if most is None or len(mutants) <= most:
@@ -322,11 +336,28 @@ def repository_files(root):
 
 def changed_files(root, base):
     """The .py files under SOURCE_DIRS that differ from the point where HEAD left `base`, new ones included."""
-    fork = git(root, "merge-base", base, "HEAD").strip()
+    fork = fork_point(root, base)
     changed = git(root, "diff", "--name-only", "-z", "--diff-filter=d", fork).split("\0")
     changed += git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0")
     return sorted({rel for rel in changed if rel.endswith(".py") and rel.split("/", 1)[0] in SOURCE_DIRS
                    and (root / rel).is_file()})
+
+
+def fork_point(root, base):
+    return git(root, "merge-base", base, "HEAD").strip()
+
+
+def changed_lines(root, fork, rel):
+    """The line numbers of `rel` in the working tree that differ from `fork` (the new side of each hunk of
+    `git diff --unified=0`); every line when the file is not in `fork`."""
+    if subprocess.run(["git", "cat-file", "-e", f"{fork}:{rel}"], cwd=root, capture_output=True).returncode:
+        return set(range(1, len((root / rel).read_bytes().splitlines()) + 2))
+    lines = set()
+    for hunk in re.finditer(r"^@@ -\S+ \+(\d+)(?:,(\d+))? @@", git(root, "diff", "--unified=0", "--no-color",
+                                                                     "--no-ext-diff", fork, "--", rel), re.M):
+        first, count = int(hunk.group(1)), int(hunk.group(2) or 1)
+        lines.update(range(first, first + count))
+    return lines
 
 
 # --- running -------------------------------------------------------------------------------------------
@@ -407,6 +438,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out):
 
 def summary_lines(result):
     sampled = f" (ran {result['run']}, --max)" if result["run"] < result["generated"] else ""
+    if "in_file" in result:
+        sampled += f" (on changed lines, of {result['in_file']} in the file)"
     lines = [f"{result['file']}: generated {result['generated']}{sampled}, killed {len(result['killed'])}, "
              f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}"
              + (f" ({result['note']})" if "note" in result else "")]
@@ -444,6 +477,9 @@ def main(argv=None):
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("files", nargs="*", help="Python files to mutate (default: those changed since --base)")
     parser.add_argument("--base", default="main", help="git revision the change is measured from (default main)")
+    parser.add_argument("--lines", choices=("changed", "all"),
+                        help="mutate only the lines changed since --base, or all of each file "
+                             "(default: changed without FILE, all with FILE)")
     parser.add_argument("--tests", nargs="+", help="test files or node ids to run instead of the covering tests")
     parser.add_argument("--list", action="store_true", help="list the mutants (and the covering tests); run nothing")
     parser.add_argument("--max", type=int, help="at most N mutants per file, spread evenly over it")
@@ -465,25 +501,36 @@ def main(argv=None):
             raise UsageError(f"no Python file under {', '.join(SOURCE_DIRS)} differs from {args.base}: name the files")
         if args.json is not None:
             check_output(args.json, args.force, [root / rel for rel in files])
+        lines = args.lines or ("all" if args.files else "changed")
+        fork = fork_point(root, args.base) if lines == "changed" else None
         everything = repository_files(root)
         plan = []
         for rel in files:
             found = find_mutants(root, rel)
-            plan.append((rel, len(found), spread(found, args.max), args.tests or covering_tests(root, everything, rel)))
+            in_file = len(found)
+            if fork is not None:
+                found = on_lines(found, changed_lines(root, fork, rel))
+            plan.append((rel, len(found), in_file, spread(found, args.max),
+                         args.tests or covering_tests(root, everything, rel)))
         if args.list:
-            for rel, generated, mutants, tests in plan:
+            for rel, generated, in_file, mutants, tests in plan:
                 shown = f"{len(mutants)} of {generated}" if len(mutants) < generated else f"{generated}"
-                print(f"{rel}: {shown} mutants; tests: {' '.join(tests) or 'none'}")
+                where = f" on changed lines (of {in_file} in the file)" if fork is not None else ""
+                print(f"{rel}: {shown} mutants{where}; tests: {' '.join(tests) or 'none'}")
                 for mutant in mutants:
                     print(f"  {mutant.label()}")
             return 0
         results = []
-        settings = {"base": None if args.files else args.base, "max": args.max, "timeout": args.timeout}
+        settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
+                    "timeout": args.timeout}
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
-            for rel, generated, mutants, tests in plan:
+            for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
-                results.append(mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout))
+                result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout)
+                if fork is not None:
+                    result["in_file"] = in_file
+                results.append(result)
                 if args.json is not None:
                     write_json(args.json, results, settings)
         for result in results:
