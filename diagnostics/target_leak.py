@@ -154,11 +154,12 @@ def _unflattened(case, grid):
 
 
 def _flattened_grid(inputs, targets):
-    """The (B, T) shape of an integer input with as many elements as 1-D targets: targets a model flattened to B*T."""
+    """The (B, T) shape of an integer input with as many elements as 1-D targets: targets a model flattened to B*T,
+    or (B, 1): a label column beside (B,) class targets."""
     if targets.dim() != 1:
         return None
     return next((t.shape for _, t in named_tensors(inputs) if not t.is_floating_point() and t.dtype != torch.bool
-                 and t.dim() == 2 and t.numel() == targets.numel() and t.shape[1] > 1), None)
+                 and t.dim() == 2 and t.numel() == targets.numel()), None)
 
 
 def check_target_leak(case):

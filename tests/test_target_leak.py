@@ -134,6 +134,13 @@ def test_a_label_fed_in_as_a_feature_is_a_leak_but_the_features_alone_are_not():
 
     leaky = {"model": WithLabel(), "batch": ((x, y), y), "loss_fn": torch.nn.functional.cross_entropy}
     assert target_leak.check_target_leak(leaky).status == "fail"
+
+    class WithLabelColumn(WithLabel):  # the label as a (B, 1) column, as a table's last column often is
+        def forward(self, x, label):
+            return super().forward(x, label[:, 0])
+
+    column = {"model": WithLabelColumn(), "batch": ((x, y[:, None]), y), "loss_fn": torch.nn.functional.cross_entropy}
+    assert target_leak.check_target_leak(column).status == "fail"
     plain = {"model": torch.nn.Linear(6, 3), "batch": (x, y), "loss_fn": torch.nn.functional.cross_entropy}
     assert target_leak.check_target_leak(plain).status == "skip"
 
