@@ -81,7 +81,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from ml_debug_contract import ArgumentParser, flat, run_command
+from ml_debug_contract import ArgumentParser, run_command, single_line
 
 TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute
 KEPT_CALLS = 8  # model and loss calls remembered between two backward() calls (a validation pass without no_grad)
@@ -813,7 +813,7 @@ def main(argv=None):
         else:
             case = _run("the embedded demo loop", demo_training)
     except CaptureError as exc:
-        print(f"error: {flat(exc)}", file=sys.stderr)
+        print(f"error: {single_line(exc)}", file=sys.stderr)
         return 2
     print("captured " + case["captured"])
     return 0

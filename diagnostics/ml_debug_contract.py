@@ -367,7 +367,7 @@ def stdout_lost(exc, code):
 
 
 def run_command(main, *args):
-    """A command's `if __name__ == "__main__"`: main(*args)'s exit code, with stdout flushed before it counts.
+    """What a command runs as a script: main(*args)'s exit code, with stdout flushed before it counts.
     Ctrl-C is 130, quietly; a stdout closed by its reader or full ends as stdout_lost() says, without a traceback."""
     try:
         code = main(*args)
@@ -407,10 +407,10 @@ def in_supervised_child():
 
 def one_line(exc):
     """An exception as `Type: message` on one line (a user's message may hold newlines); a CaseError as its message."""
-    return flat(str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}")
+    return single_line(str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}")
 
 
-def flat(text):
+def single_line(text):
     """Text for one stderr line: its whitespace runs, newlines included (a path or a user's message may hold them),
     as one space."""
     return " ".join(str(text).split())

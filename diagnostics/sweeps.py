@@ -84,7 +84,8 @@ import random
 import statistics
 import sys
 
-from ml_debug_contract import ArgumentParser, OutputRefused, flat, json_text, output_file, run_command, stdout_lost
+from ml_debug_contract import (ArgumentParser, OutputRefused, json_text, output_file, run_command, single_line,
+                               stdout_lost)
 
 ALPHA = 0.05  # two-sided 5%: the convention the `|t| > 2` rule of thumb approximates
 POWER = 0.8  # the usual planning target (Cohen); our choice, printed with the figure
@@ -487,7 +488,7 @@ def main(argv=None):
                 raise SweepError(f"missing {', '.join('--' + flag for flag in missing)}: say which columns hold what")
             result = analyze(args.runs, args.param, args.seed, args.metric, args.baseline)
     except SweepError as exc:
-        print(f"error: {flat(exc)}", file=sys.stderr)
+        print(f"error: {single_line(exc)}", file=sys.stderr)
         return 2
     try:
         print(json_text(result) if args.json else report_text(result))
