@@ -62,7 +62,7 @@ import sys
 import zlib
 from collections import Counter
 
-from ml_debug_contract import ArgumentParser, json_text
+from ml_debug_contract import ArgumentParser, json_text, single_line
 
 TOP_CHAR = 0.5  # clean prose and code measure 0.06-0.19: past half, one character is the sample — our assumption
 RUN = 200  # the longest run in this repo's code is 91 (a comment banner) — our assumption
@@ -239,10 +239,10 @@ def main(argv=None):
         if result["samples"] == 0:
             raise UsageError(f"{args.path}: no samples (only empty lines)")
     except UsageError as error:
-        print(f"bad_samples.py: error: {error}", file=sys.stderr)
+        print(f"bad_samples.py: error: {single_line(error)}", file=sys.stderr)
         return 2
     except OSError as error:
-        print(f"bad_samples.py: error: {args.path}: {error.strerror}", file=sys.stderr)
+        print(single_line(f"bad_samples.py: error: {args.path}: {error.strerror}"), file=sys.stderr)
         return 2
     print(json_text(result) if args.json else report(name, result))
     sys.stdout.flush()

@@ -81,7 +81,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, run_command, single_line
 
 TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute
 KEPT_CALLS = 8  # model and loss calls remembered between two backward() calls (a validation pass without no_grad)
@@ -813,17 +813,11 @@ def main(argv=None):
         else:
             case = _run("the embedded demo loop", demo_training)
     except CaptureError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {single_line(exc)}", file=sys.stderr)
         return 2
     print("captured " + case["captured"])
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

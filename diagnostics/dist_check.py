@@ -94,7 +94,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.distributed as dist
 
-from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused
+from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused, run_command
 
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
 TIMEOUT_RANGE = (1.0, 86400.0)  # below a second a first connection cannot be made; above a day it is no smoke test
@@ -551,4 +551,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

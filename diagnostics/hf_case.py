@@ -30,7 +30,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import ArgumentParser
+from ml_debug_contract import ArgumentParser, run_command
 
 
 def model_loss(output, labels):
@@ -75,5 +75,4 @@ def case_from_hf(model, batch, optimizer=None, **task):
 
 if __name__ == "__main__":
     ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
-    print(__doc__)
-    sys.exit(0)
+    sys.exit(run_command(print, __doc__))

@@ -62,7 +62,7 @@ from pathlib import Path
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the trainlint package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-from ml_debug_contract import ArgumentParser, OutputRefused, json_text, output_file  # noqa: E402
+from ml_debug_contract import ArgumentParser, OutputRefused, json_text, output_file, single_line  # noqa: E402
 from trainlint.docs import render_docs  # noqa: E402
 from trainlint.rules import RULES  # noqa: E402
 from trainlint.run import Config, lint_paths, lint_source  # noqa: E402
@@ -140,7 +140,7 @@ def main(argv=None):
 
     findings, errors, read = lint_paths(args.paths, select, config)
     for path, reason, _ in errors:
-        print(f"{path}: skipped: {reason}", file=sys.stderr)
+        print(single_line(f"{path}: skipped: {reason}"), file=sys.stderr)  # one line a file
     if args.json:
         print(json_text({"findings": [f.as_json() for f in findings],
                          "errors": [{"path": p, "message": m} for p, m, _ in errors]}))

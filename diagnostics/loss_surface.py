@@ -65,7 +65,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, output_file, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, output_file, run_command, run_user_code
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -306,10 +306,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

@@ -76,7 +76,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -342,10 +342,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

@@ -35,8 +35,10 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import errno
 import hashlib
 import importlib.util
+import io
 import json
 import math
 import os
@@ -338,11 +340,43 @@ def cli_main(check, demo_case, description, argv=None):
         return 2
     except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
         return 130
-    if args.json:
-        print(json_text(result.to_dict()))
-    else:
-        print(f"[{result.status.upper()}] {result.id}: {result.summary}")
-    return 1 if result.status == "fail" else 0
+    code = 1 if result.status == "fail" else 0
+    try:
+        if args.json:
+            print(json_text(result.to_dict()))
+        else:
+            print(f"[{result.status.upper()}] {result.id}: {result.summary}")
+        sys.stdout.flush()
+    except OSError as exc:
+        return stdout_lost(exc, code)
+    return code
+
+
+# --- how a command ends ------------------------------------------------------------------------------------
+
+
+def stdout_lost(exc, code):
+    """The exit code when writing the report to stdout raised `exc`: a reader that left (`| head`, `| true`) is no
+    fault, the command's own `code`; a stdout that cannot take it (`> /dev/full`) is 1. Either way nothing more goes
+    there (stdout becomes /dev/null, so Python's last flush has nothing to complain of). Other errors are raised."""
+    if exc.errno not in (errno.EPIPE, errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG):
+        raise exc
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code if exc.errno == errno.EPIPE else 1
+
+
+def run_command(main, *args):
+    """What a command runs as a script: main(*args)'s exit code, with stdout flushed before it counts.
+    Ctrl-C is 130, quietly; a stdout closed by its reader or full ends as stdout_lost() says, without a traceback."""
+    try:
+        code = main(*args)
+        sys.stdout.flush()
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except OSError as exc:
+        return stdout_lost(exc, 0)
 
 
 # --- user code in a supervised child process -------------------------------------------------------------
@@ -373,7 +407,13 @@ def in_supervised_child():
 
 def one_line(exc):
     """An exception as `Type: message` on one line (a user's message may hold newlines); a CaseError as its message."""
-    return " ".join((str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}").split())
+    return single_line(str(exc) if isinstance(exc, CaseError) else f"{type(exc).__name__}: {exc}")
+
+
+def single_line(text):
+    """Text for one stderr line: its whitespace runs, newlines included (a path or a user's message may hold them),
+    as one space."""
+    return " ".join(str(text).split())
 
 
 def _child_main(work, read_fd, write_fd, stdout_to_stderr):

@@ -65,7 +65,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -93,21 +93,31 @@ def validate(problem):
     points = problem["collocation"]
     if not (isinstance(points, torch.Tensor) and points.ndim == 2 and len(points)):
         raise ProblemError("collocation must be a (N, d) tensor of residual points")
+    if not bool(torch.isfinite(points).all()):
+        row = int((~torch.isfinite(points)).any(dim=1).nonzero()[0])
+        raise ProblemError(f"collocation holds a NaN or infinity (row {row}): every point must be a finite number")
     domain = problem["domain"]
     if not (isinstance(domain, (list, tuple)) and len(domain) == points.shape[1]
-            and all(isinstance(d, (list, tuple)) and len(d) == 2 and d[0] < d[1] for d in domain)):
-        raise ProblemError(f"domain must be one (low, high) pair per input dimension ({points.shape[1]})")
+            and all(isinstance(d, (list, tuple)) and len(d) == 2 and d[0] < d[1]
+                    and math.isfinite(d[0]) and math.isfinite(d[1]) for d in domain)):
+        raise ProblemError(f"domain must be one (low, high) pair per input dimension ({points.shape[1]}), finite and low < high")
+    targets = problem.get("targets")
+    if isinstance(targets, torch.Tensor) and targets.numel() and not bool(torch.isfinite(targets).all()):
+        raise ProblemError("targets hold a NaN or infinity: every target must be a finite number")
     return problem
 
 
-def gradient_norms(problem):
-    """Each term's gradient norm on the model's parameters, without touching .grad."""
+def gradient_norms(problem, values=None):
+    """Each term's gradient norm on the model's parameters, without touching .grad (each term's value into
+    `values`, when given)."""
     params = [p for p in problem["model"].parameters() if p.requires_grad]
     norms = {}
     for name, term in problem["terms"].items():
         value = term(problem["model"])
         grads = torch.autograd.grad(value, params, allow_unused=True)
-        norms[name] = math.sqrt(sum(float(g.pow(2).sum()) for g in grads if g is not None))
+        norms[name] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads if g is not None))
+        if values is not None:
+            values[name] = float(value.detach().double().sum())
     return norms
 
 
@@ -125,12 +135,22 @@ def empty_share(points, domain):
 def check_pinn(problem):
     problem = validate(problem)
     points = problem["collocation"]
+    values = {}
     with torch.random.fork_rng(devices=[]):
-        norms = gradient_norms(problem)
+        norms = gradient_norms(problem, values)
+    not_finite = [name for name in norms if not (math.isfinite(values[name]) and math.isfinite(norms[name]))]
+    if not_finite:  # a NaN/inf term or gradient is never a pass, nor an imbalance to blame on scales
+        name = not_finite[0]
+        what = f"value {values[name]:.3g}" if not math.isfinite(values[name]) else f"gradient norm {norms[name]:.3g}"
+        return result("fail", f"term {name!r} is not finite ({what}): training on it turns the weights NaN",
+                      {"grad_norms": norms, "term_values": values, "not_finite": not_finite, "imbalance": math.nan,
+                       "inputs": _inputs(points), "n_points": len(points), "empty_cells": empty_share(points, problem["domain"]),
+                       "target_abs_max": None,
+                       "next": "find the operation that makes it (torch.autograd.detect_anomaly(): a sqrt, log or division "
+                               "at 0, a pow of a negative number) and guard it"})
     smallest = min(norms.values())
     ratio = max(norms.values()) / smallest if smallest > 0 else math.inf
-    inputs = [{"min": float(points[:, k].min()), "max": float(points[:, k].max()), "std": float(points[:, k].std())}
-              for k in range(points.shape[1])]
+    inputs = _inputs(points)
     targets = problem.get("targets")
     target_max = float(targets.abs().max()) if isinstance(targets, torch.Tensor) and targets.numel() else None
     empty = empty_share(points, problem["domain"])
@@ -153,6 +173,11 @@ def check_pinn(problem):
         what += [f"targets reach {target_max:.3g}"] if target_max is not None and target_max > TARGET_MAX else []
         return result("warn", "not non-dimensionalised: " + "; ".join(what), details)
     return result("pass", f"terms balanced within {ratio:.2g}x, inputs of order 1, {empty:.0%} of the domain uncovered", details)
+
+
+def _inputs(points):
+    return [{"min": float(points[:, k].min()), "max": float(points[:, k].max()), "std": float(points[:, k].std())}
+            for k in range(points.shape[1])]
 
 
 def result(status, summary, details):
@@ -264,10 +289,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

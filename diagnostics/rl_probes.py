@@ -92,7 +92,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -463,10 +463,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects
-        sys.exit(130)
-    except BrokenPipeError:  # `| head` closed stdout: nothing left to say it on
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

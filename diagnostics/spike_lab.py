@@ -82,7 +82,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # monitor, spike_guard, spikes and the contract sit beside this file
-from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused  # noqa: E402
+from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused, run_command  # noqa: E402
 import spikes  # noqa: E402
 from monitor import TrainingMonitor  # noqa: E402
 from spike_guard import RestartFromCheckpoint, SpikeGuard  # noqa: E402
@@ -313,4 +313,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

@@ -167,7 +167,7 @@ import sys
 if os.path.dirname(os.path.abspath(__file__)) not in sys.path:  # the spikelog package and the contract sit beside this file
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-from ml_debug_contract import ArgumentParser, json_text  # noqa: E402
+from ml_debug_contract import ArgumentParser, json_text, single_line  # noqa: E402
 from spikelog import CliError  # noqa: E402
 from spikelog.detect import analyze  # noqa: E402
 from spikelog.detect.thresholds import MIN_POINTS  # noqa: E402
@@ -206,10 +206,10 @@ def main(argv=None):
                 text = postmortem(report).encode("utf-8")
                 write_output(args.postmortem, lambda handle: handle.write(text), args.force)
         except CliError as exc:
-            print(f"spikes.py: {args.log}: {exc}", file=sys.stderr)
+            print(single_line(f"spikes.py: {args.log}: {exc}"), file=sys.stderr)
             return 2
         except OSError as exc:
-            print(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+            print(single_line(f"spikes.py: {args.log}: cannot read: {exc.strerror or exc}"), file=sys.stderr)
             return 2
         text = json_text(report.to_json(), indent=1) if args.json else summary(report)
         try:

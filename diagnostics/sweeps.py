@@ -84,7 +84,8 @@ import random
 import statistics
 import sys
 
-from ml_debug_contract import ArgumentParser, OutputRefused, json_text, output_file
+from ml_debug_contract import (ArgumentParser, OutputRefused, json_text, output_file, run_command, single_line,
+                               stdout_lost)
 
 ALPHA = 0.05  # two-sided 5%: the convention the `|t| > 2` rule of thumb approximates
 POWER = 0.8  # the usual planning target (Cohen); our choice, printed with the figure
@@ -188,16 +189,28 @@ def seeds_needed(effect, power=POWER, alpha=ALPHA):
     return n
 
 
-def t_summary(values):
-    """Mean, sd, n, t, df, p and 95% CI of the mean of `values` against 0 (n >= 2)."""
+def headroom(values):
+    """A power of two that brings the largest of `values` to about 2**500, or 1 when they are smaller: divided by it,
+    differences, sums and squares of them stay finite (metrics of +-1e308 overflowed to a traceback), exactly."""
+    big = max((abs(v) for v in values), default=0.0)
+    return 2.0 ** max(0, math.frexp(big)[1] - 500) if math.isfinite(big) else 1.0
+
+
+def t_summary(values, unit=1.0):
+    """Mean, sd, n, t, df, p and 95% CI of the mean of `values` (in units of `unit`) against 0 (n >= 2); the effect
+    size mean/sd. t, p and the effect are computed where nothing overflows; a mean, sd or bound beyond a float is inf."""
     n = len(values)
+    scale = headroom(values)
+    values = [v / scale for v in values]
     mean = statistics.fmean(values)
     sd = statistics.stdev(values)
     se = sd / math.sqrt(n)
     t = mean / se if se > 0 else (0.0 if mean == 0 else math.copysign(math.inf, mean))
     crit = t_critical(n - 1)
-    return {"n": n, "mean": mean, "sd": sd, "t": t, "df": n - 1, "p": t_two_sided_p(t, n - 1),
-            "ci95": [mean - crit * se, mean + crit * se], "t_crit": crit}
+    unit *= scale
+    return {"n": n, "mean": mean * unit, "sd": sd * unit, "t": t, "df": n - 1, "p": t_two_sided_p(t, n - 1),
+            "ci95": [(mean - crit * se) * unit, (mean + crit * se) * unit], "t_crit": crit,
+            "effect": mean / sd if sd > 0 else math.inf}
 
 
 # --- reading runs --------------------------------------------------------------------------------
@@ -335,16 +348,18 @@ def trend(runs, values):
     log_scale = all(x > 0 for x in xs.values()) and max(xs.values()) / min(xs.values()) >= DECADE
     if log_scale:
         xs = {value: math.log10(x) for value, x in xs.items()}
-    slopes = []
+    x_scale = headroom(xs.values())
+    y_scale = headroom([y for per_seed in runs.values() for y in per_seed.values()])
+    slopes = []  # in units of y_scale / x_scale: the sums below stay finite whatever the numbers
     for seed_id in sorted({s for per_seed in runs.values() for s in per_seed}):
-        points = [(xs[value], runs[value][seed_id]) for value in values if seed_id in runs[value]]
+        points = [(xs[value] / x_scale, runs[value][seed_id] / y_scale) for value in values if seed_id in runs[value]]
         if len({x for x, _ in points}) >= 2:
             mean_x = statistics.fmean(x for x, _ in points)
             mean_y = statistics.fmean(y for _, y in points)
             slopes.append(sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points))
     if len(slopes) < 2:
         return None
-    summary = t_summary(slopes)
+    summary = t_summary(slopes, unit=y_scale / x_scale)
     return {"x": "log10" if log_scale else "linear", "slope": summary["mean"], "ci95": summary["ci95"],
             "t": summary["t"], "df": summary["df"], "p": summary["p"], "n_seeds": summary["n"]}
 
@@ -367,8 +382,8 @@ def analyze(path, param, seed, metric, baseline=None, text=None):
             problems.append({"kind": "too_few_seeds", "value": value, "detail": f"{param}={value}: {len(shared)} seed(s) "
                              f"shared with the baseline, a paired t needs 2 or more: not compared"})
             continue
-        summary = t_summary([runs[value][s] - runs[baseline][s] for s in shared])
-        effect = summary["mean"] / summary["sd"] if summary["sd"] > 0 else math.inf
+        summary = t_summary([runs[value][s] / 2 - runs[baseline][s] / 2 for s in shared], unit=2.0)  # halves: finite
+        effect = summary["effect"]
         comparisons.append({"value": value, "baseline": baseline, "n_pairs": summary["n"], "mean_diff": summary["mean"],
                             "ci95": summary["ci95"], "t": summary["t"], "df": summary["df"], "p": summary["p"],
                             "t_crit": summary["t_crit"], "sd_diff": summary["sd"],
@@ -473,17 +488,15 @@ def main(argv=None):
                 raise SweepError(f"missing {', '.join('--' + flag for flag in missing)}: say which columns hold what")
             result = analyze(args.runs, args.param, args.seed, args.metric, args.baseline)
     except SweepError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {single_line(exc)}", file=sys.stderr)
         return 2
     try:
         print(json_text(result) if args.json else report_text(result))
-    except BrokenPipeError:  # `sweeps.py runs.csv | head`: the reader left, which is fine
-        sys.stdout = None
+        sys.stdout.flush()
+    except OSError as exc:  # `sweeps.py runs.csv | head`: the reader left, which is fine; `> /dev/full`: exit 1
+        return stdout_lost(exc, 0)
     return 0
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl-C: quietly, as a shell expects (main() handles a closed stdout)
-        sys.exit(130)
+    sys.exit(run_command(main))  # Ctrl-C: 130; a closed or full stdout: no traceback

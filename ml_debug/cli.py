@@ -63,11 +63,12 @@ def install_skill(args):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print(usage())
-        return 0
-    if argv[:1] == ["--version"]:
-        print(f"ml-debug {__version__}")
+    if argv[:1] in (["-h"], ["--help"], ["--version"]):
+        try:
+            print(f"ml-debug {__version__}" if argv[0] == "--version" else usage())
+            sys.stdout.flush()
+        except OSError as exc:  # `ml-debug --version | true`: the reader left; `> /dev/full`: exit 1; no traceback
+            return load("ml_debug_contract").stdout_lost(exc, 0)
         return 0
     parser = load("ml_debug_contract").ArgumentParser(prog="ml-debug", add_help=False)  # bad usage: one line, exit 2
     parser.add_argument("command", choices=COMMANDS)

@@ -126,6 +126,7 @@ def bad_usage_runs():
     return dict(zip(map(str, range(len(runs))), json.loads(proc.stdout.splitlines()[-1])))
 
 
+@pytest.mark.hostile
 @pytest.mark.parametrize("index", range(len(BAD_USAGES)),
                          ids=[f"{path.name} {' '.join(argv)}" for path, argv in BAD_USAGES])
 def test_bad_usage_is_one_line_and_exit_2(index, bad_usage_runs):
@@ -136,6 +137,7 @@ def test_bad_usage_is_one_line_and_exit_2(index, bad_usage_runs):
     assert len(lines) == 1 and lines[0].strip() and "usage:" not in run["stderr"], run["stderr"]
 
 
+@pytest.mark.hostile
 def test_every_entry_point_is_tried_with_a_bad_value():
     tried = {path.name for path, argv in BAD_USAGES if argv != ["--no-such-flag"]}
     assert {"doctor.py", "init_loss.py", "spikes.py", "bad_samples.py", "monitor.py", "cli.py"} <= tried

@@ -257,3 +257,27 @@ def test_a_healthy_torchrun_run_passes_and_a_second_run_reuses_its_folder(tmp_pa
         assert sorted(_verdicts({"dir": out})) == [0, 1]
         (out / "notes.txt").write_text("mine\n")
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.hostile
+def test_a_peer_killed_mid_run_is_a_report_not_a_traceback(tmp_path):
+    """Issue 22 (tracebacks): a peer killed while the others wait in a collective. Rank 1 (planted asleep at
+    all_gather) is killed once its stack file shows it running: rank 0 reports it, exit 1, nothing on stderr."""
+    port, out = _free_port(), tmp_path / "out"
+    procs = {}
+    for rank in (0, 1):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                   OMP_NUM_THREADS="1")
+        env.pop("DIST_CHECK_LAUNCHED", None)
+        procs[rank] = subprocess.Popen([sys.executable, str(DIAGNOSTICS / "dist_check.py"), "--timeout", "8", "--plant",
+                                        "sleep", "--out", str(out)], env=env, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not (out / "rank1.stack.txt").exists() and procs[1].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # past the rendezvous: the stack file is written after it
+    procs[1].kill()
+    procs[1].communicate(timeout=30)
+    stdout, stderr = procs[0].communicate(timeout=120)
+    assert procs[0].returncode == 1 and "Traceback" not in stderr and stderr.strip() == "", stderr
+    assert "rank 1" in stdout and "never reported" in stdout, stdout

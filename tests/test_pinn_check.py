@@ -56,3 +56,35 @@ def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
     assert pinn_check.main(["--problem", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err
+
+
+NAN_TERM = {  # issue 22 (silently wrong): a term whose gradient is NaN was a PASS when it was the smaller term
+    "nan gradient": lambda net: net(torch.tensor([[0.5]])).pow(2).mean() + torch.sqrt(net(torch.zeros(1, 1)).pow(2).sum() * 0),
+    "nan value": lambda net: net(torch.tensor([[0.0], [1.0]])).pow(2).mean() * float("nan"),
+    "inf value": lambda net: net(torch.tensor([[0.0], [1.0]])).pow(2).mean() + float("inf"),
+}
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("kind", NAN_TERM)
+def test_a_term_or_gradient_that_is_not_finite_is_a_fail_naming_it(kind):
+    problem = pinn_check.make_demo_pinn(None)
+    problem["terms"]["boundary"] = NAN_TERM[kind]
+    outcome = pinn_check.check_pinn(problem)
+    assert outcome["status"] == "fail" and outcome["summary"].startswith("term 'boundary' is not finite"), outcome
+    assert outcome["details"]["not_finite"] == ["boundary"]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("where, says", [("collocation", "collocation holds a NaN or infinity (row 3)"),
+                                         ("targets", "targets hold a NaN or infinity"),
+                                         ("domain", "domain must be one (low, high) pair")])
+def test_nan_in_the_problems_numbers_is_refused_in_one_line(where, says, tmp_path, capsys):
+    path = tmp_path / "pinn.py"
+    plant = {"collocation": "p['collocation'][3, 0] = float('nan')", "targets": "p['targets'] = torch.tensor([float('nan'), 0.])",
+             "domain": "p['domain'] = [(0.0, float('inf'))]"}[where]
+    path.write_text(f"import torch\nfrom pinn_check import make_demo_pinn\ndef make_pinn():\n    p = make_demo_pinn(None)\n"
+                    f"    {plant}\n    return p\n")
+    assert pinn_check.main(["--problem", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err

@@ -287,3 +287,39 @@ def test_the_pages_tables_are_what_the_code_computes():
         assert crit == f"{sweeps.t_critical(int(df)):.2f}" and p == f"{sweeps.t_two_sided_p(2.0, int(df)):.2f}"
     for effect, seeds in page_table("## How many seeds"):
         assert int(seeds) == sweeps.seeds_needed(float(effect))
+
+
+# --- issue 22's closing audit: the sweeps findings that had no test of their own ------------------------------
+
+
+@pytest.mark.hostile
+def test_metrics_and_values_of_plus_minus_1e308_are_compared_without_overflow(tmp_path):
+    """Issue 22 (tracebacks): `inf - inf in fsum` on the differences, OverflowError in the trend. The statistics are
+    scale-free: the same t and p as the sweep divided by 1e300; a mean beyond a float is inf (null in JSON)."""
+    rows = [("1e-3", 0, "1e308"), ("1e-3", 1, "-1e308"), ("1e-3", 2, "1e308"),
+            ("3e-4", 0, "-1e308"), ("3e-4", 1, "1e308"), ("3e-4", 2, "-1e308")]
+    small = [(lr, seed, float(metric) / 1e300) for lr, seed, metric in rows]
+    big = sweeps.analyze(str(write(tmp_path, sweep_csv(rows))), "lr", "seed", "val_loss")
+    ref = sweeps.analyze(str(write(tmp_path, sweep_csv(small), "small.csv")), "lr", "seed", "val_loss")
+    [c], [r] = big["comparisons"], ref["comparisons"]
+    assert (c["t"], c["p"]) == pytest.approx((r["t"], r["p"])) and c["mean_diff"] == pytest.approx(1e308 / 3 * -2)
+    assert big["trend"]["t"] == pytest.approx(ref["trend"]["t"])
+    params = sweep_csv([("1e308", 0, 1.0), ("1e308", 1, 2.0), ("-1e308", 0, 1.5), ("-1e308", 1, 2.25)])
+    proc = run_cli("sweeps.py", write(tmp_path, params, "params.csv"), "--param", "lr", "--seed", "seed", "--metric",
+                   "val_loss", "--json")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    json.loads(proc.stdout)  # strict JSON (json_text's null for a bound beyond a float)
+
+
+@pytest.mark.hostile
+def test_nested_jsonl_values_are_named_problems_not_tracebacks(tmp_path):
+    """Issue 22 (tracebacks): a JSONL row whose metric, parameter or seed is an object or a list."""
+    rows = [{"lr": 1e-3, "seed": 0, "val_loss": 2.1}, {"lr": 1e-3, "seed": 1, "val_loss": 2.0},
+            {"lr": 1e-3, "seed": 2, "val_loss": {"mean": 2.5}}, {"lr": 3e-4, "seed": 0, "val_loss": 3.0},
+            {"lr": 3e-4, "seed": 1, "val_loss": 3.2}, {"lr": 3e-4, "seed": 2, "val_loss": [3]},
+            {"lr": {"x": [1]}, "seed": 2, "val_loss": 1}, {"lr": 1e-3, "seed": {"s": 3}, "val_loss": 1}]
+    path = write(tmp_path, "".join(json.dumps(row) + "\n" for row in rows), "runs.jsonl")
+    proc = run_cli("sweeps.py", path, "--param", "lr", "--seed", "seed", "--metric", "val_loss")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "line 3 (lr=0.001, seed=2): metric \"{'mean': 2.5}\" is not a number: left out" in proc.stdout
+    assert "line 6 (lr=0.0003, seed=2): metric '[3]' is not a number: left out" in proc.stdout
