@@ -166,13 +166,13 @@ def test_update_ratio_fails_a_too_high_lr_only_with_the_rise_shown(optimizer):
     assert lower[-1]["after"] < lower[-1]["before"]
 
 
-def test_update_ratio_high_ratio_with_no_rise_shown_is_a_warn_naming_the_experiment():
+def test_update_ratio_high_ratio_the_experiment_clears_is_a_pass_naming_it():
     """The demo's MLP with SGD at lr 2 (no momentum): ratios up to 0.17, and 10 steps still lower the loss on the batch."""
     import update_ratio
     case = update_ratio.make_demo_case(broken=False)
     case["optimizer"] = lambda params: torch.optim.SGD(params, lr=2.0)
     result = update_ratio_of(case)
-    assert result.status == "warn" and "not a harm shown" in result.summary, result.summary
+    assert result.status == "pass" and "shows no harm" in result.summary, result.summary
     assert max(result.details["ratios"].values()) > update_ratio.HIGH_FAIL and "1x" in result.details["overshoot"]
 
 
@@ -515,7 +515,8 @@ def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     result = update_ratio.check_update_ratio(update_ratio.validate_case(case))
     arm = result.details["overshoot"]["1x"]
     assert arm["highest"] > arm["before"] > arm["after"] and arm["steps"] == update_ratio.OVERSHOOT_STEPS, arm
-    assert result.status == "warn", result.summary
+    assert arm["after"] <= result.details["overshoot"]["0.1x"]["after"], result.details["overshoot"]
+    assert result.status == "pass", result.summary  # it was a false FAIL, then a WARN on a threshold the experiment cleared
 
 
 class _ReversedGradient(torch.autograd.Function):
