@@ -43,8 +43,9 @@ What it checks
            target_leak and causal_dependency show which); a loss summed instead of averaged;
            a classification loss_fn whose all-zero score
            is not ln C (a scale factor, extra terms); regression targets far from zero mean
-           (the start is a hockey stick: init the final bias to the mean or standardise); a
-           num_classes hint disagreeing with the output.
+           (the start is a hockey stick: init the final bias to the mean or standardise) while
+           20 steps of your optimizer leave the loss above where outputs shifted by the mean
+           start (a pass when they take it below); a num_classes hint disagreeing with the output.
     skip   task kind "other", a task that cannot be inferred, or task["pretrained"] true.
 
 Command
@@ -336,9 +337,7 @@ def check_init_loss(case):
         return CheckResult("init_loss", "warn", f"{measured}; but the task hints say {ref['num_classes_hint']} classes "
                            f"and the output has {ref['num_classes']}", details)
     if "target_mean" in ref and chance > HIGH_RATIO * best:
-        details["next"] = "standardise the targets or initialise the final bias to their mean (Karpathy, init well)"
-        return CheckResult("init_loss", "warn", f"{measured}: the targets have mean {fmt(ref['target_mean'])}, so the first "
-                           f"steps only learn the bias (predicting the mean would score {fmt(best)})", details)
+        return _off_centre(case, output, out, targets, details, measured, ref["target_mean"])
     return CheckResult("init_loss", "pass", f"{measured}: {fmt(details['ratio_to_chance'])}x chance", details)
 
 
@@ -365,6 +364,28 @@ def _too_large(case, output, details, measured, chance):
         return CheckResult("init_loss", "pass", f"{ratio}, as an untrained regression net's own output variance adds to "
                            f"the all-zero score, and {undone}", details)
     return CheckResult("init_loss", "warn", f"{ratio}: the outputs start large, but {undone}", details)
+
+
+def _off_centre(case, output, out, targets, details, measured, mean):
+    """Regression targets far from zero mean: a WARN when the hockey stick shows (after TRIAL_STEPS steps of your
+    optimizer the loss is still at or above where the same model starts with each output shifted by its target column's
+    mean, what a final bias set to the mean gives), a PASS when those steps already take it below."""
+    details["next"] = "standardise the targets or initialise the final bias to their mean (Karpathy, init well)"
+    start = (f"{measured}: the targets have mean {fmt(mean)}, so the first steps learn the bias (predicting the mean "
+             f"would score {fmt(details['best_constant'])})")
+    if out.shape != targets.shape or needs_closure(case["optimizer"]([torch.zeros(1, requires_grad=True)])):
+        return CheckResult("init_loss", "warn", start, details)
+    columns = targets.reshape(targets.shape[0], -1).mean(0).reshape(targets.shape[1:])
+    with torch.no_grad():
+        centred = float(case["loss_fn"](replace_tensor(output, out, out + columns), targets))
+    after = _trained(case, TRIAL_STEPS)
+    details.update(trial_steps=TRIAL_STEPS, loss_after_trial=after, centred_loss=centred)
+    trial = f"{TRIAL_STEPS} steps of your optimizer take it to {fmt(after)}"
+    if not after < centred:
+        return CheckResult("init_loss", "warn", f"{start}: {trial}, still above the {fmt(centred)} that outputs shifted "
+                           "by the targets' mean start at", details)
+    return CheckResult("init_loss", "pass", f"{measured}; the targets' mean {fmt(mean)} is learned fast: {trial}, below "
+                       f"the {fmt(centred)} that outputs shifted by it start at", details)
 
 
 class DemoClassifier(torch.nn.Module):

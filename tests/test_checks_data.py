@@ -342,3 +342,16 @@ def test_data_sanity_doubled_bos_is_not_hidden_by_a_row_of_padding_only():
     ids[0], mask[0] = 0, 0  # a row that is all padding (pad id 0): its first two ids are no BOS
     result = data_sanity.check_data_sanity({**case, "batch": ({"input_ids": ids, "attention_mask": mask}, labels)})
     assert result.status == "warn" and "starts with id 1 twice" in result.summary
+
+
+@pytest.mark.parametrize("lr, status", [(1e-3, "warn"), (0.3, "pass")])
+def test_init_loss_targets_far_from_zero_mean_warn_only_while_the_bias_is_still_being_learned(lr, status):
+    """Targets around 5: at Adam 1e-3, 20 steps leave the loss above where outputs shifted by the mean start (the hockey
+    stick, a warn); at 0.3 the bias is learned within them (Lightning's autoencoder, pixels of mean 0.5: a pass)."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 4)
+    case = {"model": torch.nn.Linear(4, 2), "batch": (x, 5 + 0.3 * x[:, :2]), "loss_fn": torch.nn.functional.mse_loss,
+            "optimizer": lambda params: torch.optim.Adam(params, lr=lr), "task": {"kind": "regression"}}
+    result = init_loss.check_init_loss(init_loss.validate_case(case))
+    assert result.status == status and (result.details["loss_after_trial"] < result.details["centred_loss"]) == (
+        status == "pass"), result.summary
