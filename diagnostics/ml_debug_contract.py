@@ -296,10 +296,15 @@ class CheckTimeout(BaseException):
     """A check ran past its time limit (a BaseException: the user's `except Exception` must not swallow it)."""
 
 
+NO_LIMIT_FROM = 1e9  # seconds (31 years): a limit this long is none, and a POSIX timer cannot hold much more (1e12
+# overflows time_t here, measured), so `--timeout inf` or 1e300 means no limit instead of an OverflowError
+
+
 @contextlib.contextmanager
 def time_limit(seconds):
     """Raise CheckTimeout in the running check after `seconds` of wall time (SIGALRM: POSIX main thread; else no limit)."""
-    if not seconds or not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+    if (not seconds or seconds >= NO_LIMIT_FROM or not hasattr(signal, "setitimer")
+            or threading.current_thread() is not threading.main_thread()):
         yield
         return
 

@@ -367,3 +367,11 @@ def test_a_user_file_that_hangs_is_stopped_at_the_time_limit(name, flag, tmp_pat
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "1 s time limit" in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - started < 60  # torch's import plus the limit, not the 120 s sleep
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e300", "1e12"])
+def test_a_timeout_longer_than_a_timer_holds_is_no_limit_not_an_overflow(timeout, capsys):
+    """--timeout inf gave "the check could not run: OverflowError" in every tool on the shared time_limit()."""
+    import init_loss
+    code = init_loss.cli_main(init_loss.check_init_loss, init_loss.make_demo_case, init_loss.__doc__, ["--timeout", timeout])
+    assert code == 1 and capsys.readouterr().out.startswith("[FAIL] init_loss: "), code  # the demo's planted bug
