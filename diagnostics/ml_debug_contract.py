@@ -28,6 +28,7 @@ What it holds
                                    without --force
     OutputFolder                   a folder a command writes named files into: only the files it wrote
                                    there (its manifest says which) are ever replaced, with or without --force
+    sha256                         a file's digest, what those manifests (and install_skill's) record
 
 The contract itself is DESIGN.md, "Safety" and "A verdict".
 """
@@ -920,7 +921,8 @@ def output_file(path, force=False, inputs=(), option=None):
     return path
 
 
-def _sha256(path):
+def sha256(path):
+    """The file's SHA-256 as hex, read in 1 MiB blocks."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -996,7 +998,7 @@ class OutputFolder:
         if not entry or os.path.islink(where) or not os.path.isfile(where):
             return False
         try:
-            return _sha256(where) == entry.get("sha256")
+            return sha256(where) == entry.get("sha256")
         except OSError:
             return False
 
@@ -1031,7 +1033,7 @@ class OutputFolder:
                 for name in names:
                     where = os.path.join(self.path, name)
                     if os.path.isfile(where) and not os.path.islink(where):
-                        manifest[name] = {"sha256": _sha256(where), "tool": self.tool}
+                        manifest[name] = {"sha256": sha256(where), "tool": self.tool}
                 self._write_manifest(manifest)
         except OSError as exc:  # a full disk: the files are written, but the next run will take them for the user's
             raise OutputRefused(f"{self.shown}: cannot record the files written there in {OUTPUT_MANIFEST}: "

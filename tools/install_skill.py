@@ -24,7 +24,6 @@ failure half-way leaves the earlier install as it was.
 Exit 0 when installed and valid, 1 when the copy does not validate, 2 on bad usage or a refusal
 (one line on stderr).
 """
-import hashlib
 import json
 import os
 import shutil
@@ -37,7 +36,7 @@ import check_pack
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT / "diagnostics") not in sys.path:  # the commands' contract module, with the one-line usage errors
     sys.path.append(str(ROOT / "diagnostics"))
-from ml_debug_contract import ArgumentParser  # noqa: E402
+from ml_debug_contract import ArgumentParser, sha256  # noqa: E402
 SKILL_NAME = "ml-debug"
 AGENT_FILES = ("SKILL.md", "PLAYBOOK.md", "refs", "evidence", "diagnostics")
 MANIFEST = ".install-manifest.json"  # inside the install; hidden, so an agent does not read it as part of the skill
@@ -47,14 +46,6 @@ SHOWN = 5  # paths named in a refusal; the count says how many more
 
 class Refused(Exception):
     """The installer will not go on: the message says what is there and how to proceed."""
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def source_files(source):
