@@ -244,6 +244,12 @@ def _calming_factor(case, output, calm):
     return next(((factor, loss) for loss, factor in scored if loss <= calm), min(scored, default=(float("nan"), None))[::-1])
 
 
+def _trainable(case):
+    """Whether the trial can run: some parameter trains, and the optimizer steps without a closure (LBFGS needs one)."""
+    return (any(p.requires_grad for p in case["model"].parameters())
+            and not needs_closure(case["optimizer"]([torch.zeros(1, requires_grad=True)])))
+
+
 def _trained(case, steps):
     """The loss after `steps` steps of the case's optimizer (its lr schedule's first values) from the weights as built.
     The model is restored afterwards."""
@@ -348,8 +354,7 @@ def _too_large(case, output, details, measured, chance):
     ratio = f"{measured}: {fmt(details['ratio_to_chance'])}x chance"
     details["next"] = "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale"
     factor, calmed = _calming_factor(case, output, CALM_RATIO * chance)
-    trainable = any(p.requires_grad for p in case["model"].parameters())
-    if factor is None or not calmed < details["loss"] or not trainable or needs_closure(case["optimizer"]([torch.zeros(1, requires_grad=True)])):
+    if factor is None or not calmed < details["loss"] or not _trainable(case):
         return CheckResult("init_loss", "warn", f"{ratio}: the outputs may be too large at init (no trial: no smaller output "
                            "scale scores lower, nothing is trainable, or the optimizer needs a closure)", details)
     after = _trained(case, TRIAL_STEPS)
@@ -373,7 +378,7 @@ def _off_centre(case, output, out, targets, details, measured, mean):
     details["next"] = "standardise the targets or initialise the final bias to their mean (Karpathy, init well)"
     start = (f"{measured}: the targets have mean {fmt(mean)}, so the first steps learn the bias (predicting the mean "
              f"would score {fmt(details['best_constant'])})")
-    if out.shape != targets.shape or needs_closure(case["optimizer"]([torch.zeros(1, requires_grad=True)])):
+    if out.shape != targets.shape or not _trainable(case):
         return CheckResult("init_loss", "warn", start, details)
     columns = targets.reshape(targets.shape[0], -1).mean(0).reshape(targets.shape[1:])
     with torch.no_grad():
