@@ -410,6 +410,8 @@ class Capture:
         if kwargs and named is None:
             return f"cannot bind the arguments of {type(module).__name__}.forward by name; {HOW_TO_CASE}"
         inputs = _copy(named if kwargs else args[0] if len(args) == 1 and torch.is_tensor(args[0]) else tuple(args), memo)
+        if loss is not None:  # copied now: DCGAN's loop refills its label tensor in place (fill_) before the step
+            _copy(loss[4], memo)
         return {"module": module, "inputs": inputs, "named": _copy(named or {}, memo), "output": output,
                 "autocast": context["autocast"], "context": context, "path": path, "loss": loss, "memo": memo}
 

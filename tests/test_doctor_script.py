@@ -407,3 +407,19 @@ def test_the_output_in_the_target_slot_of_a_symmetric_loss_is_captured(loss, tmp
     assert torch.equal(inputs, targets) and case["task"]["kind"] == "regression", case["captured"]
     assert torch.allclose(case["loss_fn"](case["model"](inputs), targets), eval(loss, {"torch": torch, "model": case["model"],
                                                                                       "x": inputs}))
+
+
+def test_targets_refilled_in_place_after_the_backward_are_captured_as_the_loss_saw_them(tmp_path):
+    """pytorch/examples' DCGAN: label = full(real); errD_real.backward(); label.fill_(fake); errD_fake.backward(); step.
+
+    The checks must judge the loss that was traced (real images, label 1), not the tensor as the step finds it (all 0).
+    """
+    path = write(tmp_path, "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Sigmoid())\n"
+                 "opt = torch.optim.Adam(model.parameters())\ncriterion = torch.nn.BCELoss()\n"
+                 "real, fake = torch.randn(8, 4), torch.randn(8, 4) + 3\nlabel = torch.full((8,), 1.0)\n"
+                 "criterion(model(real).view(-1), label).backward()\nlabel.fill_(0.0)\n"
+                 "criterion(model(fake).view(-1), label).backward()\nopt.step()\n")
+    case = capture.capture_script(str(path))
+    inputs, targets = case["batch"]
+    assert torch.equal(targets.flatten(), torch.ones(8)), targets
+    assert inputs.mean() < 1.5  # the real rows the traced loss read, not the fake ones (mean 3)
