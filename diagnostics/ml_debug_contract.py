@@ -127,10 +127,14 @@ def load_case(spec):
         sys.path.append(case_dir)
     module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
+    bytecode = sys.dont_write_bytecode
+    sys.dont_write_bytecode = True  # no __pycache__ written beside the user's case file or the modules it imports
     try:
         module_spec.loader.exec_module(module)
     except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
         raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    finally:
+        sys.dont_write_bytecode = bytecode
     factory = getattr(module, factory_name, None)
     if not callable(factory):
         raise CaseError(f"case file {path} has no function {factory_name}()")
@@ -172,8 +176,31 @@ def validate_case(case, where="case"):
     device = next(case["model"].parameters(), torch.empty(0)).device
     case["batch"] = to_device(tuple(batch), device)
     case.setdefault("optimizer", lambda params: torch.optim.Adam(params, lr=3e-4))  # Karpathy's forgiving baseline
-    case.setdefault("task", {})
+    case["task"] = dict(task)
+    if "graph" not in task and one_graph(case["batch"][0]):
+        case["task"]["graph"] = True
     return case
+
+
+def one_graph(inputs):
+    """Whether the batch is one graph whose rows are its nodes (node classification): an input is an adjacency
+    matrix (N, N), dense or sparse, or an integer edge list (2, E) of node numbers below N, where N is the rows of
+    another input, the node features. Message passing mixes those rows by design: they are not independent examples."""
+    import torch
+
+    tensors = [t for t in (inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list))
+                           else [inputs]) if isinstance(t, torch.Tensor)]
+    for nodes in (t for t in tensors if t.dim() == 2 and t.is_floating_point() and not t.is_sparse):
+        n = nodes.shape[0]
+        for other in tensors:
+            if other is nodes or other.dim() != 2:
+                continue
+            if other.shape == (n, n) and n > 1:
+                return True
+            if other.shape[0] == 2 and other.shape[1] > 0 and not other.is_floating_point() and other.dtype != torch.bool \
+                    and not other.is_sparse and 0 <= int(other.min()) and int(other.max()) < n:
+                return True
+    return False
 
 
 def to_device(obj, device):

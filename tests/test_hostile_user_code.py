@@ -7,9 +7,11 @@ training script (`--script`, run before its first step); the generator applies e
 kind or a new mode is covered by one line.
 """
 import re
+import sys
 import time
 
 import pytest
+import torch
 
 import doctor
 import ml_debug_contract
@@ -258,3 +260,17 @@ def test_a_check_killed_at_its_time_limit_is_inconclusive_not_a_fail(tmp_path, c
     checks = {check["id"]: check for check in json.loads(capfd.readouterr().out)["checks"]}
     assert checks["init_loss"]["status"] == "skip" and checks["init_loss"]["summary"].startswith("inconclusive")
     assert checks["gradient_flow"]["status"] == "skip" and "init_loss" in checks["gradient_flow"]["summary"]
+
+
+def test_loading_a_case_writes_no_bytecode_beside_the_users_files(tmp_path, monkeypatch):
+    """Importing a case file (and the module beside it that it imports) must not leave __pycache__ in the user's folder."""
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as Python runs by default (PYTHONDONTWRITEBYTECODE unset)
+    (tmp_path / "helper_net_for_case.py").write_text("import torch\ndef net():\n    return torch.nn.Linear(3, 2)\n")
+    (tmp_path / "case.py").write_text("import torch\nimport helper_net_for_case\ndef make_case():\n"
+                                      "    return {'model': helper_net_for_case.net(), 'batch': (torch.randn(4, 3), "
+                                      "torch.randint(0, 2, (4,))), 'loss_fn': torch.nn.functional.cross_entropy}\n")
+    before = sys.dont_write_bytecode
+    case = ml_debug_contract.load_case(str(tmp_path / "case.py"))
+    assert isinstance(case["model"], torch.nn.Linear)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["case.py", "helper_net_for_case.py"]
+    assert sys.dont_write_bytecode is before
