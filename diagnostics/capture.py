@@ -19,14 +19,21 @@ What it checks
                     or the torch.nn loss module / F.* loss function the script calls on the
                     output: as is, flattened to (-1, classes), after the next-token shift
                     [:, :-1] (targets then aligned with the output, the last position
-                    ignored), or after log_softmax;
+                    ignored), or after log_softmax; a cross-entropy or NLL loss on some rows
+                    only (node classification's `output[idx_train]`, token classification's
+                    `logits.view(-1, V)[active]`) is replayed on every row, the rows it did
+                    not read given the loss's ignore_index: the same loss;
+                    the batch's targets are copied when backward() runs (a loop may refill
+                    its label tensor in place before it steps, as DCGAN's does);
       the optimizer its class and every param group's settings, rebuilt on demand, with
                     the lr each group was built with (a warmup's value at step 0 is not
                     what the run trains at);
       the task      causal_lm when the targets are the inputs shifted by one (or the inputs
                     themselves, for models that shift inside), else what the loss implies;
                     target_inputs names the model's argument that is the loss's target
-                    (nanoGPT's `model(x, y)`: position 1), which no check judges as an input.
+                    (nanoGPT's `model(x, y)`: position 1), which no check judges as an input;
+                    graph when an input is an adjacency or edge list over the rows (a graph's
+                    nodes: batch_independence skips, no check cuts the nodes apart).
 
     It stops the script when its first optimizer.step() begins, before the weights change (a
     closure given to step(), as Lightning and LBFGS do, runs first: it holds the forward pass).
@@ -67,6 +74,7 @@ import argparse
 import collections
 import contextlib
 import inspect
+import math
 import os
 import runpy
 import signal
@@ -231,6 +239,34 @@ def _recipes(out, pred, shift):
                 yield prefix, cut + suffix, shifted, (lambda t, first=first, sliced=sliced, then=then: then(sliced(first(t))))
 
 
+def _selected_rows(pred):
+    """The rows of `pred = whole[rows]` (a mask or an index list on dim 0: node classification's
+    `output[idx_train]`, token classification's `logits.view(-1, V)[active]`) as unique indices, or None."""
+    fn = pred.grad_fn
+    if type(fn).__name__ == "LogSoftmaxBackward0" and fn._saved_dim in (-1, pred.dim() - 1):
+        fn = fn.next_functions[0][0]  # log_softmax over each row: the same rows selected before or after it
+    if type(fn).__name__ == "IndexSelectBackward0" and fn._saved_dim == 0:
+        rows = fn._saved_index
+    elif type(fn).__name__ == "IndexBackward0" and len(fn._saved_indices) >= 1 \
+            and all(index is None for index in fn._saved_indices[1:]) and torch.is_tensor(fn._saved_indices[0]):
+        rows = fn._saved_indices[0]
+        rows = rows.nonzero().flatten() if rows.dtype == torch.bool else rows
+    else:
+        return None
+    rows = rows.flatten().long()
+    return rows if rows.dim() == 1 and rows.unique().numel() == rows.numel() else None  # a row twice weighs twice
+
+
+def _selection_recipes(out, pred):
+    """Yields (prefix, suffix, function): the tensor `out` becomes before its rows are selected, as in _recipes."""
+    rest = tuple(pred.shape[1:])
+    for prefix, first in (("", lambda t: t), ("log_softmax", lambda t: torch.log_softmax(t, -1))):
+        yield prefix, "", first
+        if out.dim() > pred.dim() and out.numel() % max(1, math.prod(rest)) == 0:
+            yield (prefix, f".reshape(-1{''.join(f', {n}' for n in rest)})",
+                   lambda t, first=first: first(t).reshape(-1, *rest))
+
+
 def _matches(candidate, pred):
     return candidate.shape == pred.shape and torch.allclose(candidate.detach().float(), pred.detach().float(),
                                                             rtol=1e-4, atol=1e-5, equal_nan=True)
@@ -388,6 +424,8 @@ class Capture:
                         if name in ("cross_entropy", "nll_loss") else None)
         if not torch.is_tensor(pred):
             return f"the loss call {name} got no tensor input; {HOW_TO_CASE}"
+        rows = _selected_rows(pred) if ignore_index is not None and torch.is_tensor(target) \
+            and not target.is_floating_point() and target.dim() >= 1 else None
         for module, margs, mkwargs, output, context in reversed(self._model_calls):
             for path, out in _tensors(output):
                 if not feeds(out):
@@ -398,6 +436,22 @@ class Capture:
                             continue
                     return self._found_model(module, margs, mkwargs, output, context, path=path, loss=(
                         name, function, extra, kwargs, target, recipe, prefix, suffix, out, pred, shifted, ignore_index))
+                for prefix, suffix, recipe in _selection_recipes(out, pred) if rows is not None else ():
+                    with torch.no_grad():
+                        whole = recipe(out.detach())
+                        if rows.numel() != target.shape[0] or not len(whole) > int(rows.max()) \
+                                or not _matches(whole[rows], pred):
+                            continue
+                    # The loss reads some rows: the rest get the loss's ignore_index, so the replay on the whole
+                    # output is the same loss (the mean over the rows not ignored) and rows slice like the batch's.
+                    targets = torch.full((len(whole), *target.shape[1:]), ignore_index, dtype=target.dtype)
+                    targets[rows] = target.detach().cpu()
+                    found = self._found_model(module, margs, mkwargs, output, context, path=path, loss=(
+                        name, function, extra, kwargs, targets.to(target.device), recipe, prefix, suffix, out, whole,
+                        False, ignore_index))
+                    if isinstance(found, dict):
+                        found["selected"] = (rows.numel(), len(whole))
+                    return found
         return (f"the input of {name} is not the model's output as is, flattened, shifted by one position or "
                 f"log_softmax'ed (another slice made outside the model?); {HOW_TO_CASE}")
 
@@ -493,6 +547,9 @@ class Capture:
         if found["autocast"] is not None:
             parts.append(f"the script ran the model under autocast {str(found['autocast']).removeprefix('torch.')} "
                          "(the checks run in float32)")
+        if found.get("selected"):
+            parts.append(f"the loss reads {found['selected'][0]} of the output's {found['selected'][1]} rows (a mask "
+                         f"or index list): the other rows' targets are its ignore_index {found['loss'][-1]}")
         if found.get("other_terms"):
             parts.append(f"the loss that reached backward() adds {found['other_terms']} term(s) besides "
                          f"{found['loss'][0]} (written by hand, e.g. a KL term or a penalty): the checks judge "

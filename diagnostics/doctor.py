@@ -35,6 +35,9 @@ What it checks
       target_inputs   the positions (tuple inputs) or names (dict inputs) of the model's arguments
                       that hold the loss's targets, e.g. [1] for nanoGPT's model(x, y); not judged
                       as inputs (input_dependence); --script sets it from the capture
+      graph           the batch is one graph whose rows are its nodes (node classification): set
+                      by itself when an input is an adjacency (N, N) or an edge list (2, E) of the N
+                      rows; batch_independence skips, the row-slicing checks keep every node
       num_classes, vocab_size, ignore_index, pretrained   as in DESIGN.md
     On the command line, --task KEY=VALUE ... sets any of these but lr_schedule, over what the case
     file or the capture says (a time-major script: --task batch_dim=1 time_dim=0).
@@ -125,7 +128,7 @@ from ml_debug_contract import (CHECK_TIMEOUT, SUPERVISED, USER_CODE_LIMIT, Argum
 TASK_HINTS = {  # the hints --task may set: what each value must be
     "kind": "one of classification, regression, causal_lm, seq2seq, other", "num_classes": "an integer",
     "vocab_size": "an integer", "ignore_index": "an integer", "batch_dim": "0 or 1", "time_dim": "0 or 1",
-    "clip_grad_norm": "a number", "pretrained": "true or false"}
+    "clip_grad_norm": "a number", "pretrained": "true or false", "graph": "true or false"}
 
 
 def task_hints(pairs):
@@ -140,7 +143,7 @@ def task_hints(pairs):
                 if text not in ("classification", "regression", "causal_lm", "seq2seq", "other"):
                     raise ValueError
                 value = text
-            elif key == "pretrained":
+            elif key in ("pretrained", "graph"):
                 value = {"true": True, "false": False}[text.lower()]
             elif key == "clip_grad_norm":
                 value = float(text)

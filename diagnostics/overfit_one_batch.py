@@ -287,6 +287,22 @@ def _own_targets(case, inputs, targets, output):
     return inputs, own
 
 
+def _memorises_own(case, model, initial, relabelled, steps, details):
+    """The control: from the weights as found, can the model memorise its own first predictions (targets it can surely
+    represent) at RETRY_LR x the lr? Its losses when it did (details: "failure" targets_out_of_reach and what to check
+    next), else None; details["control_losses"] keeps the run either way."""
+    with torch.no_grad():
+        for tensor, value in initial:
+            tensor.copy_(value)
+    control, _, _ = _train(case, model, *relabelled, RETRY_LR, RETRY_STEPS * steps, details["target"])
+    details["control_losses"] = _every_10(control)
+    if not abs(control[-1]) <= details["target"]:
+        return None
+    details.update(failure="targets_out_of_reach", next="check that the targets follow from what the model sees (the "
+                   "same context with different targets, a model that sees one token) before looking for a bug in the code")
+    return control
+
+
 def _loss_floor(case, output, targets):
     """The lowest loss the outputs alone reach on these targets, or None when it cannot be found.
 
@@ -369,7 +385,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         n = first.shape[bdim] if first is not None and first.dim() > bdim else 0
         if n == 0:
             return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
-        k = min(rows, n)
+        k = n if case["task"].get("graph") else min(rows, n)  # a graph's nodes cannot be cut from their edges
         inputs, targets = _rows(inputs, n, 0, k, bdim), _rows(targets, n, 0, k, bdim, flattened=True)
         model.train()
         for module in model.modules():
@@ -447,6 +463,15 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if failure == "diverging" and losses[-1] < 0 and details["probabilities_into_nll"]:
             failure = "probabilities_into_nll"  # not a runaway: -mean(p[target]) is bounded by -1
         details["failure"] = failure
+        own = None if missing or not samples or failure != "flat" or details["outputs_are_probabilities"] \
+            else _own_targets(case, inputs, targets, output)
+        control = _memorises_own(case, model, initial, own, steps, details) if own is not None else None
+        if control:
+            return CheckResult("overfit_one_batch", "warn", f"flat within the noise its objective samples ({_trace(losses, True)}), "
+                               f"yet it memorises targets it can represent at {RETRY_LR:g}x lr (its own first predictions: "
+                               f"{_trace(control)}): loss, gradients and optimizer work; the noise (dropout written "
+                               "as F.dropout, a sampled objective) hides whether these targets follow from what the model sees",
+                               details)
         if failure == "flat":
             hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
                     else f"{len(missing)} of {len(trainable)} trainable parameters are not in the optimizer" if missing
@@ -471,23 +496,15 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             relabelled = None if details["outputs_are_probabilities"] else _own_targets(case, inputs, targets, output)
             blocked = _blocked_rows(case, model, inputs, targets, k, bdim, details["target"]) if relabelled else []
             details["blocked_rows"] = blocked
-            if relabelled is not None and not blocked:  # the control: can it memorise targets it can surely represent?
-                with torch.no_grad():
-                    for tensor, value in initial:
-                        tensor.copy_(value)
-                control, _, _ = _train(case, model, *relabelled, RETRY_LR, RETRY_STEPS * steps, details["target"])
-                details["control_losses"] = _every_10(control)
-                if abs(control[-1]) <= details["target"]:
-                    details.update(failure="targets_out_of_reach", next="check that the targets follow from what the model "
-                                   "sees (the same context with different targets, a model that sees one token) before "
-                                   "looking for a bug in the code")
-                    return CheckResult("overfit_one_batch", "warn", f"stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, "
-                                       f"target {details['target']:.3g}) even at {RETRY_LR:g}x lr, yet it memorises targets it "
-                                       f"can represent (its own first predictions: {_trace(control)}): loss, gradients and "
-                                       "optimizer work, and these targets do not follow from what the model sees, by design (the "
-                                       "same context with different targets, a bigram's one-token view, label noise) or because "
-                                       f"something hides the inputs (a bottleneck, dead units: gradient_flow){not_optimised}",
-                                       details)
+            control = _memorises_own(case, model, initial, relabelled, steps, details) if relabelled is not None and not blocked else None
+            if control:
+                return CheckResult("overfit_one_batch", "warn", f"stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, "
+                                   f"target {details['target']:.3g}) even at {RETRY_LR:g}x lr, yet it memorises targets it "
+                                   f"can represent (its own first predictions: {_trace(control)}): loss, gradients "
+                                   "and optimizer work, and these targets do not follow from what the model sees, by design (the "
+                                   "same context with different targets, a bigram's one-token view, label noise) or because "
+                                   f"something hides the inputs (a bottleneck, dead units: gradient_flow){not_optimised}",
+                                   details)
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
                      if details["outputs_are_probabilities"] else
                      f"rows {', '.join(map(str, blocked[:5]))} stay above the target with almost no gradient reaching the "

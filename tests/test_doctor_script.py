@@ -423,3 +423,124 @@ def test_targets_refilled_in_place_after_the_backward_are_captured_as_the_loss_s
     inputs, targets = case["batch"]
     assert torch.equal(targets.flatten(), torch.ones(8)), targets
     assert inputs.mean() < 1.5  # the real rows the traced loss read, not the fake ones (mean 3)
+
+
+GRAPH_SCRIPT = '''
+import torch
+import torch.nn.functional as F
+
+
+class TinyGAT(torch.nn.Module):
+    """One attention layer over an adjacency matrix, as pytorch/examples' GAT: functional dropout, log_softmax out."""
+
+    def __init__(self, features, classes):
+        super().__init__()
+        self.proj = torch.nn.Linear(features, 8)
+        self.score = torch.nn.Linear(16, 1)
+        self.out = torch.nn.Linear(8, classes)
+
+    def forward(self, x, adj):
+        h = self.proj(F.dropout(x, 0.6, training=self.training))
+        n = h.shape[0]
+        pair = torch.cat([h.unsqueeze(1).expand(n, n, -1), h.unsqueeze(0).expand(n, n, -1)], -1)
+        e = torch.where(adj > 0, F.leaky_relu(self.score(pair).squeeze(-1)), torch.full((n, n), -9e16))
+        h = F.elu(torch.softmax(F.dropout(e, 0.6, training=self.training), -1) @ h)
+        return F.log_softmax(self.out(h), dim=1)
+
+
+torch.manual_seed(0)
+x = torch.randint(0, 2, (60, 16)).float()
+adj = torch.eye(60) + (torch.rand(60, 60) < 0.05).float()
+labels = torch.randint(0, 3, (60,))
+train = torch.randperm(60)[:20]
+model = TinyGAT(16, 3)
+optimizer = torch.optim.Adam(model.parameters(), lr=LR, weight_decay=5e-4)
+criterion = torch.nn.NLLLoss()
+for epoch in range(5):
+    model.train()
+    optimizer.zero_grad()
+    loss = criterion(model(x, adj)[SELECT], labels[SELECT])
+    loss.backward()
+    optimizer.step()
+'''
+
+
+def graph_case(tmp_path, lr=0.005, select="train"):
+    path = write(tmp_path, GRAPH_SCRIPT.replace("LR", str(lr)).replace("SELECT", select))
+    return capture.capture_script(str(path))
+
+
+@pytest.mark.parametrize("select", ["train", "torch.isin(torch.arange(60), train)", "train.sort().values"])
+def test_a_loss_on_selected_rows_is_replayed_on_every_row_with_the_others_ignored(select, tmp_path):
+    """Node classification: criterion(output[idx_train], labels[idx_train]), by index list or boolean mask."""
+    case = graph_case(tmp_path, select=select)
+    inputs, targets = case["batch"]
+    kept = targets != -100
+    assert int(kept.sum()) == 20 and targets.shape == (60,), case["captured"]
+    assert doctor.validate_case(case)["task"]["graph"] is True
+    torch.manual_seed(0)  # the script's data, drawn again
+    x, adj, labels = torch.randint(0, 2, (60, 16)).float(), torch.eye(60) + (torch.rand(60, 60) < 0.05).float(), \
+        torch.randint(0, 3, (60,))
+    assert torch.equal(targets[kept], labels[kept]) and torch.equal(inputs[0], x) and torch.equal(inputs[1], adj)
+    model = case["model"].eval()
+    with torch.no_grad():
+        out = model(*inputs)
+        assert torch.allclose(case["loss_fn"](out, targets), torch.nn.functional.nll_loss(out[kept], labels[kept]))
+
+
+def test_a_flattened_boolean_mask_selects_tokens_as_token_classification_does(tmp_path):
+    """The token-classification loss: logits.view(-1, V)[active], labels.view(-1)[active] with active = mask == 1."""
+    path = write(tmp_path, "import torch\nmodel = torch.nn.Sequential(torch.nn.Embedding(20, 8), torch.nn.Linear(8, 5))\n"
+                 "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nids = torch.randint(0, 20, (4, 6))\n"
+                 "labels = torch.randint(0, 5, (4, 6))\nmask = torch.ones(4, 6, dtype=torch.long)\nmask[:, 4:] = 0\n"
+                 "active = mask.view(-1) == 1\nlogits = model(ids)\n"
+                 "loss = torch.nn.CrossEntropyLoss()(logits.view(-1, 5)[active], labels.view(-1)[active])\n"
+                 "loss.backward()\nopt.step()\n")
+    case = capture.capture_script(str(path))
+    inputs, targets = case["batch"]
+    assert targets.shape == (4, 6) and bool((targets[:, 4:] == -100).all()) and bool((targets[:, :4] >= 0).all())
+    assert "graph" not in doctor.validate_case(case)["task"]
+    with torch.no_grad():
+        out = case["model"](inputs)
+        expected = torch.nn.functional.cross_entropy(out[:, :4].reshape(-1, 5), targets[:, :4].reshape(-1))
+        assert torch.allclose(case["loss_fn"](out, targets), expected)
+
+
+def test_a_graph_batch_keeps_its_nodes_together_and_a_noisy_flat_fit_it_can_do_is_a_warn(tmp_path):
+    """The GAT look-alike: random labels under 0.6 dropout stay flat, yet the model memorises its own predictions."""
+    import batch_independence
+    import overfit_one_batch
+    case = doctor.validate_case(graph_case(tmp_path))
+    assert batch_independence.check_batch_independence(case).status == "skip"
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.status == "warn" and result.details["failure"] == "targets_out_of_reach", result.summary
+    assert result.details["rows"] == 60 and result.details["samples_noise"], result.details
+
+
+def test_a_noisy_flat_fit_at_lr_0_still_fails(tmp_path):
+    import overfit_one_batch
+    result = overfit_one_batch.check_overfit_one_batch(doctor.validate_case(graph_case(tmp_path, lr=0.0)))
+    assert result.status == "fail" and result.details["failure"] == "flat", result.summary
+
+
+@pytest.mark.parametrize("inputs, graph", [
+    ((torch.randn(6, 3), torch.eye(6)), True),  # a dense adjacency
+    ((torch.randn(6, 3), torch.eye(6).to_sparse()), True),  # a sparse one
+    ({"x": torch.randn(6, 3), "edge_index": torch.tensor([[0, 1, 5], [1, 2, 0]])}, True),  # PyG's edge list
+    ((torch.randn(6, 3), torch.tensor([[0, 1, 6], [1, 2, 0]])), False),  # node 6 of 6: not an edge list of these rows
+    ((torch.randint(0, 5, (2, 7)), torch.randn(2, 7)), False),  # two rows of tokens and their weights
+    ((torch.randn(6, 3), torch.randn(6, 6, 2)), False),
+    (torch.randn(6, 6), False),  # one square input alone: a batch of 6 rows
+])
+def test_one_graph_is_an_adjacency_or_an_edge_list_of_the_feature_rows(inputs, graph):
+    import ml_debug_contract
+    assert ml_debug_contract.one_graph(inputs) is graph
+
+
+def test_a_task_hint_says_a_batch_with_an_adjacency_is_not_one_graph(tmp_path):
+    import batch_independence
+    case = graph_case(tmp_path)
+    case["task"]["graph"] = False  # --task graph=false
+    case = doctor.validate_case(case)
+    assert case["task"]["graph"] is False
+    assert batch_independence.check_batch_independence(case).status != "skip"
