@@ -9,10 +9,16 @@ import re
 from .. import CliError
 
 
-STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "iter", "iteration")
-LOSS_NAMES = ("loss", "train_loss", "train/loss")
-GRAD_NAMES = ("grad_norm", "train/grad_norm")  # train/...: the HF Trainer's TensorBoard tags
+STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "current_steps", "num_updates", "time/iterations",
+              "iter", "iteration")  # current_steps: LLaMA-Factory; time/iterations: stable-baselines3
+LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent")  # a loss in parts: its total first
+# (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py
+GRAD_NAMES = ("grad_norm", "train/grad_norm", "gnorm")  # train/...: the HF Trainer's TensorBoard tags; gnorm: fairseq
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
+PART = re.compile(r"^train/\w+_loss$")  # YOLOv8's train/box_loss, train/cls_loss, ...: with no total, their sum
+COMPONENT = re.compile(r"(^|/)loss_\w+$|_loss$")  # loss_cls, train/value_loss: a part of the total
+DATASET = re.compile(r"(^|[/.])loss([/.]|$)")  # loss/cm4, cm4/loss: one dataset's loss; loss_cls, nll_loss are
+# parts or variants of the loss, not datasets
 # Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
 # nor is an fp16 loss scale.
 VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
@@ -29,14 +35,17 @@ def base_name(name):
         low = low.rsplit(" - ", 1)[1]
     if low.endswith("_step") and low not in STEP_NAMES:
         low = low[:-5]
-    return low
+    return "_".join(low.split())  # Megatron-LM's `lm loss`, `grad norm`
 
 
 class Columns:
     """Which column plays which role: names as written in the log, None when absent."""
 
-    def __init__(self, names, loss_name=None, epoch_rows=False):
+    def __init__(self, names, loss_name=None, epoch_rows=False, counts=None):
+        """`counts`: {name: numbers among the first records}, where the log names its values record by record: the
+        numeric series a refusal lists (a table lists its columns)."""
         kept = [n for n in names if not SUMMARY.search(n.strip())]  # min/max envelopes, epoch means
+        self.names = kept
         exact, base = {}, {}
         for name in kept:
             exact.setdefault(name.strip().lower(), name)
@@ -48,23 +57,58 @@ class Columns:
         self.step = next((exact[n] for n in STEP_NAMES if n in exact), None)
         if self.step is None and epoch_rows:  # a table of one row per epoch (Keras CSVLogger, timm, ultralytics)
             self.step = exact.get("epoch")
+        self.parts = []  # the loss is the sum of these (the first is self.loss), when the log has no total
+        if self.loss is None and not loss_name:
+            self.parts = [name for low, name in base.items() if PART.match(low)]
+            self.loss = self.parts[0] if self.parts else None
         if self.loss is None:
-            hints = [n for n in kept if "loss" in n.lower()] or [n for n in kept if n != self.step]
-            seen = ", ".join(hints[:8]) + (f" and {len(hints) - 8} more" if len(hints) > 8 else "") or "none"
-            asked = f"no column '{loss_name}'" if loss_name else "no loss found"
-            raise CliError(f"{asked}: candidates {seen}; use --loss COLUMN")
+            self._refuse(kept, loss_name, counts)
         self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
         self.lr = next((base[n] for n in LR_NAMES if n in base), None)
         taken = {n for n in LOSS_NAMES} | {base_name(self.loss)}
-        self.extras = [  # every other loss is taken for one dataset's loss (cm4, pmd, ...)
+        self.extras = [  # every other loss named loss/<x> or <x>/loss is taken for one dataset's loss (cm4, pmd, ...)
             name for low, name in base.items()
-            if "loss" in low and low not in taken and name != self.loss and not VALIDATION.search(low)
+            if DATASET.search(low) and low not in taken and name != self.loss and not VALIDATION.search(low)
             and "scale" not in low
         ]
 
+    def _refuse(self, kept, loss_name, counts):
+        """No loss: say which series the log holds (numeric ones, with their counts, where records name them)."""
+        if counts is not None:
+            kept = [n for n in kept if counts.get(n)]
+        hints = [n for n in kept if "loss" in n.lower()] + [n for n in kept if "loss" not in n.lower() and n != self.step]
+        shown = [f"{n} ({counts[n]})" if counts is not None else n for n in hints]
+        seen = ", ".join(shown[:12]) + (f" and {len(shown) - 12} more" if len(shown) > 12 else "") or "none"
+        asked = f"no column '{loss_name}'" if loss_name else "no loss found"
+        what = "numeric series (values in the first records)" if counts is not None else "columns"
+        raise CliError(f"{asked}: {what}: {seen}; use --loss NAME")
+
+    @property
+    def loss_label(self):
+        """The loss as the report names it: its column, or the sum of its parts."""
+        return " + ".join(self.parts) if len(self.parts) > 1 else self.loss
+
+    def loss_words(self):
+        """What the loss read is, for the report: its column; the sum of its parts; or a total with its parts."""
+        if len(self.parts) > 1:
+            return f"'{self.loss_label}' (no total logged: the sum of its {len(self.parts)} parts)"
+        components = self.components()
+        if len(components) > 1:
+            shown = ", ".join(components[:3]) + (f" and {len(components) - 3} more" if len(components) > 3 else "")
+            return f"'{self.loss}' (the total of its parts {shown})"
+        return f"'{self.loss}'"
+
+    def components(self):
+        """The logged parts of a total loss (loss_cls, loss_bbox, train/value_loss, ...): losses named with an
+        underscore that are no dataset, validation loss or loss scale."""
+        if base_name(self.loss) not in LOSS_NAMES or self.parts:
+            return []
+        return [name for name in self.names if name != self.loss and COMPONENT.search(base_name(name))
+                and not VALIDATION.search(base_name(name)) and "scale" not in name.lower()]
+
     def order(self):
-        """Column names in row-tuple order: step, loss, grad, lr, extras (None where absent)."""
-        return [self.step, self.loss, self.grad, self.lr, *self.extras]
+        """Column names in row-tuple order: step, loss, grad, lr, the loss's other parts, extras (None where absent)."""
+        return [self.step, self.loss, self.grad, self.lr, *self.parts[1:], *self.extras]
 
 
 class Unparsed:
@@ -131,8 +175,11 @@ def chunks_of(rows, cols, size=4096):
         yield to_chunk(batch, cols)
 
 
-def from_records(records, loss_name, unparsed):
-    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns."""
+def from_records(records, loss_name, unparsed, need_loss=False):
+    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns. `need_loss`
+    (plain text): a record without the loss is no row, and its names are not the log's series. A step counter that
+    starts again when the epoch moves on is composed into a global step (epoch_steps)."""
+    records = ((line, record) for line, record in records if not _validation(record))
     preview = []
     for record in records:
         preview.append(record)
@@ -140,12 +187,69 @@ def from_records(records, loss_name, unparsed):
             break
     if not preview:
         raise CliError("no records with values found")
-    names = []
+    counts = {}
     for _, record in preview:
-        names.extend(k for k in record if k not in names)
-    cols = Columns(names, loss_name)
-    wanted = cols.order()
+        for k, v in record.items():
+            counts[k] = counts.get(k, 0) + _numeric(v)
+    cols = Columns(list(counts), loss_name, counts=counts)
+    if need_loss:  # (a line with the loss but no step, where the log has steps, is a summary or an evaluation)
+        step = cols.step
 
+        def row(record):
+            return cols.loss in record and (step is None or step in record)
+
+        preview = [item for item in preview if row(item[1])]
+        records = ((line, record) for line, record in records if row(record))
+        cols = Columns(list(dict.fromkeys(k for _, record in preview for k in record)), loss_name, counts=counts)
+    wanted = cols.order()
+    rows = itertools.chain(preview, records)
+    epoch = next((name for name in counts if name.strip().lower() == "epoch"), None)
+    if cols.step is not None and epoch is not None:
+        rows = epoch_steps(rows, cols.step, epoch)
     rows = (row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
-            for line, record in itertools.chain(preview, records))
+            for line, record in rows)
     return cols, chunks_of(rows, cols)
+
+
+PHASE_KEYS = ("mode", "phase", "split", "stage")  # mmdetection's "mode": "val" records
+
+
+def _validation(record):
+    """A record that says it is an evaluation's ({"mode": "val", ...}): no training row."""
+    for k in PHASE_KEYS:
+        value = record.get(k)
+        if isinstance(value, str) and VALIDATION.search(value):
+            return True
+    return False
+
+
+def _numeric(value):
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, (int, float)):
+        return 1
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return 0
+    return 1
+
+
+def epoch_steps(records, step, epoch):
+    """Records whose step counts from the start of each epoch (mmdetection's `iter`, DeepSpeed-Chat's `Step`, an
+    epoch's batch index) with a global step: where the step goes back as the epoch moves on, the counter goes on
+    from the epoch's last logged step plus the logging interval (the step before the last one to the last). A step
+    that goes back without a new epoch is a resume and stays as it is."""
+    offset, last, interval, last_epoch = 0, None, 1, None
+    for line, record in records:
+        s, e = record.get(step), record.get(epoch)
+        if _numeric(s) and _numeric(e):
+            s, e = float(s), float(e)
+            if last is not None and e > last_epoch and s + offset <= last:
+                offset = last + interval - s
+            if offset:
+                record = {**record, step: s + offset}
+            if last is not None and s + offset > last:
+                interval = s + offset - last
+            last, last_epoch = s + offset, e
+        yield line, record
