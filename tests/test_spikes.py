@@ -11,6 +11,7 @@ import tracemalloc
 import pytest
 
 import spikes
+from spikelog.detect.thresholds import REFRESH
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -779,6 +780,22 @@ def test_the_baseline_follows_a_fast_falling_loss(tmp_path):
     report = spikes.analyze(write(tmp_path, "finetune.csv", "step,loss\n" + "\n".join(rows) + "\n"))
     assert [(s.step, s.type) for s in report.spikes] == [(300, "fast_recovery")]
     assert report.spikes[0].baseline == pytest.approx(0.011 + 0.5 * math.exp(-3), rel=0.1)
+
+
+@pytest.mark.parametrize("at", [70, 90, 120, 150])
+def test_a_3x_spike_while_a_fine_tune_still_falls_by_a_factor_is_found(tmp_path, at):
+    """Issue 23: a loss going from 0.3 to 0.002 (by e every 30 steps): a straight line through the window's values
+    bends away from the curve and a plain median lags far above it, so a 3x spike went unseen from the moment the
+    window filled until the curve flattened (steps 64 to ~190 here). A line through the logarithms follows it."""
+    rng = random.Random(at)
+    rows = [f"{s},{(0.002 + 0.3 * math.exp(-s / 30)) * (1 + 0.02 * rng.gauss(0, 1)) * (3 if s == at else 1):.6g}"
+            for s in range(600)]
+    report = spikes.analyze(write(tmp_path, "finetune.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.step, s.type) for s in report.spikes] == [(at, "fast_recovery")]
+    def curve(s):
+        return 0.002 + 0.3 * math.exp(-s / 30)
+    assert 0.85 * curve(at) < report.spikes[0].baseline < 1.15 * curve(at - REFRESH)  # (recomputed every 32 values)
+    assert report.to_json()["events"] == []
 
 
 def near_zero_log(tmp_path, bump):
