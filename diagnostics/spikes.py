@@ -79,6 +79,9 @@ Events, each with "kind" and "step":
   series_spike          two or more dataset losses: series (those that spiked), quiet, scope ("shared"
                         or "confined"), in_main, types
   unparsed              cells that were not numbers, read as missing: column, count, first_line (step null)
+  repeated_rows         JSONL, JSON and text: rows left out as a step logged again (the next row goes back to the
+                        highest step or past it: two processes writing one log, one a row behind), count,
+                        first_line (step null)
   too_short             33 values or fewer: detection needs a 32-value baseline first (values, needed)
 
 Command

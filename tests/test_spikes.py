@@ -551,6 +551,11 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "llamafactory_trainer_log.jsonl": ("jsonl", "loss", 80, 5, 400, [(265, "fast_recovery")]),  # current_steps
     "megatron_golden_values.json": ("json", "lm loss", 80, 0, 395, [(245, "fast_recovery")]),
     "history_list.json": ("json", "loss", 75, 0, 296, [(160, "fast_recovery")]),  # a list of dicts, iter per epoch
+    "llamafactory_two_writers.jsonl": ("jsonl", "loss", 80, 10, 800, [(610, "fast_recovery")]),  # each step twice
+}
+SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
+    "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
+    "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
 }
 
 
@@ -564,9 +569,7 @@ def test_the_long_tail_of_log_shapes_is_read_by_its_own_steps(name):
     assert (report.format, report.columns.loss_label) == (fmt, loss)
     assert (report.values, report.first_step, report.last_step) == (rows, first, last)
     assert [(s.step, s.type) for s in report.spikes] == found
-    events = report.to_json()["events"]
-    bad_bytes = [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}]
-    assert events == (bad_bytes if name == "yolox_train_log.txt" else [])
+    assert report.to_json()["events"] == SHAPE_EVENTS.get(name, [])
 
 
 def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):

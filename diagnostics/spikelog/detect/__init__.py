@@ -255,6 +255,9 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
         for first, last, count, first_row in series.nonfinite:
             events.append({"kind": "nonfinite", "step": first, "last_step": last, "count": count,
                            "series": series.name, "_row": first_row})
+    if unparsed.repeated is not None:
+        events.append({"kind": "repeated_rows", "step": None, "count": unparsed.repeated[0],
+                       "first_line": unparsed.repeated[1], "_row": -1})
     for name, (count, line) in unparsed.columns.items():
         events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
                        "_row": -1})

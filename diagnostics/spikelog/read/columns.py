@@ -116,10 +116,15 @@ class Unparsed:
 
     def __init__(self):
         self.columns = {}  # name -> [count, first line]
+        self.repeated = None  # [count, first line] of rows left out as a step logged again (repeated_rows)
 
     def add(self, name, line):
         entry = self.columns.setdefault(name, [0, line])
         entry[0] += 1
+
+    def repeat(self, line):
+        self.repeated = self.repeated or [0, line]
+        self.repeated[0] += 1
 
 
 def number(value, name, line, unparsed):
@@ -206,6 +211,8 @@ def from_records(records, loss_name, unparsed, need_loss=False):
     epoch = next((name for name in counts if name.strip().lower() == "epoch"), None)
     if cols.step is not None and epoch is not None:
         rows = epoch_steps(rows, cols.step, epoch)
+    if cols.step is not None:
+        rows = repeated_rows(rows, cols.step, cols.loss, unparsed)
     rows = (row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
             for line, record in rows)
     return cols, chunks_of(rows, cols)
@@ -233,6 +240,32 @@ def _numeric(value):
     except (TypeError, ValueError):
         return 0
     return 1
+
+
+def repeated_rows(records, step, loss, unparsed):
+    """The records less those with a loss whose step was already read and whose next record with a loss goes back to
+    the highest step read so far or past it (or that end the log): a step logged twice (two writers into one file,
+    one a row behind the other, as two processes of one LLaMA-Factory run can write; a line repeated). A resume goes
+    back and then on from there: it stays (a writer two rows behind reads as one; a resume by one logged row reads
+    as a repeat). Counted in unparsed.repeated."""
+    top, held = None, None  # the highest step so far; a record that went back, until the next one tells
+    for line, record in records:
+        s = record.get(step)
+        s = float(s) if _numeric(s) and loss in record else None  # (an evaluation record at a logged step: no row)
+        if held is not None and s is not None:
+            if s >= top:
+                unparsed.repeat(held[0])
+            else:
+                yield held
+            held = None
+        if s is not None and top is not None and s <= top:
+            held = (line, record)
+            continue
+        if s is not None:
+            top = s
+        yield line, record
+    if held is not None:  # the log ends on a step that went back: the lagging writer's last row
+        unparsed.repeat(held[0])
 
 
 def epoch_steps(records, step, epoch):
