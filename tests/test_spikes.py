@@ -12,6 +12,7 @@ import pytest
 
 import spikes
 from spikelog.detect.thresholds import REFRESH
+from spikelog.read import general
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -570,6 +571,42 @@ def test_the_long_tail_of_log_shapes_is_read_by_its_own_steps(name):
     assert (report.values, report.first_step, report.last_step) == (rows, first, last)
     assert [(s.step, s.type) for s in report.spikes] == found
     assert report.to_json()["events"] == SHAPE_EVENTS.get(name, [])
+
+
+@pytest.mark.parametrize("line, record", [
+    ("iter 0: loss 10.8610, time 412.30ms, mfu -100.00%", {"step": "0", "loss": "10.8610"}),  # units are no values
+    ("step 3: train loss 2.0, val loss 2.3", {"step": "3", "train loss": "2.0", "val loss": "2.3"}),  # val in a name
+    ("| INFO | valid | epoch 001 | valid on 'valid' subset | loss 4.3 | num_updates 8000", None),
+    ("Epoch(val) [1][ 50/500]  eta: 0:00:10  loss: 0.91", None),
+    ("Epoch: [0]  [50/6]  eta: 0:00:25  lr: 0.001004  loss: 8.2773 (8.2773)", {"epoch": "0", "step": "50", "loss": "8.2773",
+                                                                            "lr": "0.001004"}),
+    ("Epoch [2][50/500] it: 7 loss: 1.0", {"epoch": "2", "step": "50", "loss": "1.0"}),  # the brackets count first
+    ("Iter(train) [  50/90000]  lr: 1e-3  iter: 9  loss: 2.0", {"step": "50", "lr": "1e-3", "loss": "2.0"}),
+    ("\x1b[32m[04/01 10:00:00 d2.utils.events]: \x1b[0m eta: 0:10:00  iter: 19  total_loss: 2.1  max_mem: 3000M",
+     {"step": "19", "total_loss": "2.1"}),  # a clock and a size are no values
+    ("global_step=120 step=7 loss=1.0", {"step": "120", "loss": "1.0"}),  # a whole-run counter first
+    ("{'loss': np.float64(1.5), 'grad_norm': tensor(0.3), 'epoch': 0.5}", {"loss": "1.5", "grad_norm": "0.3", "epoch": "0.5"}),
+    ('{"lm loss": 1.2E+00, "grad norm": 0.3, "x": NaN}', {"lm loss": "1.2E+00", "grad norm": "0.3", "x": "NaN"}),
+    ("Epoch one started", None),
+])
+def test_the_general_reader_takes_named_numbers_and_the_lines_own_step(line, record):
+    parsed = general.parse(line)
+    if record is None:
+        assert parsed is None
+    else:
+        assert {k: v for k, v in parsed.items() if k in record or k == "step"} == record
+        assert set(parsed) - set(record) <= {"Iter", "iter", "it", "time", "eta", "mfu", "epoch", "data_time"}
+
+
+def test_an_epoch_counted_from_zero_goes_on_from_the_last_epochs_steps(tmp_path):
+    """torchvision's reference scripts: `Epoch: [0]  [i/N]` counted from 0 in each 0-based epoch."""
+    rng = random.Random(3)
+    lines = [f"Epoch: [{e}]  [{i}/40]  eta: 0:00:0{i % 10}  lr: 0.005000  loss: {2 - e * 0.1 + 0.01 * rng.random():.4f} "
+             f"(2.0)  time: 1.1  data: 0.2  max mem: 2670" for e in range(3) for i in range(0, 40, 2)]
+    lines.insert(20, "Epoch: [0] Total time: 0:00:05 (0.9880 s / it)")
+    report = spikes.analyze(write(tmp_path, "torchvision.txt", "\n".join(lines) + "\n"))
+    assert (report.values, report.first_step, report.last_step) == (60, 0, 118)
+    assert report.to_json()["events"] == [] and report.spikes == []
 
 
 def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):

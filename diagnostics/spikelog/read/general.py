@@ -4,8 +4,9 @@ A line gives a record of every `name: 1.23`, `name=1.23`, `name 1.23`, `'name': 
 and JSON fragments), `lm loss: 1.2E+00` (a name of a few words) and `np.float64(1.23)` or `tensor(1.23)`;
 colour codes (ANSI) are stripped first. A number glued to a unit (`12ms`, `38%`, `3000M`), a clock (`0:10:00`)
 or a word is no value. The step is the line's own counter: a global one (`global_step`, `num_updates`,
-`current_steps`, `time/iterations`) first, then `Epoch [e][i/N]` (mmdetection, mmengine: (e - 1) * N + i),
-`Iter [i/N]`, then `step`, `iteration`, `iter`, `it`. A line that says it is validation (`valid`, `eval`,
+`current_steps`, `time/iterations`) first, then the i of `Epoch [e][i/N]` (mmdetection, mmengine, torchvision's
+references; with e as the epoch) or `Iter [i/N]`, then `step`, `iteration`, `iter`, `it`. A counter that starts
+again each epoch is composed into a global step by columns.epoch_steps. A line that says it is validation (`valid`, `eval`,
 `(val)`, `test` outside its names) is no training row, and lines in a row with the same step are one row (a
 trainer's own summary of that step adds what the row lacks). Which name is the loss is decided after, by
 the Columns of all records (read/columns.py); records that do not hold it are no rows.
@@ -43,14 +44,12 @@ def parse(line):
     keys = {key(name): name for name in record}
     found = next((keys[k] for k in GLOBAL_STEPS if k in keys), None)
     if found is None:
-        m = EPOCH_ITER.search(line)
-        if m is not None:
-            epoch, i, per_epoch = map(int, m.groups())
-            record["step"] = str((epoch - 1) * per_epoch + i)
-            return record
-        m = ITER_OF.search(line)
-        if m is not None:
-            record["step"] = m.group(1)
+        m = EPOCH_ITER.search(line) or ITER_OF.search(line)
+        if m is not None:  # the counter in the brackets; columns.epoch_steps goes on across epochs
+            epoch_local = m.re is EPOCH_ITER
+            if epoch_local:
+                record.setdefault("epoch", m.group(1))
+            record["step"] = m.group(2 if epoch_local else 1)
             return record
         found = next((keys[k] for k in LOCAL_STEPS if k in keys), None)
     if found is not None:
