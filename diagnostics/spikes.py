@@ -15,7 +15,8 @@ TensorBoard event file or directory, a JSON document (the HF Trainer's `trainer_
 golden values, a list of records), llm.c's logs (`s:100 trl:3.21 ...` and its stdout), and any other plain
 text: every number next to a name on a line (`loss: 1.23`, `loss=1.23`, `loss 1.23`, `'loss': 1.23`,
 `lm loss: 1.2E+00`, dict and JSON fragments), colour codes stripped, bytes that are not UTF-8 dropped from
-their line (counted in an unparsed event), a line that says it is validation left out. That covers the
+their line (counted in an unparsed event), a line that says it is validation left out; and a table printed
+with `|` between its cells (a header of names, then rows of numbers). That covers the
 stdout of nanoGPT, modded-nanogpt, Megatron-LM, the HF Trainer, torchtune, fairseq, detectron2,
 mmdetection, OpenNMT-py, YOLOX and DeepSpeed-Chat. The step is the log's own counter: `step` (a global
 one first: `global_step`, `num_updates`, `current_steps`, `time/iterations`; in text, `Epoch [e][i/N]` is
@@ -23,7 +24,7 @@ one first: `global_step`, `num_updates`, `current_steps`, `time/iterations`; in 
 order); a counter that starts again with each epoch goes on from the epoch's last logged step plus the
 logging interval. Columns are matched by name: the loss (`total_loss`, `loss`, `train_loss`, `train/loss`,
 `lm loss`, `xent`, or `--loss COLUMN`; with no total, the sum of the `train/*_loss` parts, said in the
-report, as is a total's parts), `grad_norm` (`gnorm`), `lr`/`learning_rate`, and every column named
+report, as is a total's parts; else the one column named like a loss, or the one of those named for training), `grad_norm` (`gnorm`), `lr`/`learning_rate`, and every column named
 `loss/<x>` or `<x>/loss` (validation losses and the fp16 loss scale aside), taken as the loss of one dataset
 of a mix. A W&B export's `<run> - ` prefix and Lightning's `_step` suffix are read through; summary columns
 (`__MIN`, `__MAX`, `_epoch`) are left out. When no loss is found, the refusal lists the numeric series the

@@ -553,6 +553,8 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "megatron_golden_values.json": ("json", "lm loss", 80, 0, 395, [(245, "fast_recovery")]),
     "history_list.json": ("json", "loss", 75, 0, 296, [(160, "fast_recovery")]),  # a list of dicts, iter per epoch
     "llamafactory_two_writers.jsonl": ("jsonl", "loss", 80, 10, 800, [(610, "fast_recovery")]),  # each step twice
+    "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
+    "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],

@@ -22,9 +22,11 @@ DATASET = re.compile(r"(^|[/.])loss([/.]|$)")  # loss/cm4, cm4/loss: one dataset
 # Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
 # nor is an fp16 loss scale.
 VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
+CAMEL_VALIDATION = re.compile(r"(Val|Valid|Eval|Test)[A-Z]")  # ValLoss, TestLoss
 # Summary columns: a W&B export's min/max envelope of each series, Lightning's per-epoch means. Not datasets.
 SUMMARY = re.compile(r"(__min|__max|_epoch)$", re.IGNORECASE)
 PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
+TEXT_SCAN = 100_000  # plain text: the first 1000 lines with a loss decide, looked for among this many (ours)
 
 
 def base_name(name):
@@ -60,7 +62,7 @@ class Columns:
         self.parts = []  # the loss is the sum of these (the first is self.loss), when the log has no total
         if self.loss is None and not loss_name:
             self.parts = [name for low, name in base.items() if PART.match(low)]
-            self.loss = self.parts[0] if self.parts else None
+            self.loss = self.parts[0] if self.parts else self._only_loss(base)
         if self.loss is None:
             self._refuse(kept, loss_name, counts)
         self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
@@ -71,6 +73,14 @@ class Columns:
             if DATASET.search(low) and low not in taken and name != self.loss and not VALIDATION.search(low)
             and "scale" not in low
         ]
+
+    def _only_loss(self, base):
+        """No loss by a name we know: the one column named like a loss (`avg_loss`, `TrainLoss`) that is no validation
+        loss or loss scale, or the one of those named for training; else None."""
+        named = [name for low, name in base.items() if "loss" in low and not VALIDATION.search(low)
+                 and not CAMEL_VALIDATION.match(name.strip()) and "scale" not in low]
+        train = [name for name in named if base_name(name).startswith("train")]
+        return named[0] if len(named) == 1 else train[0] if len(train) == 1 else None
 
     def _refuse(self, kept, loss_name, counts):
         """No loss: say which series the log holds (numeric ones, with their counts, where records name them)."""
@@ -185,17 +195,18 @@ def from_records(records, loss_name, unparsed, need_loss=False):
     (plain text): a record without the loss is no row, and its names are not the log's series. A step counter that
     starts again when the epoch moves on is composed into a global step (epoch_steps)."""
     records = ((line, record) for line, record in records if not _validation(record))
-    preview = []
-    for record in records:
-        preview.append(record)
+    preview, counts, seen = [], {}, 0
+    for item in records:
+        seen += 1
+        for k, v in item[1].items():
+            counts[k] = counts.get(k, 0) + _numeric(v)
+        if need_loss and seen < TEXT_SCAN and not any(_may_be_loss(k, loss_name) for k in item[1]):
+            continue  # a config dump or a banner before the training lines (detectron2 prints thousands)
+        preview.append(item)
         if len(preview) >= PREVIEW_ROWS:
             break
-    if not preview:
+    if not seen:
         raise CliError("no records with values found")
-    counts = {}
-    for _, record in preview:
-        for k, v in record.items():
-            counts[k] = counts.get(k, 0) + _numeric(v)
     cols = Columns(list(counts), loss_name, counts=counts)
     if need_loss:  # (a line with the loss but no step, where the log has steps, is a summary or an evaluation)
         step = cols.step
@@ -228,6 +239,11 @@ def _validation(record):
         if isinstance(value, str) and VALIDATION.search(value):
             return True
     return False
+
+
+def _may_be_loss(name, loss_name):
+    low = base_name(name)
+    return low == base_name(loss_name) if loss_name else low in LOSS_NAMES or "loss" in low
 
 
 def _numeric(value):
