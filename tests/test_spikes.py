@@ -555,6 +555,7 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "llamafactory_two_writers.jsonl": ("jsonl", "loss", 80, 10, 800, [(610, "fast_recovery")]),  # each step twice
     "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
     "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
+    "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
@@ -623,6 +624,20 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     resumed = rows[:101] + rows[76:101]  # back to step 75, the loss where it was then: a resume, not a new run
     kinds = [e["kind"] for e in spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(resumed) + "\n")).to_json()["events"]]
     assert kinds == ["resume"]
+
+
+def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_path):
+    """An RL log (a table aligned with spaces) with two losses and no total: the refusal names them with their counts;
+    --loss picks one, stepped by the table's Iteration column."""
+    proc = run_cli("spikes.py", LOGS / "rl_aligned_table.txt")
+    assert_one_line_error(proc)
+    assert "no loss found: numeric series (values in the first records): Critic_Loss (40), Actor_Loss (40), " in proc.stderr
+    report = spikes.analyze(LOGS / "rl_aligned_table.txt", "Critic_Loss")
+    assert (report.format, report.values, report.first_step, report.last_step) == ("text", 40, 0, 1950)
+    junk = write(tmp_path, "notes.log", "deepspeed main.py --lr 3e-4\nall good so far\n")
+    proc = run_cli("spikes.py", junk)
+    assert_one_line_error(proc)
+    assert "no number next to a name and no table in its first 2 lines" in proc.stderr and "deepspeed" not in proc.stderr
 
 
 def test_a_total_loss_is_read_and_its_parts_are_named_not_taken_for_datasets():

@@ -52,14 +52,14 @@ def sniff(path):
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         return suffix[1:]
-    if any(general.parse(line) for line in lines):
+    if any(general.parse(line) for line in lines) or _table(lines):
         return "text"
     if "\t" in first:
         return "tsv"
     if "," in first:
         return "csv"
-    raise CliError(f"not a training log this tool knows (first line: {first[:60]!r}); formats: "
-                   f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+    raise CliError(f"not a training log this tool knows: no number next to a name and no table in its first "
+                   f"{len(lines)} lines; formats: {', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
 
 
 def open_log(path, loss_name=None, fmt=None, accelerate=None):
@@ -106,6 +106,16 @@ def _summed(chunks, more):
         else:
             losses = sum(parts, losses)
         yield steps, losses, grads, lrs, extra, complete
+
+
+def _table(lines):
+    """Whether a table of numbers under a header of names (general.table_row) is among these lines."""
+    header = None
+    for line in lines:
+        header, record = general.table_row(line, header)
+        if record is not None:
+            return True
+    return False
 
 
 def _json_document(first, text):

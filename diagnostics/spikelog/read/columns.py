@@ -11,8 +11,9 @@ from .. import CliError
 
 STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "current_steps", "num_updates", "time/iterations",
               "iter", "iteration")  # current_steps: LLaMA-Factory; time/iterations: stable-baselines3
-LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent")  # a loss in parts: its total first
-# (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py
+LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent", "train")  # a loss in parts: its
+# total first (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py;
+# train: build-nanogpt's log.txt (`1200 train 3.21`, `1200 val 3.30`)
 GRAD_NAMES = ("grad_norm", "train/grad_norm", "gnorm")  # train/...: the HF Trainer's TensorBoard tags; gnorm: fairseq
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
 PART = re.compile(r"^train/\w+_loss$")  # YOLOv8's train/box_loss, train/cls_loss, ...: with no total, their sum

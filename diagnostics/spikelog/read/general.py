@@ -5,7 +5,8 @@ and JSON fragments), `lm loss: 1.2E+00` (a name of a few words) and `np.float64(
 colour codes (ANSI) are stripped first. A number glued to a unit (`12ms`, `38%`, `3000M`), a clock (`0:10:00`)
 or a word is no value. The step is the line's own counter: a global one (`global_step`, `num_updates`,
 `current_steps`, `time/iterations`) first, then the i of `Epoch [e][i/N]` (mmdetection, mmengine, torchvision's
-references; with e as the epoch) or `Iter [i/N]` (after `Epoch: [e/E]`, its epoch), then `step`, `iteration`, `iter`, `it`. A counter that starts
+references; with e as the epoch) or `Iter [i/N]` (after `Epoch: [e/E]`, its epoch), then `step`, `iteration`, `iter`, `it`, then a number that opens
+the line before a name (`1200 train 3.21`). A counter that starts
 again each epoch is composed into a global step by columns.epoch_steps. A line that says it is validation (`valid`, `eval`,
 `(val)`, `test` outside its names) is no training row, and lines in a row with the same step are one row (a
 trainer's own summary of that step adds what the row lacks). Which name is the loss is decided after, by
@@ -22,6 +23,7 @@ PAIR = re.compile(r"(?<![\w./-])[\"']?(" + NAME + r")[\"']?\s*(?:[:=]\s*|\s+)(?:
 EPOCH_ITER = re.compile(r"\bepoch\s*(?:\(\w+\))?\s*:?\s*\[\s*(\d+)\s*\]\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.IGNORECASE)
 EPOCH_OF = re.compile(r"\bepoch\s*:?\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.IGNORECASE)  # Epoch: [ 0/200] (its iter follows)
 ITER_OF = re.compile(r"\biter\s*(?:\(\w+\))?\s*:?\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.IGNORECASE)  # Iter(train) [50/90000]
+LEADING_STEP = re.compile(r"(\d+) (?=[A-Za-z_])")
 PHASE = re.compile(r"(?<![\w/.-])(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)(?![\w/.-])",
                    re.IGNORECASE)
 GLOBAL_STEPS = ("global_step", "num_updates", "current_steps", "time/iterations")  # whole-run counters first
@@ -59,14 +61,19 @@ def parse(line):
         found = next((keys[k] for k in LOCAL_STEPS if k in keys), None)
     if found is not None:
         record["step"] = record.pop(found)
+    else:
+        m = LEADING_STEP.match(line)  # `1200 train 3.21` (build-nanogpt's log.txt): the line opens with its step
+        if m is not None:
+            record["step"] = m.group(1)
     return record
 
 
 def table_row(text, header):
-    """A table printed with `|` between its cells: (header, record) for one line, the header the names of the last
-    line whose cells are all names, the record a line whose cells each start with a number under them (`50.80%`,
-    `19.6s  <- best`); the step is the column named for one (an epoch table's epoch). (header, None) otherwise."""
-    cells = [cell.strip() for cell in text.strip().strip("|").split("|")]
+    """A table printed with `|` (or two spaces or more, or tabs) between its cells: (header, record) for one line, the
+    header the names of the last line whose cells are all names, the record a line whose cells each start with a
+    number under them (`50.80%`, `19.6s  <- best`); the step is the column named for one (an epoch table's epoch).
+    (header, None) otherwise."""
+    cells = [cell.strip() for cell in (text.strip().strip("|").split("|") if "|" in text else GAP.split(text.strip()))]
     if len(cells) < 3:
         return header, None
     if all(CELL_NAME.fullmatch(cell) for cell in cells):
@@ -84,6 +91,7 @@ def table_row(text, header):
     return header, record
 
 
+GAP = re.compile(r"\s{2,}|\t")  # between the cells of a table aligned with spaces (rl algorithms' log.txt)
 CELL_NAME = re.compile(r"[A-Za-z_][\w./ ()-]*")
 CELL_NUMBER = re.compile(NUM)
 
@@ -95,7 +103,7 @@ def records(path, unparsed, parse_line=parse):
     held, held_line, header = None, 0, None
     for line, text in enumerate(text_lines(path, unparsed), 1):
         record = None
-        if text.count("|") >= 2:
+        if text.count("|") >= 2 or "  " in text or "\t" in text:
             header, record = table_row(text, header)
         if record is None:
             record = parse_line(text)
