@@ -634,6 +634,11 @@ def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_pa
     assert "no loss found: numeric series (values in the first records): Critic_Loss (40), Actor_Loss (40), " in proc.stderr
     report = spikes.analyze(LOGS / "rl_aligned_table.txt", "Critic_Loss")
     assert (report.format, report.values, report.first_step, report.last_step) == ("text", 40, 0, 1950)
+    config = write(tmp_path, "log.txt", "".join(f"[06/01 10:00:0{i} d2.engine]: Rank of current process: 0. World size: 1\n"
+                                               f"    BG_CLS_LOSS_WEIGHT: 1.0\n    SMOOTH_L1_BETA: 0.0\n" for i in range(3)))
+    proc = run_cli("spikes.py", config)  # a config dump and no training line: its loss weight is no loss
+    assert_one_line_error(proc)
+    assert "no loss found: numeric series (values in the first records): BG_CLS_LOSS_WEIGHT (3), " in proc.stderr
     junk = write(tmp_path, "notes.log", "deepspeed main.py --lr 3e-4\nall good so far\n")
     proc = run_cli("spikes.py", junk)
     assert_one_line_error(proc)

@@ -11,9 +11,8 @@ from .. import CliError
 
 STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "current_steps", "num_updates", "time/iterations",
               "iter", "iteration")  # current_steps: LLaMA-Factory; time/iterations: stable-baselines3
-LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent", "train")  # a loss in parts: its
-# total first (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py;
-# train: build-nanogpt's log.txt (`1200 train 3.21`, `1200 val 3.30`)
+LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent")  # a loss in parts: its total first
+# (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py
 GRAD_NAMES = ("grad_norm", "train/grad_norm", "gnorm")  # train/...: the HF Trainer's TensorBoard tags; gnorm: fairseq
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
 PART = re.compile(r"^train/\w+_loss$")  # YOLOv8's train/box_loss, train/cls_loss, ...: with no total, their sum
@@ -77,11 +76,13 @@ class Columns:
 
     def _only_loss(self, base):
         """No loss by a name we know: the one column named like a loss (`avg_loss`, `TrainLoss`) that is no validation
-        loss or loss scale, or the one of those named for training; else None."""
+        loss, loss scale or loss weight (a config's LOSS_WEIGHT: 1.0), or the one of those named for training; else a
+        column named `train` (build-nanogpt's `1200 train 3.21`); else None."""
         named = [name for low, name in base.items() if "loss" in low and not VALIDATION.search(low)
-                 and not CAMEL_VALIDATION.match(name.strip()) and "scale" not in low]
+                 and not CAMEL_VALIDATION.match(name.strip()) and "scale" not in low and "weight" not in low
+                 and not name.isupper()]
         train = [name for name in named if base_name(name).startswith("train")]
-        return named[0] if len(named) == 1 else train[0] if len(train) == 1 else None
+        return named[0] if len(named) == 1 else train[0] if len(train) == 1 else base.get("train")
 
     def _refuse(self, kept, loss_name, counts):
         """No loss: say which series the log holds (numeric ones, with their counts, where records name them)."""
@@ -244,7 +245,7 @@ def _validation(record):
 
 def _may_be_loss(name, loss_name):
     low = base_name(name)
-    return low == base_name(loss_name) if loss_name else low in LOSS_NAMES or "loss" in low
+    return low == base_name(loss_name) if loss_name else low in LOSS_NAMES or "loss" in low or low == "train"
 
 
 def _numeric(value):
