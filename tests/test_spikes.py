@@ -269,6 +269,23 @@ def test_jsonl_reads_like_csv(small_curve, csv_result, tmp_path):
     assert spike_summary(spikes.analyze(path)) == csv_result
 
 
+def test_jsonl_taken_a_block_at_a_time_reads_like_row_by_row(tmp_path):
+    """JSON numbers are taken as whole columns; a block with a word, a boolean, a float step or a line that is no
+    object is read row by row, to the same values (the odd cells counted as unparsed)."""
+    rng = random.Random(5)
+    rows = [{"step": s, "loss": 2 + 0.01 * rng.random() + (3 if s == 150 else 0), "lr": 1} for s in range(300)]
+    plain = write(tmp_path, "plain.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    odd = [dict(r) for r in rows]
+    odd[20]["loss"], odd[21]["loss"], odd[22]["step"] = "abc", True, 22.0
+    lines = [json.dumps(r) for r in odd]
+    lines.insert(40, "1, 2")
+    mixed = write(tmp_path, "mixed.jsonl", "\n".join(lines) + "\n")
+    a, b = spikes.analyze(plain), spikes.analyze(mixed)
+    assert [(s.step, s.type) for s in a.spikes] == [(s.step, s.type) for s in b.spikes] == [(150, "fast_recovery")]
+    assert (a.values, b.values) == (300, 298)
+    assert sorted((e["column"], e["count"]) for e in b.to_json()["events"] if e["kind"] == "unparsed") == [("<line>", 1), ("loss", 2)]
+
+
 def test_tsv_reads_like_csv(small_curve, csv_result, tmp_path):
     rows = ["step\tloss\tgrad_norm"] + [f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}" for r in small_curve[1]]
     assert spike_summary(spikes.analyze(write(tmp_path, "run.tsv", "\n".join(rows)))) == csv_result
