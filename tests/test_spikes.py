@@ -662,6 +662,27 @@ def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_pa
     assert "no number next to a name and no table in its first 2 lines" in proc.stderr and "deepspeed" not in proc.stderr
 
 
+def test_golden_values_on_one_line_keyed_by_step_beside_other_keys(tmp_path):
+    """Megatron-LM's golden values as newer versions write them: `values` keyed by step, on one line, beside keys that
+    are no series (a seed) and a series that is malformed (an interval of 0: left out)."""
+    loss = {str(5 * k): 3 + 0.01 * (k % 4) + (2.0 if k == 40 else 0) for k in range(60)}
+    golden = {"lm loss": {"start_step": 0, "end_step": 295, "step_interval": 5, "values": loss}, "seed": 1234,
+              "num-zeros": {"start_step": 0, "step_interval": 0, "values": [1, 2]}}
+    path = write(tmp_path, "golden.json", json.dumps(golden))
+    report = spikes.analyze(path)
+    assert (report.format, report.columns.loss, report.values, report.last_step) == ("json", "lm loss", 60, 295)
+    assert [(s.step, s.type) for s in report.spikes] == [(200, "fast_recovery")]
+    two = write(tmp_path, "results.csv", "epoch,train/box_loss,train/cls_loss\n" + "".join(
+        f"{e},{1 + 0.01 * (e % 3)},{2 + (4 if e == 50 else 0)}\n" for e in range(1, 80)))
+    report = spikes.analyze(two)  # two parts are summed too
+    assert report.columns.loss_label == "train/box_loss + train/cls_loss"
+    assert [(s.step, round(s.peak, 2)) for s in report.spikes] == [(50, 7.02)]  # 1.02 + 6: the sum
+    pretty = write(tmp_path, "object.json", '{\n "seed": 1,\n "losses": [1, 2]\n}\n')
+    proc = run_cli("spikes.py", pretty)
+    assert_one_line_error(proc)
+    assert "JSON log must be a trainer_state.json (with log_history), Megatron-LM golden values" in proc.stderr
+
+
 def test_a_total_loss_is_read_and_its_parts_are_named_not_taken_for_datasets():
     report = spikes.analyze(LOGS / "detectron2_metrics.json")
     assert report.columns.extras == [] and report.columns.parts == []

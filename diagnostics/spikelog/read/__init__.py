@@ -120,8 +120,6 @@ def _table(lines):
 
 def _json_document(first, text):
     """A line that opens with `[`: a JSON list (of records), or a log line such as `[04/01 12:00:00 d2...]`."""
-    if first.strip() in ("[", "[{") or first.startswith(("[{", "[[", '["')):
-        return True
     try:
         json.loads(first)
     except (ValueError, RecursionError):
