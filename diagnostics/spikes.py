@@ -153,10 +153,13 @@ values before the spike, extrapolated at most 128 rows; a loss back under its pr
 called set back, so an offset early in training, while the loss still falls fast, can pass for a
 recovery. A spike on top of the jump that ends a repeated stretch is measured from the true level only
 once the jump is confirmed (16 values), so its recovery can be counted up to 16 steps late. Two spikes
-fewer than five values apart merge unless the loss was back in the band between them. For JSONL, event
-files and plain text the first 1000 records decide the columns; a JSON document (trainer_state.json, golden
-values) is loaded whole (up to 512 MB). An epoch-local counter is composed from the epoch's last logged step
-and the logging interval, not from the epoch's length: a step may be off by less than one logging interval. Memory is one 64-value window per series and a 64 KB
+fewer than five values apart merge unless the loss was back in the band between them. For JSONL and event
+files the first 1000 records decide the columns, for plain text the first 1000 lines that name a loss (looked
+for in the first 100,000 lines); a JSON document (trainer_state.json, golden values) is loaded whole (up to
+512 MB). An epoch-local counter is composed from the epoch's last logged step and the logging interval, not
+from the epoch's length: a step may be off by less than one logging interval. During a fast fall the
+baseline is recomputed every 32 values, so a spike's baseline is the level up to 32 rows before it. A
+second writer two rows behind the first reads as resumes. Memory is one 64-value window per series and a 64 KB
 block of the file, plus what is found (every spike and event is kept); --plot keeps at most 4000
 min/max buckets per series.
 

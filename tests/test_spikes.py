@@ -898,6 +898,15 @@ def test_a_3x_spike_while_a_fine_tune_still_falls_by_a_factor_is_found(tmp_path,
     assert report.to_json()["events"] == []
 
 
+def test_a_loss_that_falls_through_zero_is_fitted_in_its_own_units(tmp_path):
+    """A loss may be negative (an RL objective, a GRPO loss): the line through logarithms is only for a positive
+    window; one that holds 0 or less is fitted as it is, and a spike on it is found."""
+    rows = [f"{s},{0 if s == 191 else (2 - s / 100) + 0.002 * math.sin(s * 1.7) + (3 if s == 400 else 0):.6g}"
+            for s in range(600)]
+    report = spikes.analyze(write(tmp_path, "objective.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert report.values == 600 and [(s.step, s.type) for s in report.spikes] == [(400, "fast_recovery")]
+
+
 def near_zero_log(tmp_path, bump):
     """A loss from 2.0 down to ~0.0037, then `bump` on top, then on down to new lows."""
     rng = random.Random(1)
