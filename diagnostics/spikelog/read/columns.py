@@ -274,11 +274,11 @@ def _numeric(value):
 
 def repeated_rows(records, step, loss, unparsed):
     """The records less those with a loss whose step was already read and whose next record with a loss goes back to
-    the highest step read so far or past it (or that end the log): a step logged twice (two writers into one file,
-    one a row behind the other, as two processes of one LLaMA-Factory run can write; a line repeated). A resume goes
-    back and then on from there: it stays (a writer two rows behind reads as one; a resume by one logged row reads
-    as a repeat). Counted in unparsed.repeated."""
-    top, held = None, None  # the highest step so far; a record that went back, until the next one tells
+    the highest step read so far or past it (or, ending the log, that went back from the record before it): a step
+    logged twice (two writers into one file, one a row behind the other, as two processes of one LLaMA-Factory run
+    can write; a line repeated). A resume goes back and then on from there: it stays (a writer two rows behind reads
+    as one; a resume by one logged row reads as a repeat). Counted in unparsed.repeated."""
+    top = last = held = None  # the highest step so far; the step of the last record kept; a record that went back
     for line, record in records:
         s = record.get(step)
         if loss not in record:  # an evaluation record at a logged step: no row
@@ -289,16 +289,20 @@ def repeated_rows(records, step, loss, unparsed):
             if s >= top:
                 unparsed.repeat(held[0])
             else:
-                yield held
+                yield held[:2]
+                last = held[2]
             held = None
         if s is not None and top is not None and s <= top:
-            held = (line, record)
+            held = (line, record, s)
             continue
         if s is not None:
-            top = s
+            top = last = s
         yield line, record
-    if held is not None:  # the log ends on a step that went back: the lagging writer's last row
-        unparsed.repeat(held[0])
+    if held is not None:  # the log ends on a record that went back: from the one before it (the lagging writer's
+        if held[2] <= last:  # last row), left out; going on from it (a resume to the end), kept
+            unparsed.repeat(held[0])
+        else:
+            yield held[:2]
 
 
 def epoch_steps(records, step, epoch):
