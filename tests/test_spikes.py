@@ -638,6 +638,12 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     assert [(e["kind"], e["step"], e["from_step"]) for e in report.to_json()["events"]] == [("new_run", 0, 99)] * 2
     assert "3 runs one after another" in spikes.summary(report)
     rows = (LOGS / "concatenated_runs.csv").read_text().splitlines()
+    from_one = rows[:101] + [f"{int(r.split(',')[0]) + 1},{r.split(',', 1)[1]}" for r in rows[101:200]]
+    report = spikes.analyze(write(tmp_path, "from_one.csv", "\n".join(from_one) + "\n"))
+    assert [(e["kind"], e["step"]) for e in report.to_json()["events"]] == [("new_run", 1)]  # a run from step 1 too
+    low = rows[:101] + [f"{s},{rows[100].split(',')[1]},0.3" for s in range(0, 20)]  # back to 0, the loss as it was
+    assert [e["kind"] for e in spikes.analyze(write(tmp_path, "low.csv", "\n".join(low) + "\n")).to_json()["events"]] \
+        == ["resume"]
     resumed = rows[:101] + rows[76:101]  # back to step 75, the loss where it was then: a resume, not a new run
     kinds = [e["kind"] for e in spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(resumed) + "\n")).to_json()["events"]]
     assert kinds == ["resume"]
@@ -688,8 +694,9 @@ def test_a_total_loss_is_read_and_its_parts_are_named_not_taken_for_datasets():
     assert report.columns.extras == [] and report.columns.parts == []
     assert "80 values of 'total_loss' (the total of its parts loss_box_reg, loss_cls, loss_rpn_cls and 1 more)" in \
         spikes.summary(report)
+    assert report.to_json()["log"]["loss_parts"] == []
     yolo = spikes.analyze(LOGS / "yolov8_results.csv")
-    assert yolo.columns.parts == ["train/box_loss", "train/cls_loss", "train/dfl_loss"]
+    assert yolo.columns.parts == yolo.to_json()["log"]["loss_parts"] == ["train/box_loss", "train/cls_loss", "train/dfl_loss"]
     assert "(no total logged: the sum of its 3 parts)" in spikes.summary(yolo)
     first = (LOGS / "yolov8_results.csv").read_text().splitlines()[1].split(",")
     assert yolo.spikes[0].baseline < 4.5 and sum(map(float, first[1:4])) == pytest.approx(4.5, rel=0.02)
