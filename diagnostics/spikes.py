@@ -175,7 +175,10 @@ value by value, so a log dense with them is slower: with a spike every ~700 rows
 spike or its follow-up) 10 million rows took 14.9 to 16.8 s CPU (0.60 to 0.67 M rows per second) at 142 to
 149 MB, pandas 20.8 to 23.2 s, pure Python 22.3 to 28.3 s (74 MB); 1 million rows 1.55 to 2.0 s, pure
 Python 2.0 to 2.3 s, pandas 2.2 to 2.4 s (five runs of each, one after the other: medians 1.62 s, 2.17 s
-and 2.29 s).
+and 2.29 s). Issue 23's other shapes, 1 million rows, 2026-11-26, load average 13-23 (figures of a loaded machine):
+139 runs appended into one CSV (each run read on its own, no seam a spike) 1.4 s CPU at 117 MB, pandas 2.8 s at
+163 MB; the clean log as JSONL 8.4 s CPU at 26 MB, pandas (read_json) 6.3 s at 1025 MB: JSON lines are parsed by
+Python's json a block at a time, still slower than pandas' reader, in flat memory.
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
