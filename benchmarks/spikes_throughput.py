@@ -1,15 +1,17 @@
 """How fast does spikes.py read a long log, next to a pandas rolling-median detector, and does its memory
 stay flat? (Not run in CI.)
 
-    python benchmarks/spikes_throughput.py [--rows 10000000] [--scenarios clean,mixed] [--keep DIR]
+    python benchmarks/spikes_throughput.py [--rows 10000000] [--scenarios clean,mixed,seams,jsonl] [--keep DIR]
 
-For each scenario it writes a synthetic CSV log of `--rows` steps (step, loss, grad_norm, lr) with
-diagnostics/synthetic_curves.py, then runs, each in a child process of its own and one after the other:
+For each scenario it writes a synthetic log of `--rows` steps (step, loss, grad_norm, lr) with
+diagnostics/synthetic_curves.py (`seams`: 139 clean runs of equal length appended into one CSV, each from step 0,
+as issue 23's spike-dense log with seams; `jsonl`: the clean log as JSON lines), then runs, each in a child
+process of its own and one after the other:
 
 - `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes; with
   pandas installed (it is in requirements.txt) a CSV of 24 MB or more is read by pandas and screened with numpy;
 - `pure`: the same command with that accelerator off, as where pandas is not installed;
-- the baseline a reader would write in 15 lines of pandas: `read_csv`, then for loss and grad norm a
+- the baseline a reader would write in 15 lines of pandas: `read_csv` (`read_json(lines=True)`), then for loss and grad norm a
   rolling median and interquartile range over the previous 64 values and a count of the values above
   median + max(6 sigma, 5%). It finds outliers only: no types, no recovery, no events.
 
@@ -21,6 +23,7 @@ with it). `clean` plants nothing; `mixed` plants a spike every ~600 steps and sh
 The machine and its load are printed with the figures: they mean little without them.
 """
 import argparse
+import json
 import os
 import platform
 import subprocess
@@ -71,7 +74,7 @@ import resource, sys
 import numpy as np
 import pandas as pd
 
-log = pd.read_csv(sys.argv[2])
+log = pd.read_json(sys.argv[2], lines=True) if sys.argv[2].endswith(".jsonl") else pd.read_csv(sys.argv[2])
 outliers = 0
 for column in ("loss", "grad_norm"):
     x = log[column]
@@ -83,6 +86,27 @@ print(outliers)
 use = resource.getrusage(resource.RUSAGE_SELF)
 print(use.ru_utime + use.ru_stime, use.ru_maxrss, file=sys.stderr)
 """
+
+
+SEAMS = 139  # runs in the `seams` log (issue 23's 1M-row CSV of concatenated runs had 139)
+
+
+def write_log(scenario, rows, path):
+    """The synthetic log of one scenario: a synthetic_curves scenario as CSV, `seams` or `jsonl`."""
+    if scenario == "seams":
+        run = synthetic_curves.make_curve("clean", seed=0, rows=rows // SEAMS)
+        run.write_csv(path)
+        lines = path.read_text().splitlines(keepends=True)
+        with open(path, "a") as handle:
+            for _ in range(SEAMS - 1):
+                handle.writelines(lines[1:])
+    elif scenario == "jsonl":
+        curve = synthetic_curves.make_curve("clean", seed=0, rows=rows)
+        with open(path, "w") as handle:
+            for r in curve.rows():
+                handle.write(json.dumps({c: r[c] for c in curve.columns}) + "\n")
+    else:
+        synthetic_curves.make_curve(scenario, seed=0, rows=rows).write_csv(path)
 
 
 def run(child, log):
@@ -100,7 +124,7 @@ def run(child, log):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000, help="steps in the big log (default 10M)")
-    parser.add_argument("--scenarios", default="clean,mixed", help="synthetic scenarios to measure")
+    parser.add_argument("--scenarios", default="clean,mixed,seams,jsonl", help="synthetic scenarios to measure")
     parser.add_argument("--keep", help="write the logs into this directory and keep them (reused if present)")
     args = parser.parse_args()
     print(f"machine: {machine()}")
@@ -108,14 +132,14 @@ def main():
     directory.mkdir(parents=True, exist_ok=True)
     for scenario in args.scenarios.split(","):
         for rows in (args.rows // 10, args.rows):
-            log = directory / f"{scenario}-{rows}.csv"
+            log = directory / f"{scenario}-{rows}.{'jsonl' if scenario == 'jsonl' else 'csv'}"
             if not log.exists():  # a log kept from an earlier run is measured again as it is
-                synthetic_curves.make_curve(scenario, seed=0, rows=rows).write_csv(log)
+                write_log(scenario, rows, log)
             for name, child in (("spikes.py", SPIKES.replace("PURE_PYTHON", "False")),
                                 ("pure", SPIKES.replace("PURE_PYTHON", "True")), ("pandas", PANDAS)):
                 before = load()
                 wall, cpu, rss = run(child, log)
-                print(f"{scenario:>6} {rows:>11,} rows ({log.stat().st_size / 1e6:,.0f} MB CSV) {name:>9}: "
+                print(f"{scenario:>6} {rows:>11,} rows ({log.stat().st_size / 1e6:,.0f} MB {log.suffix[1:]}) {name:>9}: "
                       f"{wall:6.1f} s wall, {cpu:6.1f} s CPU, {rows / cpu / 1e6:5.2f} M rows per CPU second, "
                       f"peak RSS {rss:7.1f} MB (load average before: {before})")
             if not args.keep:

@@ -9,23 +9,33 @@ back, lower the learning rate, swap a dataset, or fix the resume code.
 What it checks
 --------------
 It reads the log once, as a stream, and recognises its format by content (--format NAME forces one):
-CSV or TSV (W&B exports and Lightning's CSVLogger metrics.csv included), JSONL, a TensorBoard event file
-or directory, the HF Trainer's `trainer_state.json`, and the plain-text logs of modded-nanogpt
-(`step:100/1000 train_loss:3.28 ...`), llm.c (`s:100 trl:3.21 lr:... norm:...` and its stdout),
-nanoGPT (`iter 100: loss 3.2100, ...`), Megatron-LM (`iteration 100/ 1000 | ... | lm loss: ... |`),
-the HF Trainer's stdout (`{'loss': 3.21, 'grad_norm': ...}`), torchtune's DiskLogger (`Step 100 |
-loss:3.21 lr:2e-05 ...`) and fairseq's train_inner lines (`epoch 001:  100 / 8000 loss=3.21, ...,
-num_updates=100, lr=..., gnorm=...`, stepped by num_updates). Columns are matched by name: `step` (in
-a CSV without one, `epoch`; else the row order), the loss (`loss`, `train_loss`, `train/loss`, or
-`--loss COLUMN`), `grad_norm`, `lr`/`learning_rate`, and every other column with "loss" in its name
-(validation losses and the fp16 loss scale aside), taken as the loss of one dataset of a mix. A W&B export's `<run> - ` prefix and
-Lightning's `_step` suffix are read through; summary columns (`__MIN`, `__MAX`, `_epoch`) are left out.
+CSV or TSV (W&B exports, Lightning's CSVLogger, YOLOv8's results.csv and stable-baselines3's progress.csv
+included), JSONL (detectron2's metrics.json, mmdetection's log.json, LLaMA-Factory's trainer_log.jsonl), a
+TensorBoard event file or directory, a JSON document (the HF Trainer's `trainer_state.json`, Megatron-LM's
+golden values, a list of records), llm.c's logs (`s:100 trl:3.21 ...` and its stdout), and any other plain
+text: every number next to a name on a line (`loss: 1.23`, `loss=1.23`, `loss 1.23`, `'loss': 1.23`,
+`lm loss: 1.2E+00`, dict and JSON fragments), colour codes stripped, bytes that are not UTF-8 dropped from
+their line (counted in an unparsed event), a line that says it is validation left out; and a table printed
+with `|` between its cells (a header of names, then rows of numbers). That covers the
+stdout of nanoGPT, modded-nanogpt, Megatron-LM, the HF Trainer, torchtune, fairseq, detectron2,
+mmdetection, OpenNMT-py, YOLOX and DeepSpeed-Chat. The step is the log's own counter: `step` (a global
+one first: `global_step`, `num_updates`, `current_steps`, `time/iterations`; in text, `Epoch [e][i/N]` is
+(e - 1) * N + i, then `step`, `iteration`, `iter`, `it`; in a CSV without one, `epoch`; else the row
+order); a counter that starts again with each epoch goes on from the epoch's last logged step plus the
+logging interval. Columns are matched by name: the loss (`total_loss`, `loss`, `train_loss`, `train/loss`,
+`lm loss`, `xent`, or `--loss COLUMN`; with no total, the sum of the `train/*_loss` parts, said in the
+report, as is a total's parts; else the one column named like a loss, or the one of those named for training), `grad_norm` (`gnorm`), `lr`/`learning_rate`, and every column named
+`loss/<x>` or `<x>/loss` (validation losses and the fp16 loss scale aside), taken as the loss of one dataset
+of a mix. A W&B export's `<run> - ` prefix and Lightning's `_step` suffix are read through; summary columns
+(`__MIN`, `__MAX`, `_epoch`) are left out. When no loss is found, the refusal lists the numeric series the
+log holds (with their counts, where records name them).
 
 Each series keeps a rolling baseline: the median and the interquartile range (a robust sigma) of
-its last 64 healthy values; while the loss falls fast, a line through them instead, so the baseline
-follows the fall. Before 64 values (all of a short table of one row per epoch), a falling line through
-the window or its newer half is the baseline when it explains the spread (never under the median of
-the latest 8 values). A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
+its last 64 healthy values; while the loss falls fast, a line through them instead (through their
+logarithms for a positive loss: a fast fall is by a factor per step), so the baseline follows the fall.
+Before 64 values (all of a short table of one row per epoch) and until three block medians can tell a
+fast fall, a falling line through the window or its newer half is the baseline when it explains the
+spread (never under the median of the latest 8 values). A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
 a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
@@ -45,10 +55,13 @@ max(3 sigma, 1%)):
 Each spike in --json: step (of the peak), start, end, type, baseline, peak, recovery_steps,
 grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
 logged row earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
-nonfinite, resume, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
+nonfinite, resume, run_end, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
 Events, each with "kind" and "step":
 
   resume                the step went backwards (restart, rollback): from_step, rollback_steps
+  new_run               the step went back to the run's start and the loss with it (nearer the run's highest
+                        baseline than its latest): another run written after this one, read on its own from
+                        here (from_step, run: its number; `log.runs` counts them)
   resume_spike          a spike starting within 64 rows of a resume: resume_step, rows_after_resume, type
   resume_drop           the first 32 losses after a resume sit 2 sigma and 1% or more below the last 32
                         before it: before, after, drop_pct (step: the resume)
@@ -67,6 +80,9 @@ Events, each with "kind" and "step":
   series_spike          two or more dataset losses: series (those that spiked), quiet, scope ("shared"
                         or "confined"), in_main, types
   unparsed              cells that were not numbers, read as missing: column, count, first_line (step null)
+  repeated_rows         JSONL, JSON and text: rows left out as a step logged again (the next row goes back to the
+                        highest step or past it: two processes writing one log, one a row behind), count,
+                        first_line (step null)
   too_short             33 values or fewer: detection needs a 32-value baseline first (values, needed)
 
 Command
@@ -125,7 +141,7 @@ Exit codes: 0 whenever the log was read, whatever it holds: NaN/inf values are d
 nonfinite events) and cells that are not numbers are counted in an unparsed event and read as
 missing, so the half-written last line of a crashed run does no harm. 2 when it cannot be read: no
 such file, not a regular file (a FIFO or a device is refused at once), a format it does not know,
-empty file, header only, no loss column (the line lists the candidates), no numeric loss, binary
+empty file, header only, no loss column (the line lists the series found), no numeric loss, binary
 junk or a line over 4 MB, JSON nested too deep, tensorboard missing for an event file, matplotlib
 missing for --plot. Then one line on stderr and no traceback. Outputs: --plot (.png, .svg, .pdf) and
 --postmortem (.md, .markdown, .txt) never overwrite a file without --force, and never write to the log
@@ -137,9 +153,13 @@ values before the spike, extrapolated at most 128 rows; a loss back under its pr
 called set back, so an offset early in training, while the loss still falls fast, can pass for a
 recovery. A spike on top of the jump that ends a repeated stretch is measured from the true level only
 once the jump is confirmed (16 values), so its recovery can be counted up to 16 steps late. Two spikes
-fewer than five values apart merge unless the loss was back in the band between them. For JSONL, event
-files and plain text the first 1000 records decide the columns; trainer_state.json is one JSON
-document and is loaded whole (up to 512 MB). Memory is one 64-value window per series and a 64 KB
+fewer than five values apart merge unless the loss was back in the band between them. For JSONL and event
+files the first 1000 records decide the columns, for plain text the first 1000 lines that name a loss (looked
+for in the first 100,000 lines); a JSON document (trainer_state.json, golden values) is loaded whole (up to
+512 MB). An epoch-local counter is composed from the epoch's last logged step and the logging interval, not
+from the epoch's length: a step may be off by less than one logging interval. During a fast fall the
+baseline is recomputed every 32 values, so a spike's baseline is the level up to 32 rows before it. A
+second writer two rows behind the first reads as resumes. Memory is one 64-value window per series and a 64 KB
 block of the file, plus what is found (every spike and event is kept); --plot keeps at most 4000
 min/max buckets per series.
 
@@ -155,7 +175,10 @@ value by value, so a log dense with them is slower: with a spike every ~700 rows
 spike or its follow-up) 10 million rows took 14.9 to 16.8 s CPU (0.60 to 0.67 M rows per second) at 142 to
 149 MB, pandas 20.8 to 23.2 s, pure Python 22.3 to 28.3 s (74 MB); 1 million rows 1.55 to 2.0 s, pure
 Python 2.0 to 2.3 s, pandas 2.2 to 2.4 s (five runs of each, one after the other: medians 1.62 s, 2.17 s
-and 2.29 s).
+and 2.29 s). Issue 23's other shapes, 1 million rows, 2026-11-26, load average 13-23 (figures of a loaded machine):
+139 runs appended into one CSV (each run read on its own, no seam a spike) 1.4 s CPU at 117 MB, pandas 2.8 s at
+163 MB; the clean log as JSONL 8.4 s CPU at 26 MB, pandas (read_json) 6.3 s at 1025 MB: JSON lines are parsed by
+Python's json a block at a time, still slower than pandas' reader, in flat memory.
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
@@ -182,9 +205,8 @@ __all__ = ["CliError", "analyze", "summary", "postmortem", "plot", "main", "FORM
 def main(argv=None):
     parser = ArgumentParser(
         description="Find and classify loss spikes in a training log (CSV, JSONL, TensorBoard events, "
-                    "HF trainer_state.json, W&B and Lightning CSV, plain-text logs of nanoGPT, llm.c, "
-                    "modded-nanogpt, Megatron-LM, the HF Trainer, torchtune and fairseq); optionally plot them and draft a "
-                    "post-mortem.")
+                    "HF trainer_state.json, Megatron-LM golden values, W&B and Lightning CSV, and any plain-text log "
+                    "that prints its loss next to its name); optionally plot them and draft a post-mortem.")
     parser.add_argument("log", help="the training log, any of the formats above (recognised by content), "
                                     "or a TensorBoard event directory")
     parser.add_argument("--json", action="store_true", help="print one JSON object (spikes, events, nan_step)")

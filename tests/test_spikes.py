@@ -11,6 +11,8 @@ import tracemalloc
 import pytest
 
 import spikes
+from spikelog.detect.thresholds import REFRESH
+from spikelog.read import general
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -267,6 +269,23 @@ def test_jsonl_reads_like_csv(small_curve, csv_result, tmp_path):
     assert spike_summary(spikes.analyze(path)) == csv_result
 
 
+def test_jsonl_taken_a_block_at_a_time_reads_like_row_by_row(tmp_path):
+    """JSON numbers are taken as whole columns; a block with a word, a boolean, a float step or a line that is no
+    object is read row by row, to the same values (the odd cells counted as unparsed)."""
+    rng = random.Random(5)
+    rows = [{"step": s, "loss": 2 + 0.01 * rng.random() + (3 if s == 150 else 0), "lr": 1} for s in range(300)]
+    plain = write(tmp_path, "plain.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    odd = [dict(r) for r in rows]
+    odd[20]["loss"], odd[21]["loss"], odd[22]["step"] = "abc", True, 22.0
+    lines = [json.dumps(r) for r in odd]
+    lines.insert(40, "1, 2")
+    mixed = write(tmp_path, "mixed.jsonl", "\n".join(lines) + "\n")
+    a, b = spikes.analyze(plain), spikes.analyze(mixed)
+    assert [(s.step, s.type) for s in a.spikes] == [(s.step, s.type) for s in b.spikes] == [(150, "fast_recovery")]
+    assert (a.values, b.values) == (300, 298)
+    assert sorted((e["column"], e["count"]) for e in b.to_json()["events"] if e["kind"] == "unparsed") == [("<line>", 1), ("loss", 2)]
+
+
 def test_tsv_reads_like_csv(small_curve, csv_result, tmp_path):
     rows = ["step\tloss\tgrad_norm"] + [f"{r['step']}\t{r['loss']!r}\t{r['grad_norm']!r}" for r in small_curve[1]]
     assert spike_summary(spikes.analyze(write(tmp_path, "run.tsv", "\n".join(rows)))) == csv_result
@@ -514,16 +533,16 @@ def test_odd_cells_and_a_truncated_last_line_give_a_partial_result(tmp_path):
 
 LOGS = ROOT / "tests" / "data" / "logs"
 CORPUS = {  # file: (format recognised, loss column, grad-norm column, planted one-row spike: its step)
-    "modded_nanogpt.txt": ("modded-nanogpt", "loss", None, 131),
+    "modded_nanogpt.txt": ("text", "train_loss", None, 131),
     "llmc_main.log": ("llm.c", "loss", "grad_norm", 130),
     "llmc_stdout.txt": ("llm.c-stdout", "loss", "grad_norm", 131),
-    "nanogpt.txt": ("nanogpt", "loss", None, 130),
-    "megatron.txt": ("megatron", "loss", "grad_norm", 1310),  # logged every 10 steps
-    "hf_trainer_stdout.txt": ("hf-trainer", "loss", "grad_norm", 130),  # no step printed: the 131st record
+    "nanogpt.txt": ("text", "loss", None, 130),
+    "megatron.txt": ("text", "lm loss", "grad norm", 1310),  # logged every 10 steps
+    "hf_trainer_stdout.txt": ("text", "loss", "grad_norm", 130),  # no step printed: the 131st record
     "wandb_export.csv": ("csv", "bright-sun-12 - train/loss", "bright-sun-12 - train/grad_norm", 260),
     "lightning_metrics.csv": ("csv", "train_loss_step", None, 6549),  # logged every 50 steps
-    "torchtune_disklogger.txt": ("torchtune", "loss", "grad_norm", 131),
-    "fairseq_train.log": ("fairseq", "loss", "grad_norm", 13100),  # num_updates, logged every 100
+    "torchtune_disklogger.txt": ("text", "loss", "grad_norm", 131),
+    "fairseq_train.log": ("text", "loss", "gnorm", 13100),  # num_updates, logged every 100
 }
 
 
@@ -535,6 +554,163 @@ def test_every_corpus_log_is_read_with_no_flag(name):
     assert report.values == 220 and report.columns.extras == []  # no __MIN/__MAX/_epoch/val "datasets"
     assert [(s.step, s.type) for s in report.spikes] == [(step, "fast_recovery")]  # one row, whatever the interval
     assert report.to_json()["events"] == []
+
+
+SHAPES = {  # file: (format, the loss as the report names it, rows read, first step, last step, spikes (step, type))
+    "detectron2_stdout.txt": ("text", "total_loss", 80, 19, 1599, [(1119, "fast_recovery")]),  # ANSI, opens with [
+    "detectron2_metrics.json": ("jsonl", "total_loss", 80, 19, 1599, [(959, "fast_recovery")]),  # eval records between
+    "mmdet_train.log": ("text", "loss", 90, 50, 4500, [(3100, "fast_recovery")]),  # Epoch [e][i/500]: (e-1)*500+i
+    "mmdet_log.json": ("jsonl", "loss", 90, 50, 4500, [(3650, "fast_recovery")]),  # iter from 0 each epoch, val records
+    "opennmt_train.log": ("text", "xent", 80, 100, 8000, [(5100, "fast_recovery")]),  # ANSI inside the prefix
+    "yolox_train_log.txt": ("text", "total_loss", 80, 10, 800, [(450, "fast_recovery")]),  # one byte not UTF-8
+    "deepspeed_chat_step1.log": ("text", "loss", 80, 0, 790, [(630, "fast_recovery")]),  # Step counts per epoch
+    "yolov8_results.csv": ("csv", "train/box_loss + train/cls_loss + train/dfl_loss", 70, 1, 70, [(46, "fast_recovery")]),
+    "sb3_progress.csv": ("csv", "train/loss", 80, 2, 81, [(60, "fast_recovery")]),  # time/iterations
+    "llamafactory_trainer_log.jsonl": ("jsonl", "loss", 80, 5, 400, [(265, "fast_recovery")]),  # current_steps
+    "megatron_golden_values.json": ("json", "lm loss", 80, 0, 395, [(245, "fast_recovery")]),
+    "history_list.json": ("json", "loss", 75, 0, 296, [(160, "fast_recovery")]),  # a list of dicts, iter per epoch
+    "llamafactory_two_writers.jsonl": ("jsonl", "loss", 80, 10, 800, [(610, "fast_recovery")]),  # each step twice
+    "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
+    "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
+    "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
+}
+SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
+    "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
+    "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
+}
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_the_long_tail_of_log_shapes_is_read_by_its_own_steps(name):
+    """Issue 23's shapes, each in a look-alike we wrote (tests/data/logs/README.md): read with no flag, stepped by
+    the log's own counter (composed across epochs where it restarts), and the planted spike found and typed; an
+    epoch boundary is no resume, a validation line or record no row."""
+    fmt, loss, rows, first, last, found = SHAPES[name]
+    report = spikes.analyze(LOGS / name)
+    assert (report.format, report.columns.loss_label) == (fmt, loss)
+    assert (report.values, report.first_step, report.last_step) == (rows, first, last)
+    assert [(s.step, s.type) for s in report.spikes] == found
+    assert report.to_json()["events"] == SHAPE_EVENTS.get(name, [])
+
+
+@pytest.mark.parametrize("line, record", [
+    ("iter 0: loss 10.8610, time 412.30ms, mfu -100.00%", {"step": "0", "loss": "10.8610"}),  # units are no values
+    ("step 3: train loss 2.0, val loss 2.3", {"step": "3", "train loss": "2.0", "val loss": "2.3"}),  # val in a name
+    ("| INFO | valid | epoch 001 | valid on 'valid' subset | loss 4.3 | num_updates 8000", None),
+    ("Epoch(val) [1][ 50/500]  eta: 0:00:10  loss: 0.91", None),
+    ("Epoch: [0]  [50/6]  eta: 0:00:25  lr: 0.001004  loss: 8.2773 (8.2773)", {"epoch": "0", "step": "50", "loss": "8.2773",
+                                                                            "lr": "0.001004"}),
+    ("Epoch [2][50/500] it: 7 loss: 1.0", {"epoch": "2", "step": "50", "loss": "1.0"}),  # the brackets count first
+    ("Iter(train) [  50/90000]  lr: 1e-3  iter: 9  loss: 2.0", {"step": "50", "lr": "1e-3", "loss": "2.0"}),
+    ("\x1b[32m[04/01 10:00:00 d2.utils.events]: \x1b[0m eta: 0:10:00  iter: 19  total_loss: 2.1  max_mem: 3000M",
+     {"step": "19", "total_loss": "2.1"}),  # a clock and a size are no values
+    ("global_step=120 step=7 loss=1.0", {"step": "120", "loss": "1.0"}),  # a whole-run counter first
+    ("{'loss': np.float64(1.5), 'grad_norm': tensor(0.3), 'epoch': 0.5}", {"loss": "1.5", "grad_norm": "0.3", "epoch": "0.5"}),
+    ('{"lm loss": 1.2E+00, "grad norm": 0.3, "x": NaN}', {"lm loss": "1.2E+00", "grad norm": "0.3", "x": "NaN"}),
+    ("Epoch one started", None),
+])
+def test_the_general_reader_takes_named_numbers_and_the_lines_own_step(line, record):
+    parsed = general.parse(line)
+    if record is None:
+        assert parsed is None
+    else:
+        assert {k: v for k, v in parsed.items() if k in record or k == "step"} == record
+        assert set(parsed) - set(record) <= {"Iter", "iter", "it", "time", "eta", "mfu", "epoch", "data_time"}
+
+
+def test_an_epoch_counted_from_zero_goes_on_from_the_last_epochs_steps(tmp_path):
+    """torchvision's reference scripts: `Epoch: [0]  [i/N]` counted from 0 in each 0-based epoch."""
+    rng = random.Random(3)
+    lines = [f"Epoch: [{e}]  [{i}/40]  eta: 0:00:0{i % 10}  lr: 0.005000  loss: {2 - e * 0.1 + 0.01 * rng.random():.4f} "
+             f"(2.0)  time: 1.1  data: 0.2  max mem: 2670" for e in range(3) for i in range(0, 40, 2)]
+    lines.insert(20, "Epoch: [0] Total time: 0:00:05 (0.9880 s / it)")
+    report = spikes.analyze(write(tmp_path, "torchvision.txt", "\n".join(lines) + "\n"))
+    assert (report.values, report.first_step, report.last_step) == (60, 0, 118)
+    assert report.to_json()["events"] == [] and report.spikes == []
+
+
+def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
+    """Three runs in one CSV, each from step 0 at its first loss: the seams are new runs, not resumes or spikes; a
+    spike in the first and in the third run is found at its own step."""
+    report = spikes.analyze(LOGS / "concatenated_runs.csv")
+    assert report.runs == 3 and report.values == 300
+    assert [(s.step, s.type) for s in report.spikes] == [(70, "fast_recovery"), (60, "fast_recovery")]
+    assert [(e["kind"], e["step"], e["from_step"]) for e in report.to_json()["events"]] == [("new_run", 0, 99)] * 2
+    assert "3 runs one after another" in spikes.summary(report)
+    rows = (LOGS / "concatenated_runs.csv").read_text().splitlines()
+    from_one = rows[:101] + [f"{int(r.split(',')[0]) + 1},{r.split(',', 1)[1]}" for r in rows[101:200]]
+    report = spikes.analyze(write(tmp_path, "from_one.csv", "\n".join(from_one) + "\n"))
+    assert [(e["kind"], e["step"]) for e in report.to_json()["events"]] == [("new_run", 1)]  # a run from step 1 too
+    low = rows[:101] + [f"{s},{rows[100].split(',')[1]},0.3" for s in range(0, 20)]  # back to 0, the loss as it was
+    assert [e["kind"] for e in spikes.analyze(write(tmp_path, "low.csv", "\n".join(low) + "\n")).to_json()["events"]] \
+        == ["resume"]
+    resumed = rows[:101] + rows[76:101]  # back to step 75, the loss where it was then: a resume, not a new run
+    kinds = [e["kind"] for e in spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(resumed) + "\n")).to_json()["events"]]
+    assert kinds == ["resume"]
+
+
+def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_path):
+    """An RL log (a table aligned with spaces) with two losses and no total: the refusal names them with their counts;
+    --loss picks one, stepped by the table's Iteration column."""
+    proc = run_cli("spikes.py", LOGS / "rl_aligned_table.txt")
+    assert_one_line_error(proc)
+    assert "no loss found: numeric series (values in the first records): Critic_Loss (40), Actor_Loss (40), " in proc.stderr
+    report = spikes.analyze(LOGS / "rl_aligned_table.txt", "Critic_Loss")
+    assert (report.format, report.values, report.first_step, report.last_step) == ("text", 40, 0, 1950)
+    config = write(tmp_path, "log.txt", "".join(f"[06/01 10:00:0{i} d2.engine]: Rank of current process: 0. World size: 1\n"
+                                               f"    BG_CLS_LOSS_WEIGHT: 1.0\n    SMOOTH_L1_BETA: 0.0\n" for i in range(3)))
+    proc = run_cli("spikes.py", config)  # a config dump and no training line: its loss weight is no loss
+    assert_one_line_error(proc)
+    assert "no loss found: numeric series (values in the first records): BG_CLS_LOSS_WEIGHT (3), " in proc.stderr
+    junk = write(tmp_path, "notes.log", "deepspeed main.py --lr 3e-4\nall good so far\n")
+    proc = run_cli("spikes.py", junk)
+    assert_one_line_error(proc)
+    assert "no number next to a name and no table in its first 2 lines" in proc.stderr and "deepspeed" not in proc.stderr
+
+
+def test_golden_values_on_one_line_keyed_by_step_beside_other_keys(tmp_path):
+    """Megatron-LM's golden values as newer versions write them: `values` keyed by step, on one line, beside keys that
+    are no series (a seed) and a series that is malformed (an interval of 0: left out)."""
+    loss = {str(5 * k): 3 + 0.01 * (k % 4) + (2.0 if k == 40 else 0) for k in range(60)}
+    golden = {"lm loss": {"start_step": 0, "end_step": 295, "step_interval": 5, "values": loss}, "seed": 1234,
+              "num-zeros": {"start_step": 0, "step_interval": 0, "values": [1, 2]}}
+    path = write(tmp_path, "golden.json", json.dumps(golden))
+    report = spikes.analyze(path)
+    assert (report.format, report.columns.loss, report.values, report.last_step) == ("json", "lm loss", 60, 295)
+    assert [(s.step, s.type) for s in report.spikes] == [(200, "fast_recovery")]
+    two = write(tmp_path, "results.csv", "epoch,train/box_loss,train/cls_loss\n" + "".join(
+        f"{e},{1 + 0.01 * (e % 3)},{2 + (4 if e == 50 else 0)}\n" for e in range(1, 80)))
+    report = spikes.analyze(two)  # two parts are summed too
+    assert report.columns.loss_label == "train/box_loss + train/cls_loss"
+    assert [(s.step, round(s.peak, 2)) for s in report.spikes] == [(50, 7.02)]  # 1.02 + 6: the sum
+    pretty = write(tmp_path, "object.json", '{\n "seed": 1,\n "losses": [1, 2]\n}\n')
+    proc = run_cli("spikes.py", pretty)
+    assert_one_line_error(proc)
+    assert "JSON log must be a trainer_state.json (with log_history), Megatron-LM golden values" in proc.stderr
+
+
+def test_a_total_loss_is_read_and_its_parts_are_named_not_taken_for_datasets():
+    report = spikes.analyze(LOGS / "detectron2_metrics.json")
+    assert report.columns.extras == [] and report.columns.parts == []
+    assert "80 values of 'total_loss' (the total of its parts loss_box_reg, loss_cls, loss_rpn_cls and 1 more)" in \
+        spikes.summary(report)
+    assert report.to_json()["log"]["loss_parts"] == []
+    yolo = spikes.analyze(LOGS / "yolov8_results.csv")
+    assert yolo.columns.parts == yolo.to_json()["log"]["loss_parts"] == ["train/box_loss", "train/cls_loss", "train/dfl_loss"]
+    assert "(no total logged: the sum of its 3 parts)" in spikes.summary(yolo)
+    first = (LOGS / "yolov8_results.csv").read_text().splitlines()[1].split(",")
+    assert yolo.spikes[0].baseline < 4.5 and sum(map(float, first[1:4])) == pytest.approx(4.5, rel=0.02)
+
+
+def test_a_refusal_names_the_numeric_series_it_found_never_log_lines(tmp_path):
+    path = write(tmp_path, "train.log", "deepspeed main.py --data_path Dahoas/rm-static --learning_rate 9.65e-6\n"
+                 + "".join(f"Epoch: 0, Step: {i}, Rank: 0, acc = 0.5, ppl: 12.5\n" for i in range(40)))
+    proc = run_cli("spikes.py", path)
+    assert_one_line_error(proc)
+    assert "no loss found: numeric series (values in the first records): Epoch (40), Rank (40), acc (40), ppl (40); " \
+           "use --loss NAME" in proc.stderr
+    assert "deepspeed" not in proc.stderr
+    assert spikes.analyze(path, "ppl").values == 40
 
 
 @pytest.mark.parametrize("name, step", [
@@ -551,15 +727,15 @@ def test_an_epoch_table_finds_a_spike_in_its_descent(name, step):
 
 def test_format_can_be_forced_and_a_wrong_one_is_a_one_line_error(tmp_path):
     copy = write(tmp_path, "train.out", (LOGS / "nanogpt.txt").read_text())
-    assert spikes.analyze(copy, fmt="nanogpt").format == "nanogpt"
-    assert_one_line_error(run_cli("spikes.py", copy, "--format", "megatron"))
+    assert spikes.analyze(copy, fmt="text").format == "text"
+    assert_one_line_error(run_cli("spikes.py", copy, "--format", "llm.c"))
 
 
 def test_no_loss_column_names_the_candidates_and_the_flag(tmp_path):
     path = write(tmp_path, "m.csv", "epoch,step,nll_step,nll_epoch,acc\n" + "0,1,2.0,,0.5\n" * 40)
     proc = run_cli("spikes.py", path)
     assert_one_line_error(proc)
-    assert "no loss found: candidates" in proc.stderr and "nll_step" in proc.stderr and "--loss" in proc.stderr
+    assert "no loss found: columns: epoch, nll_step, acc; use --loss NAME" in proc.stderr
     assert "nll_epoch" not in proc.stderr  # a summary column is no candidate
     assert spikes.analyze(path, "nll_step").values == 40
 
@@ -711,6 +887,31 @@ def test_the_baseline_follows_a_fast_falling_loss(tmp_path):
     report = spikes.analyze(write(tmp_path, "finetune.csv", "step,loss\n" + "\n".join(rows) + "\n"))
     assert [(s.step, s.type) for s in report.spikes] == [(300, "fast_recovery")]
     assert report.spikes[0].baseline == pytest.approx(0.011 + 0.5 * math.exp(-3), rel=0.1)
+
+
+@pytest.mark.parametrize("at", [70, 90, 120, 150])
+def test_a_3x_spike_while_a_fine_tune_still_falls_by_a_factor_is_found(tmp_path, at):
+    """Issue 23: a loss going from 0.3 to 0.002 (by e every 30 steps): a straight line through the window's values
+    bends away from the curve and a plain median lags far above it, so a 3x spike went unseen from the moment the
+    window filled until the curve flattened (steps 64 to ~190 here). A line through the logarithms follows it."""
+    rng = random.Random(at)
+    rows = [f"{s},{(0.002 + 0.3 * math.exp(-s / 30)) * (1 + 0.02 * rng.gauss(0, 1)) * (3 if s == at else 1):.6g}"
+            for s in range(600)]
+    report = spikes.analyze(write(tmp_path, "finetune.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.step, s.type) for s in report.spikes] == [(at, "fast_recovery")]
+    def curve(s):
+        return 0.002 + 0.3 * math.exp(-s / 30)
+    assert 0.85 * curve(at) < report.spikes[0].baseline < 1.15 * curve(at - REFRESH)  # (recomputed every 32 values)
+    assert report.to_json()["events"] == []
+
+
+def test_a_loss_that_falls_through_zero_is_fitted_in_its_own_units(tmp_path):
+    """A loss may be negative (an RL objective, a GRPO loss): the line through logarithms is only for a positive
+    window; one that holds 0 or less is fitted as it is, and a spike on it is found."""
+    rows = [f"{s},{0 if s == 191 else (2 - s / 100) + 0.002 * math.sin(s * 1.7) + (3 if s == 400 else 0):.6g}"
+            for s in range(600)]
+    report = spikes.analyze(write(tmp_path, "objective.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert report.values == 600 and [(s.step, s.type) for s in report.spikes] == [(400, "fast_recovery")]
 
 
 def near_zero_log(tmp_path, bump):

@@ -61,7 +61,7 @@ def plot(report, out, force=False):
                 ax.annotate("new data: back to the true level, no spike", (e["step"], e["high"]),
                             textcoords="offset points", xytext=(6, 8), fontsize=7, color="teal")
     _scale(ax, shown, 5, ticker)  # early training and big spikes can span a decade
-    ax.set_ylabel(cols.loss)
+    ax.set_ylabel(cols.loss_label)
     ax.set_title(f"{report.path.name}: {len(report.spikes)} spikes", fontsize=10)
     ax.legend(fontsize=7, loc="best", framealpha=0.85)
     ax.grid(alpha=0.3)

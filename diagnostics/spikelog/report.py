@@ -11,9 +11,10 @@ def summary(report, limit=40):
     """The plain-text report the CLI prints without --json."""
     cols = report.columns
     out = [
-        f"{report.path.name} ({report.format}): {report.values} values of '{cols.loss}', "
+        f"{report.path.name} ({report.format}): {report.values} values of {cols.loss_words()}, "
         f"steps {json_int(report.first_step)}..{json_int(report.last_step)}; "
         f"grad norm: {cols.grad or 'not logged'}; dataset series: {', '.join(cols.extras) or 'none'}"
+        + (f"; {report.runs} runs one after another, each read on its own" if report.runs > 1 else "")
     ]
     kinds = _counts(report.spikes)
     out.append(f"spikes: {len(report.spikes)}" + (f" ({kinds})" if kinds else ""))
@@ -89,7 +90,7 @@ def postmortem(report):
         f"# Post-mortem draft: {report.path.name}",
         "",
         f"Drafted by `python diagnostics/spikes.py {report.path.name} --postmortem` from {report.values} "
-        f"values of `{cols.loss}` (steps {json_int(report.first_step)} to {json_int(report.last_step)}). Every number "
+        f"values of `{cols.loss_label}` (steps {json_int(report.first_step)} to {json_int(report.last_step)}). Every number "
         "is measured from the log; lines marked *fill in* need facts the log does not hold. Causes and "
         "actions are suggestions to check, not findings.",
         "",

@@ -71,6 +71,7 @@ class Report:
         self.first_step = self.last_step = None
         self.curves = {}
         self.resumes = []  # (row, step, step before the resume)
+        self.runs = 1  # runs written one after another into the log, each read on its own
         self.dataset_spikes = {}  # series name -> its own spikes, when there are per-dataset losses
 
     def to_json(self):
@@ -80,9 +81,11 @@ class Report:
             "events": [{k: json_clean(v) for k, v in e.items() if k != "_row"} for e in events],
             "nan_step": json_int(self.nan_step),
             "log": {"path": str(self.path), "format": self.format, "loss_column": self.columns.loss,
+                    "loss_parts": self.columns.parts[1:] and self.columns.parts,
                     "grad_norm_column": self.columns.grad, "lr_column": self.columns.lr,
                     "dataset_columns": self.columns.extras, "values": self.values,
-                    "first_step": json_int(self.first_step), "last_step": json_int(self.last_step)},
+                    "first_step": json_int(self.first_step), "last_step": json_int(self.last_step),
+                    "runs": self.runs},
         }
 
 
@@ -102,7 +105,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
         curves.update((name, Curve()) for name in [cols.loss, cols.grad, *cols.extras] if name)
     watch = None  # the ResumeWatch of the latest resume, while it still has something to say
     has_step, has_grad, has_lr = cols.step is not None, cols.grad is not None, cols.lr is not None
-    first_step = None
+    first_step = run_first = None  # the first step of the log, and of the run now read
     last_step = -math.inf
     values = segment = 0
     row = 0  # the row of the file (data rows only) at the start of the chunk
@@ -138,7 +141,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                     stuck = done < scalar_to
                 if done > i:  # (numpy steps become Python ints; list steps stay as the log wrote them)
                     if first_step is None:
-                        first_step = steps[i] if listed else int(steps[i])
+                        first_step = run_first = steps[i] if listed else int(steps[i])
                     last_step = steps[done - 1] if listed else int(steps[done - 1])
                     values += done - i
                     i = done
@@ -171,7 +174,17 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 if step is None:
                     step = last_step + 1 if values else r
                 if loss is not None:
-                    if step <= last_step:  # a resume or a rollback
+                    if step <= last_step and _new_run(step, loss, run_first, main):  # runs written one after another
+                        events.append({"kind": "new_run", "step": step, "from_step": last_step, "run": report.runs + 1,
+                                       "_row": r})
+                        report.runs += 1
+                        for series in (main, grad, *extras):
+                            series.restart(r)
+                        creep.reset()
+                        segment += 1
+                        watch = None
+                        run_first = step
+                    elif step <= last_step:  # a resume or a rollback
                         events.append({"kind": "resume", "step": step, "from_step": last_step,
                                        "rollback_steps": last_step - step, "_row": r})
                         report.resumes.append((r, step, last_step))
@@ -183,7 +196,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                         if recent and main.med is not None:
                             watch = ResumeWatch(step, r, statistics.median(recent), main, events)
                     elif first_step is None:
-                        first_step = step
+                        first_step = run_first = step
                     last_step = step
                     values += 1
                     feed_loss(step, r, loss)
@@ -242,10 +255,21 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
         for first, last, count, first_row in series.nonfinite:
             events.append({"kind": "nonfinite", "step": first, "last_step": last, "count": count,
                            "series": series.name, "_row": first_row})
+    if unparsed.repeated is not None:
+        events.append({"kind": "repeated_rows", "step": None, "count": unparsed.repeated[0],
+                       "first_line": unparsed.repeated[1], "_row": -1})
     for name, (count, line) in unparsed.columns.items():
         events.append({"kind": "unparsed", "step": None, "column": name, "count": count, "first_line": line,
                        "_row": -1})
     return report
+
+
+def _new_run(step, loss, run_first, main):
+    """The steps went back to the start of the run (or before it) and the loss with them, nearer the run's highest
+    baseline (its start, as a rule) than its latest: another run was written after this one, not a resume."""
+    if run_first is None or step > max(run_first, 1):
+        return False
+    return main.med is None or abs(loss - main.scale) < abs(loss - main.med)
 
 
 def _increasing_pieces(chunks):

@@ -109,7 +109,8 @@ def _screen(series, steps, values, row, start, stop):
     threshold_after = med + np.maximum(np.maximum(SPIKE_Z * sigma, SPIKE_REL * size), SPIKE_ABS * scale)
     held_to = np.concatenate(((series.threshold,), threshold_after[:-1]))
     finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
-    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local)
+    settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= 3  # before, Series may fit a line
+    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled
     first_bad = int(healthy.argmin())
     taken = count if healthy[first_bad] else first_bad
     if taken == 0:

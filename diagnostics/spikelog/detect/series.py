@@ -222,13 +222,24 @@ class Episode:
         return "no_recovery", after[-1][0], level, ended_by
 
 
-def _trend(values):
+def _trend(values, log=True):
     """(level at the newest value, robust sigma of the residuals, slope per row) of a window that falls: a line
-    through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging."""
+    through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging. A
+    positive loss is fitted in logs (a loss that falls fast falls by a factor per step, a straight line there) and
+    the result given back at the newest value: a 3x spike stands out however steep and curved the fall."""
+    if log and min(values) > 0:
+        level, sigma, slope = _line([math.log(v) for v in values])
+        level = math.exp(level)
+        return level, level * sigma, min(level * slope, 0.0)
+    level, sigma, slope = _line(values)
+    return level, sigma, min(slope, 0.0)
+
+
+def _line(values):
     n, half = len(values), len(values) // 2
     slope = (sorted(values[half:])[half >> 1] - sorted(values[:half])[half >> 1]) / half
     r = sorted(v - slope * i for i, v in enumerate(values))
-    return r[n >> 1] + slope * (n - 1), (r[(3 * n) >> 2] - r[n >> 2]) / IQR_PER_SIGMA, min(slope, 0.0)
+    return r[n >> 1] + slope * (n - 1), (r[(3 * n) >> 2] - r[n >> 2]) / IQR_PER_SIGMA, slope
 
 
 class Series:
@@ -284,9 +295,12 @@ class Series:
             med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
-            if n < WINDOW:  # a short log (one row per epoch) may be all descent: a line, if it explains the spread,
+            if n < WINDOW or self.refreshes < 3:  # a short log (one row per epoch) may be all descent, and so may
+                # the start of a run before the falling test has three blocks: a line, if it explains the spread,
                 values = list(window)  # through the whole window or, on a curve that bends, its newer half
-                fits = [fit for fit in (_trend(values), _trend(values[n >> 1:])) if fit[2] < 0 and fit[1] < EARLY_TREND * sigma]
+                full = n == WINDOW  # (in logs once the window is full: a short table's few rows keep the straight line
+                fits = [fit for fit in (_trend(values, full), _trend(values[n >> 1:], full))  # tuned on them)
+                        if fit[2] < 0 and fit[1] < EARLY_TREND * sigma]
                 if fits:
                     med, sigma, slope = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
                     recent = sorted(values[-EARLY_RECENT:])  # never under the latest values: a bending curve leaves a
@@ -452,6 +466,20 @@ class Series:
         if self.snapshot is not None and step <= self.snapshot[0]:
             self._reset(self.snapshot[1], row, "rollback")
             self.snapshot = None
+
+    def restart(self, row):
+        """Another run begins (its steps start again, and its loss at its start): close an open spike where this
+        run ends, and read on as a new log (the spikes found stay)."""
+        if self.episode is not None:
+            self._close(self.episode.by_level("run_end"), row)
+        self.window = deque(maxlen=WINDOW)
+        self.med = self.sigma = None
+        self.slope = self.scale = 0.0
+        self.blocks.clear()
+        self.falling = False
+        self.threshold, self.until_refresh, self.refreshes = math.inf, 1, 0
+        self.snapshot = None
+        self.last_step = -math.inf
 
     def finish(self, row):
         if self.episode is not None:

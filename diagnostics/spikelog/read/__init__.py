@@ -1,6 +1,7 @@
 """Reading a log: which format it is (by content), and its chunks.
 
-Each format is one module here. A plain-text format is a line parser, `parse(line)`, that returns a
+Each format is one module here. Plain text is read by general.py (named numbers on any line); a trainer
+whose lines it cannot read (llm.c names its loss `trl`) has a line parser, `parse(line)`, that returns a
 record (a dict of named numbers) or None for a line it does not know (the trainer's other output, skipped).
 To add one: write its module and add one line to TEXT_FORMATS.
 """
@@ -9,24 +10,16 @@ import stat
 from pathlib import Path
 
 from .. import CliError
-from . import (fairseq, hf_trainer, jsonl, llmc, megatron, modded_nanogpt, nanogpt, table, tensorboard, torchtune,
-               trainer_state)
+from . import general, jsonl, llmc, table, tensorboard, trainer_state
 from .columns import Unparsed, from_records
-from .text import line_records
 
 SNIFF_BYTES = 65536  # the format is recognised from the first 64 KB...
 SNIFF_LINES = 200  # ...and at most 200 lines
 TEXT_FORMATS = {  # name -> line parser; the format whose parser knows most of the first lines wins
-    "modded-nanogpt": modded_nanogpt.parse,
     "llm.c": llmc.parse_file,
     "llm.c-stdout": llmc.parse_stdout,
-    "nanogpt": nanogpt.parse,
-    "megatron": megatron.parse,
-    "hf-trainer": hf_trainer.parse,
-    "torchtune": torchtune.parse,
-    "fairseq": fairseq.parse,
 }
-FORMATS = ("csv", "tsv", "jsonl", "json", "tensorboard", *TEXT_FORMATS)
+FORMATS = ("csv", "tsv", "jsonl", "json", "tensorboard", "text", *TEXT_FORMATS)
 
 
 def sniff(path):
@@ -44,14 +37,14 @@ def sniff(path):
     if len(head) == SNIFF_BYTES and len(lines) > 1:
         lines.pop()  # the last line may be cut
     first = lines[0]
-    if first.startswith("["):
+    if first.startswith("[") and _json_document(first, text):
         return "json"
     if first.startswith("{") and not first.startswith("{'"):
         try:
             record = json.loads(first)
         except (ValueError, RecursionError):
             return "json"  # a document over several lines, such as trainer_state.json
-        return "json" if isinstance(record, dict) and "log_history" in record else "jsonl"
+        return "json" if isinstance(record, dict) and ("log_history" in record or _golden(record)) else "jsonl"
     known = {name: sum(parse(line) is not None for line in lines) for name, parse in TEXT_FORMATS.items()}
     best = max(known, key=known.get)
     if known[best]:
@@ -59,12 +52,14 @@ def sniff(path):
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         return suffix[1:]
+    if any(general.parse(line) for line in lines) or _table(lines):
+        return "text"
     if "\t" in first:
         return "tsv"
     if "," in first:
         return "csv"
-    raise CliError(f"not a training log this tool knows (first line: {first[:60]!r}); formats: "
-                   f"{', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+    raise CliError(f"not a training log this tool knows: no number next to a name and no table in its first "
+                   f"{len(lines)} lines; formats: {', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
 
 
 def open_log(path, loss_name=None, fmt=None, accelerate=None):
@@ -94,5 +89,50 @@ def open_log(path, loss_name=None, fmt=None, accelerate=None):
     elif fmt == "json":
         cols, rows = from_records(trainer_state.records(path), loss_name, unparsed)
     else:
-        cols, rows = from_records(line_records(path, TEXT_FORMATS[fmt]), loss_name, unparsed)
+        parse = general.parse if fmt == "text" else TEXT_FORMATS[fmt]
+        cols, rows = from_records(general.records(path, unparsed, parse), loss_name, unparsed, need_loss=True)
+    if len(cols.parts) > 1:
+        rows = _summed(rows, len(cols.parts) - 1)
     return fmt, cols, rows, unparsed
+
+
+def _summed(chunks, more):
+    """Chunks whose loss is the sum of its parts: the loss column plus the first `more` extra series (Columns.order
+    puts the other parts there); a row missing a part has no loss."""
+    for steps, losses, grads, lrs, extra, complete in chunks:
+        parts, extra = extra[:more], extra[more:]
+        if isinstance(losses, list):
+            losses = [None if None in values else sum(values) for values in zip(losses, *parts)]
+        else:
+            losses = sum(parts, losses)
+        yield steps, losses, grads, lrs, extra, complete
+
+
+def _table(lines):
+    """Whether a table of numbers under a header of names (general.table_row) is among these lines."""
+    header = None
+    for line in lines:
+        header, record = general.table_row(line, header)
+        if record is not None:
+            return True
+    return False
+
+
+def _json_document(first, text):
+    """A line that opens with `[`: a JSON list (of records), or a log line such as `[04/01 12:00:00 d2...]`."""
+    try:
+        json.loads(first)
+    except (ValueError, RecursionError):
+        try:  # a document over several lines: its start parses, or it breaks only where the first 64 KB end
+            json.loads(text)
+        except RecursionError:
+            return True
+        except ValueError as exc:
+            return exc.pos > len(text) // 2  # cut where the head ends, not broken at its start like a log line
+        return True
+    return True
+
+
+def _golden(record):
+    """Megatron-LM's golden values: {"lm loss": {"start_step": 0, "end_step": 100, "step_interval": 5, "values": ...}}."""
+    return any(isinstance(v, dict) and "values" in v and "start_step" in v for v in record.values())

@@ -9,16 +9,24 @@ import re
 from .. import CliError
 
 
-STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "iter", "iteration")
-LOSS_NAMES = ("loss", "train_loss", "train/loss")
-GRAD_NAMES = ("grad_norm", "train/grad_norm")  # train/...: the HF Trainer's TensorBoard tags
+STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "current_steps", "num_updates", "time/iterations",
+              "iter", "iteration")  # current_steps: LLaMA-Factory; time/iterations: stable-baselines3
+LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent")  # a loss in parts: its total first
+# (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py
+GRAD_NAMES = ("grad_norm", "train/grad_norm", "gnorm")  # train/...: the HF Trainer's TensorBoard tags; gnorm: fairseq
 LR_NAMES = ("lr", "learning_rate", "train/learning_rate")
+PART = re.compile(r"^train/\w+_loss$")  # YOLOv8's train/box_loss, train/cls_loss, ...: with no total, their sum
+COMPONENT = re.compile(r"(^|/)loss_\w+$|_loss$")  # loss_cls, train/value_loss: a part of the total
+DATASET = re.compile(r"(^|[/.])loss([/.]|$)")  # loss/cm4, cm4/loss: one dataset's loss; loss_cls, nll_loss are
+# parts or variants of the loss, not datasets
 # Validation losses are sampled sparsely and reflect no single batch: they are never a dataset's series;
 # nor is an fp16 loss scale.
 VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|$)", re.IGNORECASE)
+CAMEL_VALIDATION = re.compile(r"(Val|Valid|Eval|Test)[A-Z]")  # ValLoss, TestLoss
 # Summary columns: a W&B export's min/max envelope of each series, Lightning's per-epoch means. Not datasets.
 SUMMARY = re.compile(r"(__min|__max|_epoch)$", re.IGNORECASE)
 PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
+TEXT_SCAN = 100_000  # plain text: the first 1000 lines with a loss decide, looked for among this many (ours)
 
 
 def base_name(name):
@@ -29,14 +37,17 @@ def base_name(name):
         low = low.rsplit(" - ", 1)[1]
     if low.endswith("_step") and low not in STEP_NAMES:
         low = low[:-5]
-    return low
+    return "_".join(low.split())  # Megatron-LM's `lm loss`, `grad norm`
 
 
 class Columns:
     """Which column plays which role: names as written in the log, None when absent."""
 
-    def __init__(self, names, loss_name=None, epoch_rows=False):
+    def __init__(self, names, loss_name=None, epoch_rows=False, counts=None):
+        """`counts`: {name: numbers among the first records}, where the log names its values record by record: the
+        numeric series a refusal lists (a table lists its columns)."""
         kept = [n for n in names if not SUMMARY.search(n.strip())]  # min/max envelopes, epoch means
+        self.names = kept
         exact, base = {}, {}
         for name in kept:
             exact.setdefault(name.strip().lower(), name)
@@ -48,23 +59,68 @@ class Columns:
         self.step = next((exact[n] for n in STEP_NAMES if n in exact), None)
         if self.step is None and epoch_rows:  # a table of one row per epoch (Keras CSVLogger, timm, ultralytics)
             self.step = exact.get("epoch")
+        self.parts = []  # the loss is the sum of these (the first is self.loss), when the log has no total
+        if self.loss is None and not loss_name:
+            self.parts = [name for low, name in base.items() if PART.match(low)]
+            self.loss = self.parts[0] if self.parts else self._only_loss(base)
         if self.loss is None:
-            hints = [n for n in kept if "loss" in n.lower()] or [n for n in kept if n != self.step]
-            seen = ", ".join(hints[:8]) + (f" and {len(hints) - 8} more" if len(hints) > 8 else "") or "none"
-            asked = f"no column '{loss_name}'" if loss_name else "no loss found"
-            raise CliError(f"{asked}: candidates {seen}; use --loss COLUMN")
+            self._refuse(kept, loss_name, counts)
         self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
         self.lr = next((base[n] for n in LR_NAMES if n in base), None)
         taken = {n for n in LOSS_NAMES} | {base_name(self.loss)}
-        self.extras = [  # every other loss is taken for one dataset's loss (cm4, pmd, ...)
+        self.extras = [  # every other loss named loss/<x> or <x>/loss is taken for one dataset's loss (cm4, pmd, ...)
             name for low, name in base.items()
-            if "loss" in low and low not in taken and name != self.loss and not VALIDATION.search(low)
+            if DATASET.search(low) and low not in taken and name != self.loss and not VALIDATION.search(low)
             and "scale" not in low
         ]
 
+    def _only_loss(self, base):
+        """No loss by a name we know: the one column named like a loss (`avg_loss`, `TrainLoss`) that is no validation
+        loss, loss scale or loss weight (a config's LOSS_WEIGHT: 1.0), or the one of those named for training; else a
+        column named `train` (build-nanogpt's `1200 train 3.21`); else None."""
+        named = [name for low, name in base.items() if "loss" in low and not VALIDATION.search(low)
+                 and not CAMEL_VALIDATION.match(name.strip()) and "scale" not in low and "weight" not in low
+                 and not name.isupper()]
+        train = [name for name in named if base_name(name).startswith("train")]
+        return named[0] if len(named) == 1 else train[0] if len(train) == 1 else base.get("train")
+
+    def _refuse(self, kept, loss_name, counts):
+        """No loss: say which series the log holds (numeric ones, with their counts, where records name them)."""
+        if counts is not None:
+            kept = [n for n in kept if counts.get(n)]
+        hints = [n for n in kept if "loss" in n.lower()] + [n for n in kept if "loss" not in n.lower() and n != self.step]
+        shown = [f"{n} ({counts[n]})" if counts is not None else n for n in hints]
+        seen = ", ".join(shown[:12]) + (f" and {len(shown) - 12} more" if len(shown) > 12 else "") or "none"
+        asked = f"no column '{loss_name}'" if loss_name else "no loss found"
+        what = "numeric series (values in the first records)" if counts is not None else "columns"
+        raise CliError(f"{asked}: {what}: {seen}; use --loss NAME")
+
+    @property
+    def loss_label(self):
+        """The loss as the report names it: its column, or the sum of its parts."""
+        return " + ".join(self.parts) if len(self.parts) > 1 else self.loss
+
+    def loss_words(self):
+        """What the loss read is, for the report: its column; the sum of its parts; or a total with its parts."""
+        if len(self.parts) > 1:
+            return f"'{self.loss_label}' (no total logged: the sum of its {len(self.parts)} parts)"
+        components = self.components()
+        if len(components) > 1:
+            shown = ", ".join(components[:3]) + (f" and {len(components) - 3} more" if len(components) > 3 else "")
+            return f"'{self.loss}' (the total of its parts {shown})"
+        return f"'{self.loss}'"
+
+    def components(self):
+        """The logged parts of a total loss (loss_cls, loss_bbox, train/value_loss, ...): losses named with an
+        underscore that are no dataset, validation loss or loss scale."""
+        if base_name(self.loss) not in LOSS_NAMES or self.parts:
+            return []
+        return [name for name in self.names if name != self.loss and COMPONENT.search(base_name(name))
+                and not VALIDATION.search(base_name(name)) and "scale" not in name.lower()]
+
     def order(self):
-        """Column names in row-tuple order: step, loss, grad, lr, extras (None where absent)."""
-        return [self.step, self.loss, self.grad, self.lr, *self.extras]
+        """Column names in row-tuple order: step, loss, grad, lr, the loss's other parts, extras (None where absent)."""
+        return [self.step, self.loss, self.grad, self.lr, *self.parts[1:], *self.extras]
 
 
 class Unparsed:
@@ -72,10 +128,15 @@ class Unparsed:
 
     def __init__(self):
         self.columns = {}  # name -> [count, first line]
+        self.repeated = None  # [count, first line] of rows left out as a step logged again (repeated_rows)
 
     def add(self, name, line):
         entry = self.columns.setdefault(name, [0, line])
         entry[0] += 1
+
+    def repeat(self, line):
+        self.repeated = self.repeated or [0, line]
+        self.repeated[0] += 1
 
 
 def number(value, name, line, unparsed):
@@ -122,30 +183,143 @@ def to_chunk(rows, cols):
     return chunk + (complete,)
 
 
-def chunks_of(rows, cols, size=4096):
-    """Chunks from row tuples (the readers of records: JSONL, JSON, TensorBoard, plain text)."""
-    while True:
-        batch = list(itertools.islice(rows, size))
-        if not batch:
-            return
-        yield to_chunk(batch, cols)
-
-
-def from_records(records, loss_name, unparsed):
-    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns."""
-    preview = []
-    for record in records:
-        preview.append(record)
+def from_records(records, loss_name, unparsed, need_loss=False):
+    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns. `need_loss`
+    (plain text): a record without the loss is no row, and its names are not the log's series. A step counter that
+    starts again when the epoch moves on is composed into a global step (epoch_steps)."""
+    records = ((line, record) for line, record in records if not _validation(record))
+    preview, counts, seen = [], {}, 0
+    for item in records:
+        seen += 1
+        for k, v in item[1].items():
+            counts[k] = counts.get(k, 0) + _numeric(v)
+        if need_loss and seen < TEXT_SCAN and not any(_may_be_loss(k, loss_name) for k in item[1]):
+            continue  # a config dump or a banner before the training lines (detectron2 prints thousands)
+        preview.append(item)
         if len(preview) >= PREVIEW_ROWS:
             break
-    if not preview:
+    if not seen:
         raise CliError("no records with values found")
-    names = []
-    for _, record in preview:
-        names.extend(k for k in record if k not in names)
-    cols = Columns(names, loss_name)
-    wanted = cols.order()
+    cols = Columns(list(counts), loss_name, counts=counts)
+    if need_loss:  # (a line with the loss but no step, where the log has steps, is a summary or an evaluation)
+        step = cols.step
 
-    rows = (row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
-            for line, record in itertools.chain(preview, records))
-    return cols, chunks_of(rows, cols)
+        def row(record):
+            return cols.loss in record and (step is None or step in record)
+
+        preview = [item for item in preview if row(item[1])]
+        records = ((line, record) for line, record in records if row(record))
+        cols = Columns(list(dict.fromkeys(k for _, record in preview for k in record)), loss_name, counts=counts)
+    wanted = cols.order()
+    rows = itertools.chain(preview, records)
+    epoch = next((name for name in counts if name.strip().lower() == "epoch"), None)
+    if cols.step is not None and epoch is not None:
+        rows = epoch_steps(rows, cols.step, epoch)
+    if cols.step is not None:
+        rows = repeated_rows(rows, cols.step, cols.loss, unparsed)
+    return cols, record_chunks(rows, wanted, cols, unparsed)
+
+
+INT, NUMBER = frozenset((int,)), frozenset((int, float))  # (bool is neither: type(True) is bool)
+
+
+def record_chunks(records, wanted, cols, unparsed, size=4096):
+    """Chunks of (line, record) records, `size` at a time: where every value wanted is a JSON number (an int step),
+    the columns are taken as they are (the same as row_tuple gives, several times faster); else row by row."""
+    while True:
+        batch = list(itertools.islice(records, size))
+        if not batch:
+            return
+        columns = [None if name is None else [record.get(name) for _, record in batch] for name in wanted]
+        steps = columns[0]
+        if (steps is None or INT.issuperset(map(type, steps))) and all(
+                column is None or NUMBER.issuperset(map(type, column)) for column in columns[1:]):
+            losses, grads, lrs, *extras = ([*map(float, c)] if c is not None else None for c in columns[1:])
+            yield (steps if cols.step else None, losses, grads, lrs, extras, True)
+            continue
+        yield to_chunk([row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
+                        for line, record in batch], cols)
+
+
+PHASE_KEYS = ("mode", "phase", "split", "stage")  # mmdetection's "mode": "val" records
+
+
+def _validation(record):
+    """A record that says it is an evaluation's ({"mode": "val", ...}): no training row."""
+    if record.keys().isdisjoint(PHASE_KEYS):  # (most records: at C speed)
+        return False
+    for k in PHASE_KEYS:
+        value = record.get(k)
+        if isinstance(value, str) and VALIDATION.search(value):
+            return True
+    return False
+
+
+def _may_be_loss(name, loss_name):
+    low = base_name(name)
+    return low == base_name(loss_name) if loss_name else low in LOSS_NAMES or "loss" in low or low == "train"
+
+
+def _numeric(value):
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, (int, float)):
+        return 1
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return 0
+    return 1
+
+
+def repeated_rows(records, step, loss, unparsed):
+    """The records less those with a loss whose step was already read and whose next record with a loss goes back to
+    the highest step read so far or past it (or, ending the log, that went back from the record before it): a step
+    logged twice (two writers into one file, one a row behind the other, as two processes of one LLaMA-Factory run
+    can write; a line repeated). A resume goes back and then on from there: it stays (a writer two rows behind reads
+    as one; a resume by one logged row reads as a repeat). Counted in unparsed.repeated."""
+    top = last = held = None  # the highest step so far; the step of the last record kept; a record that went back
+    for line, record in records:
+        s = record.get(step)
+        if loss not in record:  # an evaluation record at a logged step: no row
+            s = None
+        elif type(s) is not int:
+            s = float(s) if _numeric(s) else None
+        if held is not None and s is not None:
+            if s >= top:
+                unparsed.repeat(held[0])
+            else:
+                yield held[:2]
+                last = held[2]
+            held = None
+        if s is not None and top is not None and s <= top:
+            held = (line, record, s)
+            continue
+        if s is not None:
+            top = last = s
+        yield line, record
+    if held is not None:  # the log ends on a record that went back: from the one before it (the lagging writer's
+        if held[2] <= last:  # last row), left out; going on from it (a resume to the end), kept
+            unparsed.repeat(held[0])
+        else:
+            yield held[:2]
+
+
+def epoch_steps(records, step, epoch):
+    """Records whose step counts from the start of each epoch (mmdetection's `iter`, DeepSpeed-Chat's `Step`, an
+    epoch's batch index) with a global step: where the step goes back as the epoch moves on, the counter goes on
+    from the epoch's last logged step plus the logging interval (the step before the last one to the last). A step
+    that goes back without a new epoch is a resume and stays as it is."""
+    offset, last, interval, last_epoch = 0, None, 1, None
+    for line, record in records:
+        s, e = record.get(step), record.get(epoch)
+        if _numeric(s) and _numeric(e):
+            s, e = float(s), float(e)
+            if last is not None and e > last_epoch and s + offset <= last:
+                offset = last + interval - s
+            if offset:
+                record = {**record, step: s + offset}
+            if last is not None and s + offset > last:
+                interval = s + offset - last
+            last, last_epoch = s + offset, e
+        yield line, record

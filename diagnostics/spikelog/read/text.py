@@ -9,10 +9,11 @@ BLOCK_BYTES = 1 << 16  # text is read 64 KB at a time
 MAX_LINE = 1 << 22  # a line longer than 4 MB is no log line (a sparse or binary file): refused
 
 
-def text_blocks(path, size=BLOCK_BYTES):
+def text_blocks(path, size=BLOCK_BYTES, unparsed=None):
     """A UTF-8 text file in whole lines (joined by \\n, the last line end and a BOM left out), `size` bytes at a
     time: a file of any size is never held whole, and a "line" longer than MAX_LINE (a binary or sparse file)
-    is refused. Yields (number of the first line, text)."""
+    is refused. Yields (number of the first line, text). With `unparsed` (an Unparsed), bytes that are not UTF-8
+    are dropped from their line and the line is counted; without it they refuse the file."""
     with open(path, "rb") as handle:
         carry, line = b"", 1
         while True:
@@ -31,32 +32,37 @@ def text_blocks(path, size=BLOCK_BYTES):
                 carry = block
                 continue
             carry = block[cut:]
-            text = decode_utf8(block[:cut - 1], line)
+            text = decode_utf8(block[:cut - 1], line, unparsed)
             yield line, text
             line += text.count("\n") + 1
         if carry:
-            yield line, decode_utf8(carry, line)
+            yield line, decode_utf8(carry, line, unparsed)
 
 
-def decode_utf8(data, line):
+def decode_utf8(data, line, unparsed=None):
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line += data.count(b"\n", 0, exc.start)
-        raise CliError(f"not UTF-8 text (line {line})") from None
+        if unparsed is None:
+            line += data.count(b"\n", 0, exc.start)
+            raise CliError(f"not UTF-8 text (line {line})") from None
+    texts = []  # a config table's stray Latin-1 byte: that line loses it, the log is still read
+    for number, raw in enumerate(data.split(b"\n"), line):
+        try:
+            texts.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            unparsed.add(UNDECODABLE, number)
+            texts.append(raw.decode("utf-8", "ignore"))
+    return "\n".join(texts)
 
 
-def text_lines(path):
+UNDECODABLE = "<bytes not UTF-8>"  # the unparsed event's column for lines that lost bytes
+
+
+def text_lines(path, unparsed=None):
     """Every line of a text file, one at a time (a flat iterator over text_blocks)."""
-    return itertools.chain.from_iterable(text.split("\n") for _, text in text_blocks(path))
+    return itertools.chain.from_iterable(text.split("\n") for _, text in text_blocks(path, unparsed=unparsed))
 
 
-def line_records(path, parse):
-    for line, text in enumerate(text_lines(path), 1):
-        record = parse(text)
-        if record:
-            yield line, record
-
-
-NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|nan|inf)"
+NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+|(?i:nan|inf(?:inity)?))"
 KEY_VALUE = re.compile(r"(\w+):(" + NUM + ")")
