@@ -374,13 +374,12 @@ class NanWatch:
         return [bool(v) for v in values.tolist()]
 
     def _agree(self, report):
-        """The same report on every rank: the first rank whose replay named a module, else rank 0's."""
-        rank = torch.distributed.get_rank() if _world() > 1 else 0
-        reports = [report]
-        if _world() > 1:
-            reports = [None] * _world()
-            torch.distributed.all_gather_object(reports, report)
-            rank = next((r for r, each in enumerate(reports) if each["module"] is not None), 0)
+        """The same report on every rank: the first rank whose replay found the NaN/inf, else rank 0's."""
+        if _world() == 1:
+            return {**report, "rank": 0}
+        reports = [None] * _world()
+        torch.distributed.all_gather_object(reports, report)  # a bad step only: every rank is here, they agreed
+        rank = next((r for r, each in enumerate(reports) if each["source"] != "not reproduced"), 0)
         return {**reports[rank], "rank": rank}
 
     def _replay(self, step, replay, rng, latest, read_at):

@@ -46,8 +46,10 @@ def test_nanwatch_names_the_container_whose_functional_op_made_the_nan_not_the_c
     torch.manual_seed(0)
     model = torch.nn.Sequential(LogInside())
     watch = NanWatch(model)
-    model(torch.randn(8, 4)).sum().backward()
-    report = watch.check(5)
+    x = torch.randn(8, 4)
+    loss = model(x).sum()
+    loss.backward()
+    report = watch.check(5, loss, replay=lambda: model(x).sum())
     watch.remove()
     assert (report["step"], report["module"], report["class"], report["phase"], report["source"]) == \
         (5, "0", "LogInside", "forward", "module")
