@@ -86,10 +86,13 @@ class LossModel(torch.nn.Module):
 
 class Losses:
     def __init__(self):
-        self.added = []
+        self.added, self.replays, self.checking = [], [], False
 
     def add_loss(self, loss, tokens=None, share=False):
         self.added.append((float(loss.detach()), tokens, share))
+
+    def add_replay(self, replay):
+        self.replays.append(replay)
 
 
 def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_whole_steps_tokens_a_share():
@@ -101,8 +104,12 @@ def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_who
     ids = torch.zeros(2, 5, dtype=torch.long)
     model(input_ids=ids)  # the loss of one micro-batch: the step's loss is their mean
     model(input_ids=ids, num_items_in_batch=20)  # already divided by the tokens of the whole step: a share of it
+    assert float(session.replays[1]()["loss"]) == pytest.approx(3.918)  # each micro-batch again, for NanWatch's replay
+    session.checking = True
+    model(input_ids=ids)  # NanWatch's replay of a micro-batch: neither a loss nor a replay of the step
     probe.remove()
     assert session.added == [(pytest.approx(3.918), 10, False), (pytest.approx(3.918), 10, True)]
+    assert len(session.replays) == 2
 
 
 @pytest.mark.parametrize("losses,share,step_loss", [
