@@ -26,47 +26,56 @@ What it checks
     DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: no collective.
 
     NanWatch: the same question at every step of a real run, where the NaN that matters shows up
-    at step 14,000. Hooks that stay on, in the training loop:
+    at step 14,000, at the speed of a plain step, eager or under torch.compile. In the loop:
 
-      watch = NanWatch(model)                 # every=N reads the verdict every N steps
+      watch = NanWatch(model)                 # model, torch.compile(model) or DDP(model); every=N
       for step, (x, y) in enumerate(loader):
+          watch.begin()                       # optional: the RNG state this step starts from
           loss = loss_fn(model(x), y)
           loss.backward()
-          report = watch.check(step)          # None on a healthy step
+          report = watch.check(step, loss, replay=lambda: loss_fn(model(x), y))  # None when healthy
           if report is not None:
-              print(report["summary"])        # also: step, module, class, phase, source, frames
+              print(report["summary"])        # also: step, module, class, phase, source, frames, rank
+              optimizer.zero_grad(set_to_none=True)
+              continue                        # skip the bad step (or let SpikeGuard decide)
           optimizer.step()
           optimizer.zero_grad(set_to_none=True)
-      watch.remove()                          # every hook gone: the model is as it was
 
-    Each module's forward hook and a gradient hook on its inputs, outputs and parameters run one
-    torch.aminmax per tensor (a tensor met again, unchanged, is measured once): its min and max are
-    the NaN/inf test and the frame at once. They are written in place into a block of values on the
-    device that NanWatch keeps from step to step (no new tensor per value). check() reduces the
-    step's block to one flag and reads it: the step's only host sync, or one per N steps with
-    every=N. Only on a bad step are the values copied to the host, to name the origin as above:
-    forward first (source "module": the first module whose inputs were finite and whose output is
-    not; "inputs": the batch already held NaN/inf; "outside": an operation outside any module), else
-    backward (the first non-finite gradient: the module whose backward made it). Frames are [abs
-    min, abs max], as below, from that one min and max: the abs max is max(-min, max); the abs min
-    is exact for a tensor of one sign (min >= 0 or max <= 0: a softmax, a ReLU, a -inf mask) and
-    None for a tensor holding both signs, as most activations and gradients do. There it would take
-    a second pass over every tensor on every healthy step (abs(), then min: on a 16x64x128 tensor
-    1.7x the time of the aminmax itself; in the benchmark's step it turned 4 ms of aminmax into 16
-    ms), for a value that only a bad step shows. For every abs min, run the one-batch check of this
-    file on the bad step's batch. A -inf in a module's input, or in an output that needs no
-    gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and are
-    not watched. Eval-mode forwards are not watched. Every bad step is reported, one per check().
-    Cost, measured with benchmarks/nanwatch_overhead.py (GPT-2 from HF built from a config, CPU, one
-    torch thread, a shared 2-core machine at load average 1.2 to 2.5, 2026-11-25). On the tiny GPT
-    (0.44M parameters, width 128, batch 16 x 64: as little compute per activation as a GPT has, the
-    worst case for a cost per tensor): 7.3 ms of CPU per step inside NanWatch, 7.7% of a plain step;
-    whole steps 1.07x plain (0.92x to 1.14x over 7 rounds), against 1.59x for transformers'
-    DebugUnderflowOverflow (forward hooks only) and 1.84x for torch.autograd.detect_anomaly. On a
-    wider one (GPT-2 small's width 768 and 12 heads, 2 layers, 20.6M parameters, batch 4 x 128):
-    25 ms inside, 2.1% of a 1.2 s step; whole steps 1.00x (0.94x to 1.04x over 5 rounds), against
-    1.21x and 1.27x.
-    The peer tool DebugUnderflowOverflow aborts on the -inf mask and raises on a boolean one.
+    A healthy step costs one sentinel: is the loss finite, is the gradients' infinity norm (their
+    largest abs value: NaN if one is NaN, inf if one is inf, never an fp16 overflow as a 2-norm
+    can be) finite, one fused reduction on the device (pass grad_norm= the norm clip_grad_norm_
+    returned to skip even that), read with one host sync per check(), or per N with every=N.
+    NanWatch puts no hook in the model: a compiled model keeps its graphs (no graph break). A step counts as bad only when a NaN or an inf reaches the loss or a gradient: a
+    -inf mask on logits, or anywhere the loss never sees, is not reported.
+
+    On a bad step, check() replays it before optimizer.step() has moved the weights: the same
+    weights, the same batch (the replay function), the RNG state the step started from (dropout
+    draws the same mask), eagerly (torch.compiler.set_stance("force_eager")), with a forward hook
+    on every module and gradient hooks on their inputs, outputs and parameters. One torch.aminmax
+    per tensor gives its min and max: the NaN/inf test and the frame at once. Forward first (source
+    "module": the first module whose inputs were finite and whose output is not, NaN or +inf before
+    a -inf; "inputs": the batch already held NaN/inf; "outside": an operation outside any module,
+    module None when every module's output was finite and the loss was not), else backward through
+    torch.autograd.grad (the first non-finite gradient: the module whose backward made it). Frames
+    are [abs min, abs max]; the abs min is exact for a tensor of one sign and None for one holding
+    both (run the one-batch check of this file on that batch for more). The replay leaves the
+    model as found: hooks removed, .grad untouched, BatchNorm's running stats and the RNG streams
+    restored, also when the replay function raises; under DDP it runs under no_sync(). A replay
+    function may be a list, one per micro-batch of a gradient-accumulation step, replayed in order.
+    Without replay=, or with every=N when the bad step is not the last one read (later optimizer
+    steps have moved its weights), the report names the step, with module None and source
+    "sentinel"; source "not reproduced" when the replay made no NaN/inf on this rank.
+
+    Under torch.distributed every rank must call check() at the same steps: each read all-reduces
+    the flags (one small collective per read), so every rank agrees on the step; on a bad step
+    every rank replays its own batch and all return the same report, that of the first rank whose
+    replay found the NaN/inf, with its "rank". Zero-size parameters and sparse gradients
+    (nn.Embedding(sparse=True)) are measured through their values; float8 and empty tensors are
+    not measured. Eval-mode forwards are not watched.
+    Before 2026-11-26 NanWatch kept hooks on every module at every step and check(step) took
+    only the step: that call still works and names bad steps, not their module; add loss= and
+    replay= as above (the HF and Lightning callbacks do it for you).
+COSTPLACEHOLDER
 
 Command
     python diagnostics/nan_watch.py                              # embedded demo (planted bug)
@@ -420,7 +429,7 @@ class NanWatch:
             sync = self.wrapper.no_sync() if hasattr(self.wrapper, "no_sync") else _nothing()
             with stance, sync, torch.enable_grad():
                 loss = _loss(closure())
-                loss_finite = loss is not None and bool(torch.isfinite(loss.detach()).all())
+                loss_finite = None if loss is None else bool(torch.isfinite(loss.detach()).all())  # None: no loss
                 if loss_finite and loss.requires_grad and self.params:
                     torch.autograd.grad(loss, self.params, allow_unused=True)
         finally:
@@ -469,7 +478,8 @@ class NanWatch:
         return hook
 
     def _report(self, step, log, loss_finite):
-        """Name the first NaN/inf of a replay: forward first, then the loss, then backward; None when all was finite."""
+        """Name the first NaN/inf of a replay: forward first, then the loss, then backward; None when all was finite
+        (or the replay gave no loss: then backward was not replayed)."""
         rows = {id(values): values.read() for values in log.values.values()}  # the replay's values come to the host
         lows, highs = [], []
         for (values, p), watch in zip(log.slots, log.watch):
@@ -513,7 +523,7 @@ class NanWatch:
                 summary = "first NaN/inf seen at the output of {}, whose inputs held NaN/inf made outside any module"
             frames = [frame("forward", *entry) for entry in forward[max(0, last + 1 - self.frames):last + 1]]
             return self._dict(step, forward[where][0], "forward", source, summary, frames)
-        if not loss_finite:
+        if loss_finite is False:
             frames = [frame("forward", *entry) for entry in forward[-self.frames:]]
             return self._dict(step, None, "forward", "outside", "every module's output was finite; the loss made from "
                               "them was not: the loss function or an operation after the model made it", frames)

@@ -549,3 +549,20 @@ def test_the_replay_leaves_weights_gradients_buffers_rng_modes_and_hooks_as_foun
         assert (report["step"], report["module"], report["source"]) == (step, "norm", "module")
     assert_unchanged(before, snapshot(model, opt))
     assert differences(before, snapshot(model, opt)) == []
+
+
+def test_a_replay_that_returns_no_loss_names_a_forward_nan_and_never_blames_the_loss():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), SafeSqrt())  # BUG: a NaN gradient where its input is < 0
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(0, replay=lambda: {"logits": model(x)})  # the loss is computed outside, as HF's compute_loss
+    assert (report["module"], report["source"]) == (None, "not reproduced")  # a finite forward, and no loss to go back from
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), Reciprocal())
+    torch.nn.init.zeros_(model[0].weight)
+    torch.nn.init.zeros_(model[0].bias)  # every output 1/0
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(1, replay=lambda: {"logits": model(x)})
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "1", "forward", "module")
