@@ -71,7 +71,8 @@ What it checks
     every rank replays its own batch and all return the same report, that of the first rank whose
     replay found the NaN/inf, with its "rank". Zero-size parameters and sparse gradients
     (nn.Embedding(sparse=True)) are measured through their values; float8 and empty tensors are
-    not measured. Eval-mode forwards are not watched.
+    not measured. The replay watches the model in the mode the step ran it (train, or eval when
+    a run trains with dropout off).
     Before 2026-11-26 NanWatch kept hooks on every module at every step and check(step) took
     only the step: that call still works and names bad steps, not their module; add loss= and
     replay= as above (the HF and Lightning callbacks do it for you).
@@ -452,9 +453,7 @@ class NanWatch:
         log.close()
         return self._report(step, log, loss_finite)
 
-    def _on_forward(self, module, args, kwargs, output):
-        if self._step is None or not self.model.training or torch.is_inference_mode_enabled():  # eval is not watched
-            return
+    def _on_forward(self, module, args, kwargs, output):  # registered for the replay only, in whatever mode it runs
         log = self._step
         ins, outs = [], []
         _collect(args, ins)
@@ -471,19 +470,16 @@ class NanWatch:
                 t.register_hook(self._on_grad(log, i))
 
     def _on_grad(self, log, i):
-        def hook(grad):
-            if self._step is log and log.seen is not None:  # this replay's log, while it runs
-                log.backward.append((i, None, log.index(grad, 2)))
+        def hook(grad):  # fires in the replay's torch.autograd.grad only: its graph is freed when the replay ends
+            log.backward.append((i, None, log.index(grad, 2)))
         return hook
 
     def _on_param_grad(self, module, name):
-        def hook(grad):
-            log = self._step
-            if log is not None and self.model.training:
-                if grad.is_sparse:  # nn.Embedding(sparse=True): its values are what can be NaN/inf
-                    grad = grad._values()
-                if grad.numel():
-                    log.backward.append((None, (module, name), log.index(grad, 2)))
+        def hook(grad):  # registered for the replay only
+            if grad.is_sparse:  # nn.Embedding(sparse=True): its values are what can be NaN/inf
+                grad = grad._values()
+            if grad.numel():
+                self._step.backward.append((None, (module, name), self._step.index(grad, 2)))
         return hook
 
     def _report(self, step, log, loss_finite):

@@ -566,3 +566,16 @@ def test_a_replay_that_returns_no_loss_names_a_forward_nan_and_never_blames_the_
     model(x).sum().backward()
     report = watch.check(1, replay=lambda: {"logits": model(x)})
     assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "1", "forward", "module")
+
+
+def test_a_model_trained_in_eval_mode_is_replayed_and_named():
+    """Some fine-tuning runs train with model.eval() (dropout off): the replay watches that mode too."""
+    torch.manual_seed(0)
+    model = TinyGPT(eps=0.0).eval()
+    data = batches(2)
+    data[1][0][0, 0] = 0.0  # a zero row at step 1: blocks.0.norm divides 0 by 0
+    watch = NanWatch(model)
+    _, reports = train(model, data, watch)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == \
+        {1: ("blocks.0.norm", "forward", "module")}
+    assert not model.training  # and it stays in eval mode
