@@ -579,3 +579,36 @@ def test_a_model_trained_in_eval_mode_is_replayed_and_named():
     assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == \
         {1: ("blocks.0.norm", "forward", "module")}
     assert not model.training  # and it stays in eval mode
+
+
+class GainFromStats(torch.nn.Module):
+    """A gain computed without gradient (statistics of a detached input), as some adaptive scalings do."""
+
+    def forward(self, x):
+        spread = x.detach().std(-1, keepdim=True)
+        return spread / spread  # BUG: 0/0 on a constant row: NaN in an output that needs no gradient
+
+
+class Gained(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(D, D)
+        self.gain = GainFromStats()
+
+    def forward(self, x):
+        return self.proj(x) * self.gain(x)
+
+
+def test_a_nan_in_an_output_that_needs_no_gradient_is_named_where_it_was_made():
+    torch.manual_seed(0)
+    model = Gained()
+    x = torch.randn(4, D)
+    x[2] = 1.0  # a constant row
+
+    def compute():
+        return model(x).square().mean()
+
+    loss = compute()
+    loss.backward()
+    report = NanWatch(model).check(0, loss, replay=compute)
+    assert (report["module"], report["class"], report["phase"], report["source"]) == ("gain", "GainFromStats", "forward", "module")
