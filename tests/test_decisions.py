@@ -111,6 +111,21 @@ def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_who
     assert len(session.replays) == 2
 
 
+def test_a_sessions_begin_gives_nanwatch_the_rng_state_the_step_starts_from_and_needs_no_watch(tmp_path):
+    from ml_debug.integrations._session import Session
+
+    model = torch.nn.Linear(2, 1)
+    for watched in (False, True):
+        session = Session(model, torch.optim.SGD(model.parameters(), lr=0.1), str(tmp_path / f"{watched}.jsonl"),
+                          guard=False, monitor=False, nan_watch=watched)
+        session.add_replay(lambda: None)
+        torch.rand(3)  # the loop draws random numbers between two steps (an augmentation)
+        session.begin()
+        assert session.replays == []
+        if watched:
+            assert torch.equal(session.watch._rng[0], torch.get_rng_state())
+
+
 @pytest.mark.parametrize("losses,share,step_loss", [
     ([2.0, 4.0, 6.0, 8.0], False, 5.0),  # a full window of four micro-batches: their mean
     ([2.0, 4.0], False, 3.0),  # an epoch's last window, two micro-batches: their mean, not their sum over four
