@@ -612,3 +612,54 @@ def test_a_nan_in_an_output_that_needs_no_gradient_is_named_where_it_was_made():
     loss.backward()
     report = NanWatch(model).check(0, loss, replay=compute)
     assert (report["module"], report["class"], report["phase"], report["source"]) == ("gain", "GainFromStats", "forward", "module")
+
+
+class RootGain(torch.nn.Module):
+    """Multiplies by sqrt of a learned gain where it is positive: finite forward and input gradient, but the
+    gain's own gradient is NaN where it is negative. Beside it, a frozen table and a weight tied to another module."""
+
+    def __init__(self, tied):
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.ones(D))
+        self.frozen = torch.nn.Parameter(torch.ones(D), requires_grad=False)
+        self.tied = tied
+        self.tied_weight = tied.weight  # the same Parameter, registered here too
+
+    def forward(self, x):
+        root = torch.where(self.gain > 0, self.gain.clamp_min(0).sqrt(), self.gain.sqrt())  # BUG: sqrt of a negative
+        return self.tied(x * torch.where(self.gain > 0, root, torch.zeros_like(root)) * self.frozen)
+
+
+def test_a_nan_gradient_made_for_a_parameter_is_named_with_the_parameter():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(D, D)
+    model = torch.nn.Sequential(head, RootGain(head))  # head's weight is also RootGain's own: hooked once
+    x = torch.randn(4, D)
+    with torch.no_grad():
+        model[1].gain[3] = -1.0
+
+    def compute():
+        return model(x).square().mean()
+
+    loss = compute()
+    loss.backward()
+    assert torch.isfinite(loss) and not torch.isfinite(model[1].gain.grad).all()
+    report = NanWatch(model).check(0, loss, replay=compute)
+    assert (report["module"], report["phase"], report["source"]) == ("1", "backward", "module")
+    assert report["frames"][-1]["param"] == "gain" and report["frames"][-1]["out"] == ["nan", "nan"]
+
+
+def test_no_loss_and_no_gradient_is_nothing_to_say_and_the_reasons_a_module_is_not_named():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), Reciprocal())
+    assert NanWatch(model).check(0) is None  # no backward yet, no loss given
+    torch.nn.init.zeros_(model[0].weight)
+    torch.nn.init.zeros_(model[0].bias)
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    report = NanWatch(model).check(1)
+    assert (report["step"], report["module"], report["source"]) == (1, None, "sentinel") and "replay=" in report["summary"]
+    watch = NanWatch(model, every=2)
+    watch.check(2, replay=lambda: model(x).sum())
+    report = watch.check(3)  # the bad step 2 is read at step 3: its weights are no longer at hand
+    assert (report["step"], report["source"]) == (2, "sentinel") and "every=2" in report["summary"]
