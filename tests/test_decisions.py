@@ -126,6 +126,59 @@ def test_a_sessions_begin_gives_nanwatch_the_rng_state_the_step_starts_from_and_
             assert torch.equal(session.watch._rng[0], torch.get_rng_state())
 
 
+class MiniModule(torch.nn.Module):
+    """What the Lightning callback uses of a LightningModule: training_step, log."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), ScaleNormNoEps(), torch.nn.Linear(8, 2))
+        self.logged = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.encoder(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def log(self, name, value):
+        self.logged.append(name)
+
+
+class ScaleNormNoEps(torch.nn.Module):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
+
+
+def test_the_lightning_callback_replays_every_micro_batch_of_the_step_from_the_first(tmp_path):
+    pytest.importorskip("lightning")
+    from types import SimpleNamespace
+
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    torch.manual_seed(0)
+    module = MiniModule()
+    trainer = SimpleNamespace(accumulate_grad_batches=2, global_step=0, optimizers=[torch.optim.SGD(module.parameters(), lr=0.1)],
+                              log_dir=str(tmp_path), default_root_dir=str(tmp_path))
+    callback = MLDebugCallback(monitor=False, guard=False)
+    callback.on_train_start(trainer, module)
+    x = torch.randn(2, 8, 4)
+    x[0, 3] = 0.0  # the first micro-batch of the step makes the NaN, the second is healthy
+    y = torch.randint(0, 2, (2, 8))
+    for i in range(2):
+        batch = (x[i], y[i])
+        callback.on_train_batch_start(trainer, module, batch, i)
+        loss = module.training_step(batch, i)
+        callback.on_before_backward(trainer, module, loss / 2)
+        (loss / 2).backward()
+        callback.on_after_backward(trainer, module)
+    callback.on_before_optimizer_step(trainer, module, trainer.optimizers[0])
+    callback.on_train_batch_end(trainer, module, None, batch, 1)
+    callback.on_train_end(trainer, module)
+    assert [(r["step"], r["module"], r["phase"], r["source"]) for r in callback.reports] == \
+        [(0, "encoder.1", "forward", "module")]
+    assert module.logged == ["train_loss", "train_loss"]  # the replay logged nothing
+
+
 @pytest.mark.parametrize("losses,share,step_loss", [
     ([2.0, 4.0, 6.0, 8.0], False, 5.0),  # a full window of four micro-batches: their mean
     ([2.0, 4.0], False, 3.0),  # an epoch's last window, two micro-batches: their mean, not their sum over four
