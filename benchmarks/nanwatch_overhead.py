@@ -1,107 +1,98 @@
-"""What does NanWatch cost per training step, next to its peers? (Not run in CI.)
+"""What does NanWatch cost per training step, eager and compiled, next to the monitor, the guard and its peers?
+(Not run in CI.)
 
-    python benchmarks/nanwatch_overhead.py [--size tiny|wide] [--steps 30] [--rounds 5] [--threads 1]
+    python benchmarks/nanwatch_overhead.py [--device cpu|cuda] [--compile] [--size tiny|wide|gpt2]
+        [--dtype fp32|bf16] [--steps 20] [--warmup 3] [--rounds 5] [--threads 1] [--variants plain,...]
 
-One process, one small GPT (Hugging Face GPT2LMHeadModel built from a config, eager attention), next-token
-loss on random tokens, AdamW, on CPU. `--size tiny` (the default): 2 layers, width 128, 4 heads, 0.44M
-parameters, batch 16 x 64 tokens, the worst case for a cost per tensor (as little compute per activation
-as a GPT has); `--size wide`: GPT-2 small's width and heads (768, 12), 2 layers, vocab 8192, 20.6M
-parameters, batch 4 x 128. Every variant trains a fresh copy of the same model on the same batches:
+One process, a GPT (Hugging Face GPT2LMHeadModel built from a config, sdpa attention), next-token loss
+on random tokens, AdamW (fused on cuda), gradients clipped at 1.0 in every variant. Defaults: on cpu the
+tiny GPT (2 layers, width 128, 0.44M parameters, batch 16 x 64) in fp32; on cuda GPT-2 small (124M,
+batch 16 x 1024) under bf16 autocast. `--compile` compiles the model of every variant (inductor on
+cuda, aot_eager on cpu: no C compiler needed). Each variant has its own copy of the model, trained on
+the same batches:
 
-  plain             forward, backward, optimizer.step(), zero_grad()
-  nanwatch          + NanWatch(model) hooks on every module (forward and backward) and
-                    watch.check(step) after backward, every step (the one host read per step)
-  nanwatch every=10 + the same, the verdict read every 10th step
-  debug_underflow   + transformers' DebugUnderflowOverflow(model): forward hooks on every module
-  detect_anomaly    the step inside torch.autograd.detect_anomaly()
+  plain                    forward, backward, clip_grad_norm_, optimizer.step(), zero_grad()
+  nanwatch                 + watch.check(step, loss, replay=...) after backward: the loss and the
+                           gradients' infinity norm, read every step (one host sync)
+  nanwatch every=10        + the same, read every 10th step
+  nanwatch grad_norm=clip  + the same, with the norm clip_grad_norm_ returned (no second pass over the gradients)
+  monitor                  + TrainingMonitor(path, model, optimizer).log() every step
+  guard                    + SpikeGuard(model).should_skip() every step
+  debug_underflow          + transformers' DebugUnderflowOverflow(model): forward hooks on every module
+  detect_anomaly           the forward and backward inside torch.autograd.detect_anomaly()
 
-The variants run interleaved, round after round, so that a change in the machine's load hits all of
-them alike; each round starts with the next variant, and each run's first step, which allocates the
-optimizer state, is not timed (before, plain always ran first in a round, and every run's first step was
-timed). Time is this process's CPU time (one torch thread), not wall time: on a machine shared
-with other jobs, wall time measures the neighbours. Reported: the median over rounds of CPU ms per
-step, and the ratio to plain: the median over rounds of each round's ratio to that round's plain
-run (neighbours in time share the machine's load; the spread of those ratios is printed too).
-Differences of whole steps are noisy on a shared machine; the direct measure is the CPU time spent
-inside NanWatch itself (its hooks, with the kernels they launch, and check()), metered around each
-call, as a share of a plain step. The meter's own cost (two clock reads per hook) is counted in. On a CPU a host read costs no waiting; on a GPU NanWatch reads once
-per check (or every N) and DebugUnderflowOverflow syncs several times per module (per tensor,
-.item() on a NaN test and an inf test, and the abs min and max formatted into its frame text).
+Every variant first runs --warmup untimed steps (allocation, the optimizer state, compilation). Then
+the rounds: each variant runs the same --steps steps, the variants interleaved and each round starting
+with the next one, so that a change in the machine's load hits all alike. Time is wall time, the
+device's queue drained before and after, on cuda; this process's CPU time on cpu (one torch thread:
+on a machine shared with other jobs, wall time measures the neighbours). Printed: each round's ms/step per variant, then the median
+over rounds, the ratio to plain (the median of each round's ratio to that round's plain run), and the
+time inside the tool's own call per step (check(), log(), should_skip(); on cuda that includes waiting
+for the device at a host read): the direct measure, where whole steps differ by less than the noise.
+Last, a planted inf (the last block's first MLP weight set to inf for step 3): what each NanWatch mode
+reports, and any report on a healthy step (a false alarm).
 
-Then each tool meets the masks attention really uses, in a model made for it (a 1-layer
-attention with an additive -inf causal mask, passed to a module as an argument; a boolean mask): does
-it stay silent on a healthy step?
+Measured on 2026-11-26 on the CPU (no GPU at hand): a 2-core AMD EPYC shared with five other agents' jobs, load
+average 14 to 21 during the runs, one torch thread, torch 2.13.0+cpu, transformers 5.23.0; `--steps 15 --rounds 5`,
+eager, then `--compile` (aot_eager):
 
-Measured on an x86_64 CPU (2 cores, shared with other jobs: load average 2 to 4 during the run;
-1 torch thread), Linux, Python 3.11, torch 2.13.0+cpu, transformers 5.23.0, on 2026-11-23,
-`--steps 20 --rounds 7`:
+    machine: AMD EPYC, 2 cores, 1 torch thread(s), Linux 6.18.44-fc-v782, Python 3.11.7, torch 2.13.0+cpu; load average at start 21.3, 17.9, 14.2
+    model: GPT2LMHeadModel (tiny: 2 layers, width 128, 4 heads, vocab 256), 0.44M parameters, batch 16 x 64 tokens, fp32, eager, 15 steps x 5 rounds per variant after 3 warm-up steps, CPU time
+    round 0: plain 148.1, nanwatch 148.9, nanwatch every=10 158.0, nanwatch grad_norm=clip 153.5, monitor 152.8, guard 144.5, debug_underflow 227.7, detect_anomaly 262.2 ms/step
+    round 1: plain 159.0, nanwatch 156.6, nanwatch every=10 129.9, nanwatch grad_norm=clip 131.2, monitor 120.4, guard 141.1, debug_underflow 202.2, detect_anomaly 251.6 ms/step
+    round 2: plain 167.1, nanwatch 158.5, nanwatch every=10 141.1, nanwatch grad_norm=clip 115.6, monitor 129.6, guard 115.0, debug_underflow 237.2, detect_anomaly 295.0 ms/step
+    round 3: plain 116.9, nanwatch 122.2, nanwatch every=10 139.3, nanwatch grad_norm=clip 120.1, monitor 144.8, guard 152.5, debug_underflow 248.4, detect_anomaly 220.3 ms/step
+    round 4: plain 136.4, nanwatch 140.5, nanwatch every=10 125.0, nanwatch grad_norm=clip 119.4, monitor 139.5, guard 120.5, debug_underflow 195.5, detect_anomaly 239.9 ms/step
+    variant                   ms/step         min..max  x plain    min..max  in the call
+    plain                       148.1   116.9..167.1      1.000  1.00..1.00       0.01 ms
+    nanwatch                    148.9   122.2..158.5      1.005  0.95..1.05       2.54 ms
+    nanwatch every=10           139.3   125.0..158.0      0.916  0.82..1.19       2.24 ms
+    nanwatch grad_norm=clip     120.1   115.6..153.5      0.875  0.69..1.04       0.34 ms
+    monitor                     139.5   120.4..152.8      1.023  0.76..1.24       1.78 ms
+    guard                       141.1   115.0..152.5      0.887  0.69..1.30       0.19 ms
+    debug_underflow             227.7   195.5..248.4      1.433  1.27..2.13       0.01 ms
+    detect_anomaly              251.6   220.3..295.0      1.765  1.58..1.89       0.01 ms
+    reports on the healthy steps: none
+    planted inf at step 3 in transformer.h.1.mlp.c_fc: {'nanwatch': {3: ('transformer.h.1.mlp.c_fc', 'forward', 'module', 'read at step 3')}, 'nanwatch every=10': {3: (None, None, 'sentinel', 'read at step 9')}}
 
-    machine: AMD EPYC, 2 cores, 1 torch thread(s), Linux 6.18.44-fc-v657, Python 3.11.7, torch 2.13.0+cpu; load average at start 2.4, 4.2, 6.1
-    model: GPT2LMHeadModel, 0.44M parameters, batch 16 x 64 tokens, 20 steps x 7 rounds per variant
-    variant             ms/step       min..max  x plain    min..max  in NanWatch
-    plain                 106.0   94.5..115.4      1.00  1.00..1.00
-    nanwatch              119.7  113.4..129.6      1.15  1.04..1.27      10.69 ms
-    nanwatch every=10     121.5  107.5..131.2      1.17  1.05..1.29      11.08 ms
-    debug_underflow       192.4  167.4..201.4      1.75  1.65..1.94
-    detect_anomaly        212.2  179.6..233.5      1.99  1.71..2.40
-    nanwatch: 10.69 ms of CPU per step inside its hooks and check(), 10.6% of a plain step (106.0 ms), median of 7 rounds
-    nanwatch every=10: 11.08 ms of CPU per step inside its hooks and check(), 9.9% of a plain step (106.0 ms), median of 7 rounds
-    on masks (one healthy forward and backward):
-      nanwatch         additive -inf: silent; boolean: silent
-      debug_underflow  additive -inf: raised ValueError: DebugUnderflowOverflow: inf/nan detected, aborting as there ; boolean: raised NotImplementedError: "abs_cpu" not implemented for 'Bool'
-      detect_anomaly   additive -inf: silent; boolean: silent
+    machine: AMD EPYC, 2 cores, 1 torch thread(s), Linux 6.18.44-fc-v782, Python 3.11.7, torch 2.13.0+cpu; load average at start 15.7, 15.4, 14.5
+    model: GPT2LMHeadModel (tiny: 2 layers, width 128, 4 heads, vocab 256), 0.44M parameters, batch 16 x 64 tokens, fp32, torch.compile backend aot_eager, 15 steps x 5 rounds per variant after 3 warm-up steps, CPU time
+    round 0: plain 177.4, nanwatch 186.1, nanwatch every=10 194.7, nanwatch grad_norm=clip 191.3, monitor 172.9, guard 167.4, debug_underflow 163.2, detect_anomaly 183.6 ms/step
+    round 1: plain 160.8, nanwatch 154.2, nanwatch every=10 160.0, nanwatch grad_norm=clip 161.3, monitor 173.3, guard 165.4, debug_underflow 171.0, detect_anomaly 188.6 ms/step
+    round 2: plain 165.2, nanwatch 171.4, nanwatch every=10 153.9, nanwatch grad_norm=clip 139.3, monitor 160.6, guard 160.2, debug_underflow 151.8, detect_anomaly 185.1 ms/step
+    round 3: plain 176.7, nanwatch 183.0, nanwatch every=10 182.8, nanwatch grad_norm=clip 161.9, monitor 175.7, guard 179.3, debug_underflow 155.3, detect_anomaly 179.9 ms/step
+    round 4: plain 165.7, nanwatch 180.7, nanwatch every=10 172.6, nanwatch grad_norm=clip 168.0, monitor 181.6, guard 180.2, debug_underflow 166.7, detect_anomaly 177.9 ms/step
+    variant                   ms/step         min..max  x plain    min..max  in the call
+    plain                       165.7   160.8..177.4      1.000  1.00..1.00       0.01 ms
+    nanwatch                    180.7   154.2..186.1      1.037  0.96..1.09       2.56 ms
+    nanwatch every=10           172.6   153.9..194.7      1.034  0.93..1.10       2.49 ms
+    nanwatch grad_norm=clip     161.9   139.3..191.3      1.003  0.84..1.08       0.41 ms
+    monitor                     173.3   160.6..181.6      0.994  0.97..1.10       2.06 ms
+    guard                       167.4   160.2..180.2      1.014  0.94..1.09       0.27 ms
+    debug_underflow             163.2   151.8..171.0      0.920  0.88..1.06       0.01 ms
+    detect_anomaly              183.6   177.9..188.6      1.074  1.02..1.17       0.01 ms
+    reports on the healthy steps: none
+    planted inf at step 3 in transformer.h.1.mlp.c_fc: {'nanwatch': {3: ('transformer.h.1.mlp.c_fc', 'forward', 'module', 'read at step 3')}, 'nanwatch every=10': {3: (None, None, 'sentinel', 'read at step 9')}}
 
-NanWatch spent 10.7 ms of CPU per step inside its own hooks and check(), 10.6% of a plain step;
-a cProfile run put roughly half of that in the aminmax kernels (one per activation, gradient and
-parameter gradient, about 100 a step here) and half in Python (the hooks and register_hook), an
-estimate. Whole steps came out 1.15x plain, with per-round ratios from 1.04 to 1.27: at this load
-the noise between rounds is as large as the cost measured. Four earlier runs that day (at load
-averages 5 to 13, some with earlier versions of NanWatch and of this script) gave whole-step
-medians of 1.08x to 1.19x for NanWatch, 1.66x to 1.84x for DebugUnderflowOverflow (forward hooks
-alone) and 1.94x to 2.04x for detect_anomaly. This model is narrow: the cost per activation element
-is fixed, a step's compute per element grows with the width, so the share shrinks on real models
-(then assumed; measured below with `--size wide`).
-
-Run again on 2026-11-25 (rotated order, first step untimed; a helper's benchmarks ran on the other core,
-load average 1.2 to 2.5), `--size tiny --steps 15 --rounds 7` and `--size wide --steps 4 --rounds 5`:
-
-    model: GPT2LMHeadModel (tiny: 2 layers, width 128, 4 heads, vocab 256), 0.44M parameters, batch 16 x 64 tokens, 15 steps x 7 rounds per variant
-    variant             ms/step       min..max  x plain    min..max  in NanWatch
-    plain                  93.0   86.4..99.0       1.00  1.00..1.00
-    nanwatch               99.4   85.6..104.9      1.07  0.92..1.14       7.30 ms
-    nanwatch every=10     100.4   96.1..115.7      1.06  1.02..1.31       8.65 ms
-    debug_underflow       154.0  128.7..159.0      1.59  1.36..1.78
-    detect_anomaly        174.5  149.4..216.2      1.84  1.62..2.18
-    nanwatch: 7.30 ms of CPU per step inside its hooks and check(), 7.7% of a plain step (93.0 ms), median of 7 rounds
-
-    model: GPT2LMHeadModel (wide: 2 layers, width 768, 12 heads, vocab 8192), 20.57M parameters, batch 4 x 128 tokens, 4 steps x 5 rounds per variant
-    variant             ms/step       min..max  x plain    min..max  in NanWatch
-    plain                1202.5 1091.4..1266.5     1.00  1.00..1.00
-    nanwatch             1130.1 1074.3..1302.0     1.00  0.94..1.04      25.48 ms
-    nanwatch every=10    1174.6 1111.0..1224.4     0.98  0.89..1.10      28.65 ms
-    debug_underflow      1535.5 1356.3..1731.4     1.21  1.13..1.56
-    detect_anomaly       1492.7 1391.4..1566.8     1.27  1.11..1.34
-    nanwatch: 25.48 ms of CPU per step inside its hooks and check(), 2.1% of a plain step (1202.5 ms), median of 5 rounds
-
-every=10 came out a little above every=1 inside in each run here (also
-with --steps 40 --rounds 3: 8.14 against 7.37 ms). Its work per step is the same (it reads the verdict
-less often, which saves host syncs on a GPU and nothing on a CPU); where the gap comes from is not
-measured: the first ten steps of each run, which fill blocks of values of their own, are a candidate.
-The masks: as above. The share inside NanWatch falls from 7.7% to 2.1% as the width goes from 128 to 768
-(measured): the kernels' work per activation is fixed, a step's compute per activation grows with the width.
-
-An earlier run on 2026-11-25, after NanWatch's frames became [abs min, abs max] and its values were
-written in place into a block kept across steps, with `--steps 10 --rounds 4` while the test suite ran
-beside it on the other core (load average 1.4 to 3): NanWatch 105.5 ms a step against 96.0 plain,
-1.09x (0.94 to 1.13 over the rounds), 8.4 ms of CPU inside NanWatch (8.1% of a plain step); every=10
-1.09x; DebugUnderflowOverflow 1.54x; detect_anomaly 1.72x; the masks as above.
+At this load whole steps differ by less than the noise between rounds (plain itself ranged 117 to 167 ms):
+NanWatch came out 1.00x plain eager (0.95 to 1.05) and 1.04x compiled (0.96 to 1.09). The direct measure is
+the time inside check(): 2.5 ms of CPU per step (1.7% of a plain eager step, 1.5% compiled), most of it the
+infinity norm of the gradients; 0.3 to 0.4 ms with grad_norm= the clipping norm. every=10 costs the same
+here: on a CPU the host read is free, the reduction is what costs. DebugUnderflowOverflow (1.43x eager) shows
+no cost compiled (0.92x): whether its hooks still ran under torch.compile was not checked. The planted inf
+was named at step 3 (transformer.h.1.mlp.c_fc, forward), eager and compiled; with every=10 the step is named
+(read at step 9) and its module is not: the weights had moved since. The issue's goal (1.02x on GPT-2 124M in
+bf16 on a GPU, eager and compiled) is not measured here: run `--device cuda` and `--device cuda --compile`.
 """
 import argparse
 import contextlib
+import importlib.util
+import io
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -110,183 +101,187 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "diagnostics"))
 
-from nan_watch import NanWatch  # noqa: E402  (needs the path above)
+from monitor import TrainingMonitor  # noqa: E402  (needs the path above)
+from nan_watch import NanWatch  # noqa: E402
+from spike_guard import SpikeGuard  # noqa: E402
 
-# (vocab, width, layers, heads, sequence, batch). tiny: the worst case for a per-tensor cost, as little compute
-# per activation as a GPT can have; wide: GPT-2 small's width and heads (768, 12), 2 of its 12 layers, so that a
-# step takes about a second on one CPU thread, not ten.
-SIZES = {"tiny": (256, 128, 2, 4, 64, 16), "wide": (8192, 768, 2, 12, 128, 4)}
-VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH = SIZES["tiny"]  # set by --size
+# (vocab, width, layers, heads, sequence, batch). tiny: as little compute per activation as a GPT can have; wide: GPT-2
+# small's width and heads, 2 of its 12 layers; gpt2: GPT-2 small (124M) at batch 16 x 1024, the issue's GPU setting.
+SIZES = {"tiny": (256, 128, 2, 4, 64, 16), "wide": (8192, 768, 2, 12, 128, 4), "gpt2": (50257, 768, 12, 12, 1024, 16)}
+VARIANTS = ["plain", "nanwatch", "nanwatch every=10", "nanwatch grad_norm=clip", "monitor", "guard",
+            "debug_underflow", "detect_anomaly"]
+CLIP = 1.0  # every variant clips at 1.0, as GPT-2 recipes do: "nanwatch grad_norm=clip" reuses that norm
 
 
-def machine():
+def machine(device):
     cpu = platform.processor() or "unknown CPU"
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    card = f", {torch.cuda.get_device_name(device)}" if device.type == "cuda" else ""
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    return (f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), {platform.system()} "
+    return (f"{cpu}{card}, {os.cpu_count()} cores, {torch.get_num_threads()} torch thread(s), {platform.system()} "
             f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}; "
             f"load average at start {load}")
 
 
-def make_model():
+def make_model(size, device):
     import transformers
-    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=SEQ, n_embd=DIM, n_layer=LAYERS, n_head=HEADS,
-                                     attn_implementation="eager")
+    vocab, dim, layers, heads, seq, _ = SIZES[size]
+    config = transformers.GPT2Config(vocab_size=vocab, n_positions=seq, n_embd=dim, n_layer=layers, n_head=heads,
+                                     attn_implementation="sdpa")
     torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(config)
+    return transformers.GPT2LMHeadModel(config).to(device).train()
 
 
-def batches(steps):
-    gen = torch.Generator().manual_seed(1)
-    return [torch.randint(VOCAB, (BATCH, SEQ), generator=gen) for _ in range(steps)]
+class Run:
+    """One variant: its model (compiled or not), optimizer and tool, trained step by step on the same batches."""
 
+    def __init__(self, variant, args, device, log_dir):
+        self.variant, self.device, self.dtype = variant, device, args.dtype
+        self.clock = time.perf_counter if device.type == "cuda" else time.process_time
+        self.model = make_model(args.size, device)
+        self.run = torch.compile(self.model, backend=args.backend) if args.compile else self.model
+        fused = {"fused": True} if device.type == "cuda" else {}
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, **fused)
+        self.watch = self.monitor = self.guard = None
+        if variant.startswith("nanwatch"):
+            self.watch = NanWatch(self.run, every=10 if variant == "nanwatch every=10" else 1)
+        if variant == "monitor":
+            self.monitor = TrainingMonitor(os.path.join(log_dir, "monitor.jsonl"), self.model, self.opt)
+        if variant == "guard":
+            self.guard = SpikeGuard(self.model)
+        if variant == "debug_underflow":
+            from transformers.debug_utils import DebugUnderflowOverflow
+            DebugUnderflowOverflow(self.model)
+        self.context = torch.autograd.detect_anomaly if variant == "detect_anomaly" else contextlib.nullcontext
+        self.reports, self.inside = {}, 0.0  # inside: seconds in the tool's own call (check, log, should_skip)
 
-class TimedNanWatch(NanWatch):
-    """NanWatch with a CPU-time meter around each of its hooks and check(): the time spent inside the tool."""
+    def loss(self, ids):
+        autocast = torch.autocast(self.device.type, dtype=torch.bfloat16) if self.dtype == "bf16" else contextlib.nullcontext()
+        with autocast:
+            return self.run(input_ids=ids, labels=ids).loss
 
-    spent = 0.0
-
-    def _timed(self, function):
-        def timed(*args):
-            start = time.process_time()
-            try:
-                return function(*args)
-            finally:
-                self.spent += time.process_time() - start
-        return timed
-
-    def _on_forward(self, *args):
-        return self._timed(super()._on_forward)(*args)
-
-    def _on_grad(self, log, i):
-        return self._timed(super()._on_grad(log, i))
-
-    def _on_param_grad(self, module, name):
-        return self._timed(super()._on_param_grad(module, name))
-
-    def check(self, step):
-        return self._timed(super().check)(step)
-
-
-def train(data, variant):
-    """(CPU seconds for the steps of one variant on a fresh model, CPU seconds inside NanWatch)."""
-    from transformers.debug_utils import DebugUnderflowOverflow
-    model = make_model()
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    watch = None
-    if variant.startswith("nanwatch"):
-        watch = TimedNanWatch(model, every=10 if variant == "nanwatch every=10" else 1)
-    if variant == "debug_underflow":
-        DebugUnderflowOverflow(model)
-    context = torch.autograd.detect_anomaly if variant == "detect_anomaly" else contextlib.nullcontext
-
-    def step(number, ids):
-        with context():
-            loss = model(input_ids=ids, labels=ids).loss
+    def step(self, number, ids):
+        with self.context(), contextlib.redirect_stdout(io.StringIO()):  # DebugUnderflowOverflow prints on a detection
+            loss = self.loss(ids)
             loss.backward()
-        if watch is not None and watch.check(number) is not None:
-            raise RuntimeError(f"{variant}: a false alarm at step {number}")
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), CLIP)
+        report, skip = None, False
+        start = self.clock()
+        if self.watch is not None:
+            norm_given = norm if self.variant == "nanwatch grad_norm=clip" else None
+            report = self.watch.check(number, loss, replay=lambda: self.loss(ids), grad_norm=norm_given)
+        if self.guard is not None:
+            skip = self.guard.should_skip(number, loss, grad_norm=norm)
+        if self.monitor is not None:
+            self.monitor.log(number, loss, grad_norm=norm)
+        self.inside += self.clock() - start
+        if report is not None:
+            self.reports[report["step"]] = {**report, "read_at": number}
+        if report is None and not skip:
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
 
-    step(-1, data[0])  # not timed: the first step allocates the optimizer state and the activations' memory
-    start, spent = time.process_time(), watch.spent if watch is not None else 0.0
-    for number, ids in enumerate(data):
-        step(number, ids)
-    return time.process_time() - start, watch.spent - spent if watch is not None else 0.0
-
-
-class MaskedAttention(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.qkv = torch.nn.Linear(DIM, 3 * DIM)
-
-    def forward(self, x, mask):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        if mask.dtype == torch.bool:
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        return ((q @ k.transpose(-1, -2)) / DIM ** 0.5 + mask).softmax(-1) @ v
-
-
-class MaskedModel(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attn = MaskedAttention()
-
-    def forward(self, x, mask):
-        return self.attn(x, mask)
+    def timed(self, batches, first):
+        """Seconds for these steps, numbered from `first`: wall time on cuda (the queue drained before and after),
+        this process's CPU time on cpu (on a machine shared with other jobs, wall time measures the neighbours)."""
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.synchronize()
+        start, inside = self.clock(), self.inside
+        for k, ids in enumerate(batches):
+            self.step(first + k, ids)
+        if cuda:
+            torch.cuda.synchronize()
+        return self.clock() - start, self.inside - inside
 
 
-def masks_verdicts():
-    """{tool: {mask kind: "silent" or what it did}} on one healthy forward and backward."""
-    from transformers.debug_utils import DebugUnderflowOverflow
-    masks = {"additive -inf": torch.full((SEQ, SEQ), float("-inf")).triu(1),
-             "boolean": torch.ones(SEQ, SEQ, dtype=torch.bool).tril()}
-    verdicts = {}
-    for tool in ("nanwatch", "debug_underflow", "detect_anomaly"):
-        verdicts[tool] = {}
-        for kind, mask in masks.items():
-            torch.manual_seed(0)
-            model = MaskedModel()
-            x = torch.randn(2, SEQ, DIM)
-            watch = NanWatch(model) if tool == "nanwatch" else None
-            if tool == "debug_underflow":
-                DebugUnderflowOverflow(model)
-            context = torch.autograd.detect_anomaly if tool == "detect_anomaly" else contextlib.nullcontext
-            try:
-                with context(), contextlib.redirect_stdout(open(os.devnull, "w")):
-                    model(x, mask).square().mean().backward()
-                report = watch.check(0) if watch is not None else None
-                verdicts[tool][kind] = "silent" if report is None else f"false alarm at {report['module']}"
-            except BaseException as exc:  # DebugUnderflowOverflow aborts with SystemExit-like errors too
-                verdicts[tool][kind] = f"raised {type(exc).__name__}: {str(exc).splitlines()[0][:60] if str(exc) else ''}"
-    return verdicts
+def plant(args, device):
+    """A planted inf: the first MLP weight of the last block set to inf for step 3 only. What each NanWatch mode says."""
+    results = {}
+    for variant in ("nanwatch", "nanwatch every=10"):
+        run = Run(variant, args, device, tempfile.mkdtemp())
+        weight = run.model.transformer.h[-1].mlp.c_fc.weight
+        for number, ids in enumerate(batches(args, 10, device, seed=2)):
+            if number == 3:
+                saved = weight[0, 0].item()
+                with torch.no_grad():
+                    weight[0, 0] = float("inf")  # BUG: planted
+            run.step(number, ids)
+            if number == 3:
+                with torch.no_grad():
+                    weight[0, 0] = saved
+        results[variant] = {step: (r["module"], r["phase"], r["source"], f"read at step {r['read_at']}")
+                            for step, r in run.reports.items()}
+    return results
+
+
+def batches(args, steps, device, seed=1):
+    vocab, _, _, _, seq, batch = SIZES[args.size]
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randint(vocab, (batch, seq), generator=gen).to(device) for _ in range(steps)]
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=30, help="steps per variant and round (30)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda (cuda if there)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model in every variant")
+    parser.add_argument("--backend", default=None, help="torch.compile's backend (inductor on cuda, aot_eager on cpu)")
+    parser.add_argument("--size", choices=sorted(SIZES), default=None, help="the GPT (tiny on cpu, gpt2 on cuda)")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default=None, help="bf16 autocast or fp32 (bf16 on cuda)")
+    parser.add_argument("--steps", type=int, default=20, help="timed steps per variant and round (20)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps per variant first: allocation, compilation (3)")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported (5)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1)")
-    parser.add_argument("--size", choices=sorted(SIZES), default="tiny", help="the GPT's shape (tiny; see SIZES)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads on cpu (1)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     args = parser.parse_args()
-    global VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH
-    VOCAB, DIM, LAYERS, HEADS, SEQ, BATCH = SIZES[args.size]
-    torch.set_num_threads(args.threads)
-    print(f"machine: {machine()}")
-    variants = ["plain", "nanwatch", "nanwatch every=10", "debug_underflow", "detect_anomaly"]
-    data = batches(args.steps)
-    params = sum(p.numel() for p in make_model().parameters())
-    print(f"model: GPT2LMHeadModel ({args.size}: {LAYERS} layers, width {DIM}, {HEADS} heads, vocab {VOCAB}), "
-          f"{params / 1e6:.2f}M parameters, batch {BATCH} x {SEQ} tokens, "
-          f"{args.steps} steps x {args.rounds} rounds per variant")
-    times = {variant: [] for variant in variants}
-    inside = {variant: [] for variant in variants}
+    device = torch.device(args.device)
+    cuda = device.type == "cuda"
+    args.backend = args.backend or ("inductor" if cuda else "aot_eager")
+    args.size = args.size or ("gpt2" if cuda else "tiny")
+    args.dtype = args.dtype or ("bf16" if cuda else "fp32")
+    variants = [v for v in args.variants.split(",") if v]
+    if "plain" not in variants or set(variants) - set(VARIANTS):
+        parser.error(f"--variants: plain and some of {', '.join(VARIANTS)}")
+    if "debug_underflow" in variants and importlib.util.find_spec("transformers.debug_utils") is None:
+        variants.remove("debug_underflow")
+    if not cuda:
+        torch.set_num_threads(args.threads)
+    print(f"machine: {machine(device)}")
+    vocab, dim, layers, heads, seq, batch = SIZES[args.size]
+    log_dir = tempfile.mkdtemp()
+    runs = {v: Run(v, args, device, log_dir) for v in variants}
+    params = sum(p.numel() for p in runs["plain"].model.parameters())
+    print(f"model: GPT2LMHeadModel ({args.size}: {layers} layers, width {dim}, {heads} heads, vocab {vocab}), "
+          f"{params / 1e6:.2f}M parameters, batch {batch} x {seq} tokens, {args.dtype}, "
+          f"{'torch.compile backend ' + args.backend if args.compile else 'eager'}, {args.steps} steps x {args.rounds} "
+          f"rounds per variant after {args.warmup} warm-up steps, {'wall' if cuda else 'CPU'} time")
+    data = batches(args, args.steps, device)
+    for variant in list(variants):
+        try:
+            runs[variant].timed(data[:args.warmup], -args.warmup)  # compilation and allocation, not timed
+        except Exception as exc:  # a peer that cannot run this way (e.g. under torch.compile): said, and left out
+            print(f"{variant}: left out, its warm-up raised {type(exc).__name__}: {str(exc).splitlines()[0][:100]}")
+            variants.remove(variant)
+    times, inside = {v: [] for v in variants}, {v: [] for v in variants}
     for number in range(args.rounds):
         turn = number % len(variants)  # each round starts with the next variant: none always runs first
         for variant in variants[turn:] + variants[:turn]:
-            total, spent = train(data, variant)
+            total, spent = runs[variant].timed(data, number * args.steps)
             times[variant].append(1000 * total / args.steps)
             inside[variant].append(1000 * spent / args.steps)
-    print(f"{'variant':<18} {'ms/step':>8} {'min..max':>14} {'x plain':>8} {'min..max':>11} {'in NanWatch':>12}")
+        print(f"round {number}: " + ", ".join(f"{v} {times[v][-1]:.1f}" for v in variants) + " ms/step")
+    print(f"{'variant':<24} {'ms/step':>8} {'min..max':>16} {'x plain':>8} {'min..max':>11} {'in the call':>12}")
     for variant in variants:
-        ms = statistics.median(times[variant])
         ratios = [t / p for t, p in zip(times[variant], times["plain"])]
-        tool = f"{statistics.median(inside[variant]):6.2f} ms" if variant.startswith("nanwatch") else ""
-        print(f"{variant:<18} {ms:8.1f} {min(times[variant]):6.1f}..{max(times[variant]):<6.1f} "
-              f"{statistics.median(ratios):8.2f} {min(ratios):5.2f}..{max(ratios):<5.2f} {tool:>12}")
-    plain = statistics.median(times["plain"])
-    for variant in ("nanwatch", "nanwatch every=10"):
-        share = [spent / p for spent, p in zip(inside[variant], times["plain"])]
-        print(f"{variant}: {statistics.median(inside[variant]):.2f} ms of CPU per step inside its hooks and check(), "
-              f"{100 * statistics.median(share):.1f}% of a plain step ({plain:.1f} ms), median of {args.rounds} rounds")
-    print("on masks (one healthy forward and backward):")
-    for tool, verdicts in masks_verdicts().items():
-        print(f"  {tool:<16} " + "; ".join(f"{kind}: {verdict}" for kind, verdict in verdicts.items()))
+        print(f"{variant:<24} {statistics.median(times[variant]):8.1f} {min(times[variant]):7.1f}..{max(times[variant]):<7.1f} "
+              f"{statistics.median(ratios):8.3f} {min(ratios):5.2f}..{max(ratios):<5.2f} "
+              f"{statistics.median(inside[variant]):9.2f} ms")
+    false_alarms = {v: sorted(r.reports) for v, r in runs.items() if r.reports}
+    print(f"reports on the healthy steps: {false_alarms or 'none'}")
+    print(f"planted inf at step 3 in {'transformer.h.%d.mlp.c_fc' % (layers - 1)}: {plant(args, device)}")
 
 
 if __name__ == "__main__":

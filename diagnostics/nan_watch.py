@@ -26,47 +26,67 @@ What it checks
     DistributedDataParallel (or DataParallel) model is unwrapped to `.module`: no collective.
 
     NanWatch: the same question at every step of a real run, where the NaN that matters shows up
-    at step 14,000. Hooks that stay on, in the training loop:
+    at step 14,000, at the speed of a plain step, eager or under torch.compile. In the loop:
 
-      watch = NanWatch(model)                 # every=N reads the verdict every N steps
+      watch = NanWatch(model)                 # model, torch.compile(model) or DDP(model); every=N
       for step, (x, y) in enumerate(loader):
+          watch.begin()                       # optional: the RNG state this step starts from
           loss = loss_fn(model(x), y)
           loss.backward()
-          report = watch.check(step)          # None on a healthy step
+          report = watch.check(step, loss, replay=lambda: loss_fn(model(x), y))  # None when healthy
           if report is not None:
-              print(report["summary"])        # also: step, module, class, phase, source, frames
+              print(report["summary"])        # also: step, module, class, phase, source, frames, rank
+              optimizer.zero_grad(set_to_none=True)
+              continue                        # skip the bad step (or let SpikeGuard decide)
           optimizer.step()
           optimizer.zero_grad(set_to_none=True)
-      watch.remove()                          # every hook gone: the model is as it was
 
-    Each module's forward hook and a gradient hook on its inputs, outputs and parameters run one
-    torch.aminmax per tensor (a tensor met again, unchanged, is measured once): its min and max are
-    the NaN/inf test and the frame at once. They are written in place into a block of values on the
-    device that NanWatch keeps from step to step (no new tensor per value). check() reduces the
-    step's block to one flag and reads it: the step's only host sync, or one per N steps with
-    every=N. Only on a bad step are the values copied to the host, to name the origin as above:
-    forward first (source "module": the first module whose inputs were finite and whose output is
-    not; "inputs": the batch already held NaN/inf; "outside": an operation outside any module), else
-    backward (the first non-finite gradient: the module whose backward made it). Frames are [abs
-    min, abs max], as below, from that one min and max: the abs max is max(-min, max); the abs min
-    is exact for a tensor of one sign (min >= 0 or max <= 0: a softmax, a ReLU, a -inf mask) and
-    None for a tensor holding both signs, as most activations and gradients do. There it would take
-    a second pass over every tensor on every healthy step (abs(), then min: on a 16x64x128 tensor
-    1.7x the time of the aminmax itself; in the benchmark's step it turned 4 ms of aminmax into 16
-    ms), for a value that only a bad step shows. For every abs min, run the one-batch check of this
-    file on the bad step's batch. A -inf in a module's input, or in an output that needs no
-    gradient, is a mask (the additive causal mask), not a fault; boolean masks are not float and are
-    not watched. Eval-mode forwards are not watched. Every bad step is reported, one per check().
-    Cost, measured with benchmarks/nanwatch_overhead.py (GPT-2 from HF built from a config, CPU, one
-    torch thread, a shared 2-core machine at load average 1.2 to 2.5, 2026-11-25). On the tiny GPT
-    (0.44M parameters, width 128, batch 16 x 64: as little compute per activation as a GPT has, the
-    worst case for a cost per tensor): 7.3 ms of CPU per step inside NanWatch, 7.7% of a plain step;
-    whole steps 1.07x plain (0.92x to 1.14x over 7 rounds), against 1.59x for transformers'
-    DebugUnderflowOverflow (forward hooks only) and 1.84x for torch.autograd.detect_anomaly. On a
-    wider one (GPT-2 small's width 768 and 12 heads, 2 layers, 20.6M parameters, batch 4 x 128):
-    25 ms inside, 2.1% of a 1.2 s step; whole steps 1.00x (0.94x to 1.04x over 5 rounds), against
-    1.21x and 1.27x.
-    The peer tool DebugUnderflowOverflow aborts on the -inf mask and raises on a boolean one.
+    A healthy step costs one sentinel: is the loss finite, is the gradients' infinity norm (their
+    largest abs value: NaN if one is NaN, inf if one is inf, never an fp16 overflow as a 2-norm
+    can be) finite, one fused reduction on the device (pass grad_norm= the norm clip_grad_norm_
+    returned to skip even that), read with one host sync per check(), or per N with every=N.
+    NanWatch puts no hook in the model: a compiled model keeps its graphs (no graph break). A step counts as bad only when a NaN or an inf reaches the loss or a gradient: a
+    -inf mask on logits, or anywhere the loss never sees, is not reported.
+
+    On a bad step, check() replays it before optimizer.step() has moved the weights: the same
+    weights, the same batch (the replay function), the RNG state the step started from (dropout
+    draws the same mask), eagerly (torch.compiler.set_stance("force_eager")), with a forward hook
+    on every module and gradient hooks on their inputs, outputs and parameters. One torch.aminmax
+    per tensor gives its min and max: the NaN/inf test and the frame at once. Forward first (source
+    "module": the first module whose inputs were finite and whose output is not, NaN or +inf before
+    a -inf; "inputs": the batch already held NaN/inf; "outside": an operation outside any module,
+    module None when every module's output was finite and the loss was not), else backward through
+    torch.autograd.grad (the first non-finite gradient: the module whose backward made it). Frames
+    are [abs min, abs max]; the abs min is exact for a tensor of one sign and None for one holding
+    both (run the one-batch check of this file on that batch for more). The replay leaves the
+    model as found: hooks removed, .grad untouched, BatchNorm's running stats and the RNG streams
+    restored, also when the replay function raises; under DDP it runs under no_sync(). A replay
+    function may be a list, one per micro-batch of a gradient-accumulation step, replayed in order.
+    Without replay=, or with every=N when the bad step is not the last one read (later optimizer
+    steps have moved its weights), the report names the step, with module None and source
+    "sentinel"; source "not reproduced" when the replay made no NaN/inf on this rank.
+
+    Under torch.distributed every rank must call check() at the same steps: each read all-reduces
+    the flags (one small collective per read), so every rank agrees on the step; on a bad step
+    every rank replays its own batch and all return the same report, that of the first rank whose
+    replay found the NaN/inf, with its "rank". Zero-size parameters and sparse gradients
+    (nn.Embedding(sparse=True)) are measured through their values; float8 and empty tensors are
+    not measured. The replay watches the model in the mode the step ran it (train, or eval when
+    a run trains with dropout off).
+    Before 2026-11-26 NanWatch kept hooks on every module at every step and check(step) took
+    only the step: that call still works and names bad steps, not their module; add loss= and
+    replay= as above (the HF and Lightning callbacks do it for you).
+    Cost, measured with benchmarks/nanwatch_overhead.py (CPU, one torch thread, a shared 2-core
+    AMD EPYC at load average 14 to 21, 2026-11-26; tiny GPT2LMHeadModel, 0.44M parameters, batch
+    16 x 64, fp32): 2.5 ms of CPU per step inside check() (the infinity norm of the gradients, the
+    loss test, the RNG state), 1.7% of a 148 ms plain step; 0.34 ms with grad_norm= the clipping
+    norm. Whole steps: 1.00x plain eager (0.95x to 1.05x over 5 rounds), against 1.43x for
+    transformers' DebugUnderflowOverflow and 1.77x for torch.autograd.detect_anomaly; compiled
+    (aot_eager): 1.04x (0.96x to 1.09x), 2.6 ms inside check(). At that load the rounds vary more
+    than these costs. The planted inf of the benchmark (step 3, the last block's MLP) was named
+    at step 3, eager and compiled: transformer.h.1.mlp.c_fc, forward. No GPU
+    was at hand: the issue's goal (1.02x on GPT-2 124M, bf16, eager and compiled) is not measured
+    here; run the benchmark with --device cuda (and --compile) to measure it.
 
 Command
     python diagnostics/nan_watch.py                              # embedded demo (planted bug)
@@ -144,6 +164,7 @@ Next step
     x.clamp_min(eps).log()), sqrt or norm at exactly 0. fp16 headroom warn: train in bf16,
     or keep the named layers in fp32.
 """
+import contextlib
 import sys
 import weakref  # NanWatch: the stats of a tensor are reused while the tensor lives, unchanged
 
@@ -297,35 +318,143 @@ def _verdict(log, loss, forward_finite, frames, details):
 
 
 class NanWatch:
-    """Hooks that stay on for the whole run and name the first module that makes NaN/inf; see the module docstring."""
+    """A sentinel on every step, a replay with per-module hooks on a bad one; see the module docstring."""
 
     def __init__(self, model, every=1, frames=FRAMES):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
-        wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
-        self.model = model.module if isinstance(model, wrappers) else model
+        self.wrapper = model  # what the loop calls: the replay goes through it, with DDP's no_sync
+        self.model = _unwrapped(model)
         self.every, self.frames = every, frames
         self.names = {m: n or type(self.model).__name__ for n, m in self.model.named_modules()}
-        self._blocks = {}  # (dtype, device) -> the blocks of values no step uses now, ready for the next steps
-        self._step, self._pending, self._checks = _StepLog(self._blocks), [], 0
-        self._handles = [m.register_forward_hook(self._on_forward, with_kwargs=True) for m in self.names]
-        watched = set()
-        for module in self.names:
-            for name, p in module.named_parameters(recurse=False):
-                if p.requires_grad and p not in watched:  # a tied weight is watched once, with its first owner
-                    watched.add(p)
-                    self._handles.append(p.register_hook(self._on_param_grad(module, name)))
+        self.params = list({id(p): p for p in self.model.parameters() if p.requires_grad}.values())  # tied: once
+        self._pending, self._checks, self._handles = [], 0, []
+        self._step = None  # the replay's _StepLog while a replay runs
+        self._rng = _rng_state()
 
     def remove(self):
-        """Take every hook away; the model is as it was before NanWatch(model)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles, self._blocks, self._pending = [], {}, []
-        self._step = _StepLog(self._blocks)
+        """Forget the steps not read yet. NanWatch holds no hook between steps: the model is as it was."""
+        self._pending = []
 
-    def _on_forward(self, module, args, kwargs, output):
-        if not self._handles or not self.model.training or torch.is_inference_mode_enabled():  # eval is not watched
-            return
+    def begin(self):
+        """At the top of a step, before its forward: remember the RNG state the step starts from (a few KB, no sync).
+
+        Without it the replay starts from the state check() saw at the end of the previous step, which is
+        the same unless the loop draws random numbers in between (random augmentations in the main process).
+        """
+        self._rng = _rng_state()
+
+    def check(self, step, loss=None, replay=None, grad_norm=None):
+        """After backward, before optimizer.step(): None on a healthy step; on a step whose loss or gradients
+        hold NaN/inf, the report (a dict).
+
+        loss: the step's loss (a tensor; no sync). replay: a function that recomputes that loss from the
+        same batch (forward only, e.g. lambda: loss_fn(model(x), y)), or a list of them, one per micro-batch;
+        without it a bad step is reported without its module. grad_norm: a global gradient norm the loop
+        already computed (clip_grad_norm_'s return value): then the gradients are not read again. Reads the
+        verdict once every `every` calls (the one host sync; under torch.distributed, one all-reduce with it).
+        """
+        self._pending.append((step, self._flag(loss, grad_norm), replay, self._rng))
+        self._checks += 1
+        self._rng = _rng_state()
+        if self._checks % self.every:
+            return None
+        pending, self._pending = self._pending, []
+        bad = self._read([flag for _, flag, _, _ in pending])
+        if not any(bad):
+            return None
+        first = bad.index(True)
+        step, _, replay, rng = pending[first]
+        return self._agree(self._replay(step, replay, rng, first == len(pending) - 1, pending[-1][0]))
+
+    def _flag(self, loss, grad_norm):
+        """A 0-d bool on the device: the loss or the gradients hold NaN/inf. One fused reduction, no sync.
+
+        The gradients' infinity norm (their largest abs value) is NaN when one holds NaN and inf when one
+        holds inf, and never overflows as a 2-norm can (fp16 gradients of norm above 65504).
+        """
+        if grad_norm is None:
+            grads = [p.grad._values() if p.grad.is_sparse else p.grad for p in self.params if p.grad is not None]
+            grads = [g for g in grads if g.numel()]  # an empty tensor has no infinity norm
+            grad_norm = torch.nn.utils.get_total_norm(grads, float("inf")) if grads else None
+        values = [torch.as_tensor(v).detach().float().reshape(()) for v in (loss, grad_norm) if v is not None]
+        if not values:
+            return None
+        device = values[0].device
+        return ~torch.stack([v.to(device) for v in values]).isfinite().all()
+
+    def _read(self, flags):
+        """Whether each pending step was bad, on this rank or any other: one host read, one all-reduce."""
+        known = [f for f in flags if f is not None]
+        device = known[0].device if known else next(iter(self.params), torch.zeros(())).device
+        values = torch.stack([f.to(device) if f is not None else torch.zeros((), dtype=torch.bool, device=device)
+                              for f in flags]).to(torch.int32)
+        if _world() > 1:  # every rank takes the same decision, whichever rank made the NaN
+            torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.MAX)
+        return [bool(v) for v in values.tolist()]
+
+    def _agree(self, report):
+        """The same report on every rank: the first rank whose replay found the NaN/inf, else rank 0's."""
+        if _world() == 1:
+            return {**report, "rank": 0}
+        reports = [None] * _world()
+        torch.distributed.all_gather_object(reports, report)  # a bad step only: every rank is here, they agreed
+        rank = next((r for r, each in enumerate(reports) if each["source"] != "not reproduced"), 0)
+        return {**reports[rank], "rank": rank}
+
+    def _replay(self, step, replay, rng, latest, read_at):
+        """The report of a bad step: its replay with per-module hooks, or what is known without one."""
+        if replay is None or not latest:
+            why = ("check() had no replay= to recompute its loss" if replay is None else
+                   f"it was read at step {read_at} (every={self.every}), after later steps changed the weights")
+            return self._dict(step, None, None, "sentinel", "the loss or a gradient held NaN/inf; its module is not "
+                              f"named: {why}", [])
+        for closure in replay if isinstance(replay, (list, tuple)) else [replay]:
+            report = self._replay_one(step, closure, rng)
+            rng = None  # the next micro-batch goes on from where this one left the RNG, as in the step
+            if report is not None:
+                return report
+        return self._dict(step, None, None, "not reproduced", "the loss or a gradient held NaN/inf, but its replay from "
+                          "the same weights, batch and RNG state made none on this rank (another rank's gradients "
+                          "under DDP, or nondeterminism)", [])
+
+    def _replay_one(self, step, closure, rng):
+        """Run closure eagerly with hooks on every module, backward too when its loss is finite; the report or None.
+
+        Leaves the model as found: hooks removed, buffers (BatchNorm's running stats) copied back, .grad
+        untouched (the gradients go to torch.autograd.grad, not to .grad), the RNG streams restored.
+        """
+        saved_rng, buffers = _rng_state(), [(b, b.detach().clone()) for b in self.model.buffers()]
+        self._step = log = _StepLog()
+        try:
+            self._handles = [m.register_forward_hook(self._on_forward, with_kwargs=True) for m in self.names]
+            watched = set()
+            for module in self.names:
+                for name, p in module.named_parameters(recurse=False):
+                    if p.requires_grad and id(p) not in watched:  # a tied weight is watched once, with its first owner
+                        watched.add(id(p))
+                        self._handles.append(p.register_hook(self._on_param_grad(module, name)))
+            if rng is not None:
+                _set_rng_state(rng)
+            stance = torch.compiler.set_stance("force_eager") if hasattr(torch.compiler, "set_stance") else _nothing()
+            sync = self.wrapper.no_sync() if hasattr(self.wrapper, "no_sync") else _nothing()
+            with stance, sync, torch.enable_grad():
+                loss = _loss(closure())
+                loss_finite = None if loss is None else bool(torch.isfinite(loss.detach()).all())  # None: no loss
+                if loss_finite and loss.requires_grad and self.params:
+                    torch.autograd.grad(loss, self.params, allow_unused=True)
+        finally:
+            for handle in self._handles:
+                handle.remove()
+            self._handles, self._step = [], None
+            with torch.no_grad():
+                for buffer, value in buffers:
+                    buffer.copy_(value)
+            _set_rng_state(saved_rng)
+        log.close()
+        return self._report(step, log, loss_finite)
+
+    def _on_forward(self, module, args, kwargs, output):  # registered for the replay only, in whatever mode it runs
         log = self._step
         ins, outs = [], []
         _collect(args, ins)
@@ -342,45 +471,22 @@ class NanWatch:
                 t.register_hook(self._on_grad(log, i))
 
     def _on_grad(self, log, i):
-        def hook(grad):
-            if self._handles and log.seen is not None:  # the step's log, unless check() already closed it
-                log.backward.append((i, None, log.index(grad, 2)))
+        def hook(grad):  # fires in the replay's torch.autograd.grad only: its graph is freed when the replay ends
+            log.backward.append((i, None, log.index(grad, 2)))
         return hook
 
     def _on_param_grad(self, module, name):
-        def hook(grad):
-            if self._handles and self.model.training:
-                log = self._step
-                log.backward.append((None, (module, name), log.index(grad, 2)))
+        def hook(grad):  # registered for the replay only
+            if grad.is_sparse:  # nn.Embedding(sparse=True): its values are what can be NaN/inf
+                grad = grad._values()
+            if grad.numel():
+                self._step.backward.append((None, (module, name), self._step.index(grad, 2)))
         return hook
 
-    def check(self, step):
-        """After backward: None on a healthy step; on a step that made NaN/inf, the report (a dict).
-
-        Reads the device-side verdict once every `every` calls: the one host sync; the steps in
-        between are read then, and the first bad one is reported.
-        """
-        log, self._step = self._step, _StepLog(self._blocks)
-        if log.slots:
-            log.close()
-            self._pending.append((step, log))
-        self._checks += 1
-        if self._checks % self.every or not self._pending:
-            return None
-        pending, self._pending = self._pending, []
-        flags = [(k, flag) for k, (_, log) in enumerate(pending) for flag in log.bad]
-        verdicts = [False] * len(pending)
-        for device in {flag.device for _, flag in flags}:  # one device, one host sync (a model split over devices: one each)
-            group = [(k, flag) for k, flag in flags if flag.device == device]
-            for (k, _), bad in zip(group, torch.stack([flag for _, flag in group]).tolist()):
-                verdicts[k] = verdicts[k] or bad
-        report = next((self._report(step, log) for (step, log), bad in zip(pending, verdicts) if bad), None)
-        for _, log in pending:
-            log.release()
-        return report
-
-    def _report(self, step, log):
-        rows = {id(values): values.read() for values in log.values.values()}  # a bad step: the values come to the host
+    def _report(self, step, log, loss_finite):
+        """Name the first NaN/inf of a replay: forward first, then the loss, then backward; None when all was finite
+        (or the replay gave no loss: then backward was not replayed)."""
+        rows = {id(values): values.read() for values in log.values.values()}  # the replay's values come to the host
         lows, highs = [], []
         for (values, p), watch in zip(log.slots, log.watch):
             low_fully_watched, low_other, high = rows[id(values)]
@@ -393,15 +499,21 @@ class NanWatch:
         def input_ok(i):  # a -inf in an input is a mask (additive attention mask), not a fault
             return highs[i] < float("inf")  # NaN reaches the max too, and fails the test
 
-        def fault(i):  # as in _StepLog.close(): the watch level decides what counts
-            return log.watch[i] == 2 and not finite(i) or log.watch[i] == 1 and not input_ok(i)
+        def nan_or_plus_inf(i):  # measured as an output (levels 1 and 2): NaN or +inf
+            return log.watch[i] >= 1 and not input_ok(i)
+
+        def fault(i):  # as well a -inf in an output that needs a gradient (level 2): log(0), or a -inf mask
+            return log.watch[i] == 2 and not finite(i) or nan_or_plus_inf(i)
 
         def frame(phase, module, ins, outs, **extra):
             return {"phase": phase, "module": self.names[module], "class": type(module).__name__,
                     "in": _abs_span(lows, highs, ins), "out": _abs_span(lows, highs, outs), **extra}
 
         forward = log.forward
-        bad = [any(map(fault, outs)) for _, _, outs in forward]
+        for faulty in (nan_or_plus_inf, fault):  # a -inf mask (logits masked before the loss) is blamed only when
+            bad = [any(map(faulty, outs)) for _, _, outs in forward]  # nothing made NaN or +inf
+            if any(bad):
+                break
         if any(bad):
             first = bad.index(True)
             origin = next((k for k, (m, ins, _) in enumerate(forward) if bad[k] and all(map(input_ok, ins))), None)
@@ -417,6 +529,10 @@ class NanWatch:
                 summary = "first NaN/inf seen at the output of {}, whose inputs held NaN/inf made outside any module"
             frames = [frame("forward", *entry) for entry in forward[max(0, last + 1 - self.frames):last + 1]]
             return self._dict(step, forward[where][0], "forward", source, summary, frames)
+        if loss_finite is False:
+            frames = [frame("forward", *entry) for entry in forward[-self.frames:]]
+            return self._dict(step, None, "forward", "outside", "every module's output was finite; the loss made from "
+                              "them was not: the loss function or an operation after the model made it", frames)
         consumers, producers = {}, {}
         for m, ins, outs in forward:  # in firing order: the innermost module first
             for i in ins:
@@ -444,9 +560,49 @@ class NanWatch:
         return None
 
     def _dict(self, step, module, phase, source, summary, frames):
-        where = f"{self.names[module]} ({type(module).__name__})"
-        return {"step": step, "module": self.names[module], "class": type(module).__name__, "phase": phase,
-                "source": source, "summary": f"step {step}: " + summary.format(where), "frames": frames}
+        """The report: step, module (None when no module made it), class, phase, source, summary, frames."""
+        name, kind = (self.names[module], type(module).__name__) if module is not None else (None, None)
+        return {"step": step, "module": name, "class": kind, "phase": phase, "source": source,
+                "summary": f"step {step}: " + summary.format(f"{name} ({kind})"), "frames": frames}
+
+
+def _unwrapped(model):
+    """The module itself under torch.compile's OptimizedModule and DistributedDataParallel/DataParallel, in any order."""
+    wrappers = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    while isinstance(model, wrappers) or hasattr(model, "_orig_mod"):
+        model = model.module if isinstance(model, wrappers) else model._orig_mod
+    return model
+
+
+def _world():
+    """The number of ranks under torch.distributed, else 1."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    return torch.distributed.get_world_size() if distributed else 1
+
+
+def _rng_state():
+    """The torch RNG streams (CPU, and every CUDA device once CUDA is in use): host copies, no device sync."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    return torch.get_rng_state(), cuda
+
+
+def _set_rng_state(state):
+    cpu, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state_all(cuda)
+
+
+def _loss(output):
+    """The loss a replay function returned: a tensor, or the "loss" of a dict (HF's ModelOutput, Lightning's step)."""
+    if isinstance(output, dict):
+        output = output.get("loss")
+    return output if torch.is_tensor(output) else None
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield
 
 
 _MEASURED = {torch.float16, torch.bfloat16, torch.float32, torch.float64}  # aminmax has no float8 kernel on CPU
@@ -485,10 +641,9 @@ def _abs_span(lows, highs, indices):
 
 
 class _StepLog:
-    """What the hooks saw during one step: each measured tensor's min and max, on the device until check() reads them."""
+    """What the hooks saw during one replay: each measured tensor's min and max, on the device until the report reads them."""
 
-    def __init__(self, blocks):
-        self.blocks = blocks  # NanWatch's free blocks, by (dtype, device)
+    def __init__(self):
         self.watch, self.slots = [], []  # per measured tensor: its watch level; where its values are: (_Values, position)
         self.values = {}  # (dtype, device) -> _Values
         self.seen = {}  # id(tensor) -> (weak ref, version, index); None once closed
@@ -514,7 +669,7 @@ class _StepLog:
         group = (t.dtype, t.device)
         values = self.values.get(group)
         if values is None:
-            values = self.values[group] = _Values(*group, self.blocks.setdefault(group, []))
+            values = self.values[group] = _Values(*group)
         self.slots.append((values, values.put(t.detach() if t.requires_grad else t, watch == 2)))
         self.watch.append(watch)
         i = len(self.watch) - 1
@@ -522,43 +677,33 @@ class _StepLog:
         return i
 
     def close(self):
-        """End of the step: its verdict (did a measured tensor hold NaN/inf?) on the device, no host sync.
-
-        The verdict is a superset of the faults that _report() names: an input holding NaN or +inf
-        counts too; the report then finds the fault, or none. The references to tensors are let go.
-        """
-        self.bad = [values.bad() for values in self.values.values()]
+        """End of the replay: the references to tensors are let go."""
         self.seen = self.grad_hooked = None
-
-    def release(self):
-        """The step is read: its blocks go back to NanWatch for the next steps."""
-        for values in self.values.values():
-            values.release()
 
 
 class _Values:
-    """The min and max of every tensor of one dtype on one device measured in a step, written in place.
+    """The min and max of every tensor of one dtype on one device measured in a replay, written in place.
 
     One aminmax reduction per tensor is the NaN/inf test and the frame at once (NaN reaches both
-    the min and the max, an inf is one of them). It writes (out=) into a block that NanWatch keeps
-    from step to step, with the 0-d views it writes through, not into two new 0-d tensors per
-    tensor: those, kept until check(), are hundreds of small allocations a step among the
-    activations, and tripled the system time of the benchmark's step (page faults). Rows of a
+    the min and the max, an inf is one of them). It writes (out=) into a block, through 0-d views
+    of it, not into two new 0-d tensors per tensor: hundreds of small allocations a step among
+    the activations (when the hooks stayed on at every step, they tripled the system time of the
+    benchmark's step: page faults). Rows of a
     block: 0 the min of a tensor whose every non-finite value counts (watch level 2); 1 the min
     of any other (a -inf there is a mask, not a fault); 2 the max. Unused: 0.
     """
 
-    SIZE = 512  # tensors per block; a step that measures more takes another block
+    SIZE = 512  # tensors per block; a replay that measures more takes another block
 
-    def __init__(self, dtype, device, free):
-        self.dtype, self.device, self.free = dtype, device, free  # free: this dtype and device's unused blocks
+    def __init__(self, dtype, device):
+        self.dtype, self.device = dtype, device
         self.blocks, self.n = [], 0
 
     def put(self, t, fully_watched):
         """Measure t (not requiring grad); its position."""
         b, q = divmod(self.n, self.SIZE)
         if b == len(self.blocks):
-            self.blocks.append(self.free.pop() if self.free else _Block(self.dtype, self.device, self.SIZE))
+            self.blocks.append(_Block(self.dtype, self.device, self.SIZE))
         low_fully_watched, low_other, high = self.blocks[b].at(q)
         torch.aminmax(t, out=(low_fully_watched if fully_watched else low_other, high))
         self.n += 1
@@ -569,20 +714,9 @@ class _Values:
         low_fully_watched, low_other, _ = self.blocks[p // self.SIZE].at(p % self.SIZE)
         low_fully_watched.copy_(low_other)
 
-    def bad(self):
-        """A 0-d bool on the device: a fully watched min below the finite range (or NaN), or a max above it."""
-        rows = torch.cat([block.data for block in self.blocks], 1) if len(self.blocks) > 1 else self.blocks[0].data
-        return ~((rows[0] > float("-inf")) & (rows[2] < float("inf"))).all()
-
     def read(self):
         """The three rows, as lists of floats (a host sync)."""
         return torch.cat([block.data for block in self.blocks], 1).tolist()
-
-    def release(self):
-        for block in self.blocks:
-            block.data.zero_()
-        self.free.extend(self.blocks)
-        self.blocks = []
 
 
 class _Block:

@@ -46,8 +46,10 @@ def test_nanwatch_names_the_container_whose_functional_op_made_the_nan_not_the_c
     torch.manual_seed(0)
     model = torch.nn.Sequential(LogInside())
     watch = NanWatch(model)
-    model(torch.randn(8, 4)).sum().backward()
-    report = watch.check(5)
+    x = torch.randn(8, 4)
+    loss = model(x).sum()
+    loss.backward()
+    report = watch.check(5, loss, replay=lambda: model(x).sum())
     watch.remove()
     assert (report["step"], report["module"], report["class"], report["phase"], report["source"]) == \
         (5, "0", "LogInside", "forward", "module")
@@ -84,10 +86,13 @@ class LossModel(torch.nn.Module):
 
 class Losses:
     def __init__(self):
-        self.added = []
+        self.added, self.replays, self.checking = [], [], False
 
     def add_loss(self, loss, tokens=None, share=False):
         self.added.append((float(loss.detach()), tokens, share))
+
+    def add_replay(self, replay):
+        self.replays.append(replay)
 
 
 def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_whole_steps_tokens_a_share():
@@ -99,8 +104,79 @@ def test_the_hf_probe_passes_the_models_loss_as_it_is_and_marks_one_over_the_who
     ids = torch.zeros(2, 5, dtype=torch.long)
     model(input_ids=ids)  # the loss of one micro-batch: the step's loss is their mean
     model(input_ids=ids, num_items_in_batch=20)  # already divided by the tokens of the whole step: a share of it
+    session.checking = True  # NanWatch replays a micro-batch: neither a loss nor a replay of the step
+    assert float(session.replays[1]()["loss"]) == pytest.approx(3.918)
     probe.remove()
     assert session.added == [(pytest.approx(3.918), 10, False), (pytest.approx(3.918), 10, True)]
+    assert len(session.replays) == 2
+
+
+def test_a_sessions_begin_gives_nanwatch_the_rng_state_the_step_starts_from_and_needs_no_watch(tmp_path):
+    from ml_debug.integrations._session import Session
+
+    model = torch.nn.Linear(2, 1)
+    for watched in (False, True):
+        session = Session(model, torch.optim.SGD(model.parameters(), lr=0.1), str(tmp_path / f"{watched}.jsonl"),
+                          guard=False, monitor=False, nan_watch=watched)
+        session.add_replay(lambda: None)
+        torch.rand(3)  # the loop draws random numbers between two steps (an augmentation)
+        session.begin()
+        assert session.replays == []
+        if watched:
+            assert torch.equal(session.watch._rng[0], torch.get_rng_state())
+
+
+class MiniModule(torch.nn.Module):
+    """What the Lightning callback uses of a LightningModule: training_step, log."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = torch.nn.Sequential(torch.nn.Linear(4, 8, bias=False), ScaleNormNoEps(), torch.nn.Linear(8, 2))
+        self.logged = []
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.cross_entropy(self.encoder(x), y)
+        self.log("train_loss", loss)
+        return loss
+
+    def log(self, name, value):
+        self.logged.append(name)
+
+
+class ScaleNormNoEps(torch.nn.Module):
+    def forward(self, x):
+        return x / x.norm(dim=-1, keepdim=True)  # BUG: no eps: an all-zero row divides 0 by 0
+
+
+def test_the_lightning_callback_replays_every_micro_batch_of_the_step_from_the_first(tmp_path):
+    pytest.importorskip("lightning")
+    from types import SimpleNamespace
+
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    torch.manual_seed(0)
+    module = MiniModule()
+    trainer = SimpleNamespace(accumulate_grad_batches=2, global_step=0, optimizers=[torch.optim.SGD(module.parameters(), lr=0.1)],
+                              log_dir=str(tmp_path), default_root_dir=str(tmp_path))
+    callback = MLDebugCallback(monitor=False, guard=False)
+    callback.on_train_start(trainer, module)
+    x = torch.randn(2, 8, 4)
+    x[0, 3] = 0.0  # the first micro-batch of the step makes the NaN, the second is healthy
+    y = torch.randint(0, 2, (2, 8))
+    for i in range(2):
+        batch = (x[i], y[i])
+        callback.on_train_batch_start(trainer, module, batch, i)
+        loss = module.training_step(batch, i)
+        callback.on_before_backward(trainer, module, loss / 2)
+        (loss / 2).backward()
+        callback.on_after_backward(trainer, module)
+    callback.on_before_optimizer_step(trainer, module, trainer.optimizers[0])
+    callback.on_train_batch_end(trainer, module, None, batch, 1)
+    callback.on_train_end(trainer, module)
+    assert [(r["step"], r["module"], r["phase"], r["source"]) for r in callback.reports] == \
+        [(0, "encoder.1", "forward", "module")]
+    assert module.logged == ["train_loss", "train_loss"]  # the replay logged nothing
 
 
 @pytest.mark.parametrize("losses,share,step_loss", [

@@ -71,7 +71,7 @@ def rank_main(rank, world, port, out_dir):
     transformers.Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
                          callbacks=[callback]).train()
     gloo.report(rank, out_dir, {"weights": [p.detach().flatten().tolist() for p in model.parameters()],
-                                "reports": [(r["step"], r["module"], r["phase"]) for r in callback.reports]})
+                                "reports": [(r["step"], r["module"], r["phase"], r["rank"]) for r in callback.reports]})
 
 
 def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
@@ -79,7 +79,7 @@ def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tm
     ranks = gloo.run_on_ranks(rank_main, tmp_path, "a rank of the HF Trainer run hung")
     assert ranks[0]["weights"] == ranks[1]["weights"]  # one decision, taken on both ranks
     assert all(math.isfinite(v) for p in ranks[0]["weights"] for v in p)  # the NaN step never reached them
-    assert ranks[0]["reports"] == [] and ranks[1]["reports"] == [[BAD, "encoder.1", "forward"]]
+    assert ranks[0]["reports"] == ranks[1]["reports"] == [[BAD, "encoder.1", "forward", 1]]  # the same on every rank
     lines = [json.loads(line) for line in (tmp_path / "ml_debug_log.jsonl").read_text().splitlines()]
     records, events = [r for r in lines if "event" not in r], [r for r in lines if "event" in r]
     assert [r["step"] for r in records] == [s for s in range(1, STEPS + 1) if s != BAD]  # rank 0 alone writes

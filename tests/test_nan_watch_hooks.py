@@ -1,6 +1,7 @@
-"""NanWatch (diagnostics/nan_watch.py): hooks that stay on, silent on healthy steps (the -inf causal
-mask and boolean masks included), naming module and phase on the first step that makes NaN/inf,
-with no host sync between reads, and leaving the model as it was."""
+"""NanWatch (diagnostics/nan_watch.py): a sentinel on the loss and the gradients at every step, silent on
+healthy steps (the -inf causal mask, boolean masks and -inf masked logits included), and on the first step
+that makes NaN/inf a replay of it with per-module hooks naming module and phase; no host sync between reads,
+and the model left as it was."""
 import math
 
 import pytest
@@ -80,15 +81,18 @@ def batches(n, seed=0):
     return [(torch.randn(4, T, D, generator=g), torch.randint(0, VOCAB, (4, T), generator=g)) for _ in range(n)]
 
 
-def train(model, data, watch=None, steps_between_reads=None):
+def train(model, data, watch=None):
     """Plain loop; returns (losses, reports by step)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses, reports = [], {}
     for step, (x, y) in enumerate(data):
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        def compute(x=x, y=y):
+            return torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+        loss = compute()
         loss.backward()
         if watch is not None:
-            report = watch.check(step)
+            report = watch.check(step, loss, replay=compute)
             if report is not None:
                 reports[step] = report
         opt.step()
@@ -147,8 +151,9 @@ def test_frames_are_abs_min_and_abs_max():
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LogSigmoid(), torch.nn.ReLU(), Reciprocal())
     x = torch.randn(3, 4)
     watch = NanWatch(model)
-    model(x).sum().backward()
-    report = watch.check(0)
+    loss = model(x).sum()
+    loss.backward()
+    report = watch.check(0, loss, replay=lambda: model(x).sum())
     assert (report["step"], report["module"], report["phase"], report["source"]) == (0, "3", "forward", "module")
     linear, logsigmoid, relu, reciprocal = report["frames"]
     with torch.no_grad():
@@ -198,14 +203,30 @@ def test_reads_the_verdict_once_every_n_checks_and_reports_the_first_bad_step(mo
     opt = torch.optim.SGD(model.parameters(), lr=0.0)
     results = []
     for step, (x, y) in enumerate(data):
-        torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
+        def compute(x=x, y=y):
+            return torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+        loss = compute()
+        loss.backward()
         before = len(syncs)
-        results.append(watch.check(step))
+        results.append(watch.check(step, loss, replay=compute))
         results[-1] = (results[-1], len(syncs) - before)
         opt.zero_grad(set_to_none=True)
     assert [n for _, n in results[:3]] == [0, 0, 0] and results[3] == (None, 1)  # reads at the 4th check only
     assert [r for r, _ in results[4:7]] == [None] * 3 and results[7][0]["step"] == 5
-    assert results[7][0]["module"] == "blocks.0.norm"
+    # read at step 7, when the weights are no longer those step 5 started from: the step is named, not its module
+    assert (results[7][0]["module"], results[7][0]["source"]) == (None, "sentinel")
+
+
+def test_with_every_n_the_last_step_of_a_read_is_replayed_and_named():
+    torch.manual_seed(0)
+    model = TinyGPT(eps=0.0)
+    data = batches(8)
+    data[7][0][0, 0] = 0.0  # a zero row at step 7: the 8th check reads it while its weights are still there
+    watch = NanWatch(model, every=4)
+    _, reports = train(model, data, watch)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == \
+        {7: ("blocks.0.norm", "forward", "module")}
 
 
 def test_hf_llama_with_boolean_and_additive_masks_is_silent():
@@ -221,8 +242,9 @@ def test_hf_llama_with_boolean_and_additive_masks_is_silent():
         attention_mask = torch.ones(2, 12, dtype=torch.long)
         attention_mask[1, :4] = 0  # left padding: a masked row block
         for step in range(2):
-            model(input_ids=ids, attention_mask=attention_mask, labels=ids).loss.backward()
-            assert watch.check(step) is None, attention
+            loss = model(input_ids=ids, attention_mask=attention_mask, labels=ids).loss
+            loss.backward()
+            assert watch.check(step, loss) is None, attention
         watch.remove()
 
 
@@ -236,8 +258,9 @@ def test_keeps_no_activation_alive_and_remove_is_final():
     seen = []
     handle = model.blocks[0].mlp.register_forward_hook(lambda m, a, out: seen.append(weakref.ref(out)))
     (x, y), = batches(1)
-    torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten()).backward()
-    assert watch.check(0) is None
+    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss.backward()
+    assert watch.check(0, loss, replay=lambda: torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())) is None
     handle.remove()
     gc.collect()
     assert seen and seen[0]() is None  # the stats are numbers on the device, not references to activations
@@ -246,14 +269,15 @@ def test_keeps_no_activation_alive_and_remove_is_final():
     assert watch.check(1) is None and watch._pending == []
 
 
-def test_a_bad_step_does_not_leak_into_the_next_ones_with_many_tensors_and_two_dtypes(monkeypatch):
-    """Values of each dtype go to their own blocks, a step that outgrows a block takes more, and a block
-    that comes back for a later step starts clean."""
+def test_a_replay_with_many_tensors_and_two_dtypes_names_the_bad_step_only(monkeypatch):
+    """Values of each dtype go to their own blocks, a replay that outgrows a block takes more, and only
+    the bad step is replayed."""
     import nan_watch
-    monkeypatch.setattr(nan_watch._Values, "SIZE", 4)  # a few tensors per block: every step takes several
-    read = []  # the steps whose values check() brought to the host: the bad one only
+    monkeypatch.setattr(nan_watch._Values, "SIZE", 4)  # a few tensors per block: every replay takes several
+    read = []  # (step, the dtypes measured) of each replay: the bad step only
     real_report = NanWatch._report
-    monkeypatch.setattr(NanWatch, "_report", lambda self, step, log: read.append(step) or real_report(self, step, log))
+    monkeypatch.setattr(NanWatch, "_report", lambda self, step, log, *rest: read.append((step, {d for d, _ in log.values}))
+                        or real_report(self, step, log, *rest))
 
     class Bf16Head(torch.nn.Module):  # the head computes in bfloat16: its values sit in bfloat16 blocks
         def __init__(self):
@@ -272,12 +296,14 @@ def test_a_bad_step_does_not_leak_into_the_next_ones_with_many_tensors_and_two_d
         if step == 2:
             torch.nn.init.zeros_(model[2].weight)
             torch.nn.init.zeros_(model[2].bias)  # step 2 only: the head's input is all zeros
-        if step == 3:  # fewer tensors than the bad step measured: its leftovers would be read if not cleared
-            loss = model[0](x).square().mean()
-        else:
-            loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        def compute(x=x, y=y, step=step):
+            if step == 3:  # another loss, from fewer tensors
+                return model[0](x).square().mean()
+            return torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+        loss = compute()
         loss.backward()
-        if (report := watch.check(step)) is not None:
+        if (report := watch.check(step, loss, replay=compute)) is not None:
             reports[step] = report
         model.zero_grad(set_to_none=True)  # no optimizer step: the weights stay finite after the bad step
         if step == 2:
@@ -285,8 +311,7 @@ def test_a_bad_step_does_not_leak_into_the_next_ones_with_many_tensors_and_two_d
             torch.nn.init.normal_(model[2].bias)
     assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == {2: ("3.norm", "forward", "module")}
     assert reports[2]["frames"][-1]["in"] == [0.0, 0.0] and reports[2]["frames"][-1]["out"] == ["nan", "nan"]
-    assert read == [2]  # the steps after it were not even read: their blocks started clean
-    assert {dtype for dtype, _ in watch._blocks} == {torch.float32, torch.bfloat16}
+    assert read == [(2, {torch.float32, torch.bfloat16})]  # the healthy steps were not replayed
     watch.remove()
 
 
@@ -310,13 +335,17 @@ def test_a_tensor_met_as_an_input_then_returned_as_an_output_is_judged_as_an_out
     model = LogThenProbe()
     watch = NanWatch(model)
     x = torch.rand(3, 4, requires_grad=True)
-    h, probed = model(x)
-    assert watch.check(0) is None  # no backward, and every value finite: silent
+
+    def compute():
+        h, probed = model(x)
+        return h.sum() + probed
+
+    assert watch.check(0, compute(), replay=compute) is None  # every value finite: silent
     with torch.no_grad():
         x[0, 0] = 0.0
     h, probed = model(x)
     assert math.isfinite(probed.item()) and h.min().item() == float("-inf")
-    report = watch.check(1)
+    report = watch.check(1, compute(), replay=compute)  # the -inf reaches the loss
     assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "LogThenProbe", "forward", "module")
     assert report["frames"][-1]["out"] == [round3(min(-h.max(), probed)), "inf"]  # h is <= 0, the probe's sum > 0
     watch.remove()
@@ -332,10 +361,15 @@ def test_float8_and_empty_tensors_are_not_measured_and_never_raise():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), ToFloat8())
     watch = NanWatch(model)
-    out = model(torch.randn(2, 4))  # aminmax has no float8 kernel on CPU: measuring the output would raise here
-    assert out.dtype == torch.float8_e4m3fn
-    model[0](torch.randn(0, 4)).sum().backward()  # an empty batch: nothing to measure
-    assert watch.check(0) is None
+    x = torch.randn(2, 4)
+
+    def compute():
+        out = model(x)  # aminmax has no float8 kernel on CPU: measuring the output would raise here
+        assert out.dtype == torch.float8_e4m3fn
+        return model[0](torch.randn(0, 4)).sum() + float("nan")  # an empty batch: nothing to measure; a NaN loss
+
+    report = watch.check(0, compute(), replay=compute)
+    assert (report["module"], report["phase"], report["source"]) == (None, "forward", "outside")
     watch.remove()
 
 
@@ -344,3 +378,288 @@ def test_float8_and_empty_tensors_are_not_measured_and_never_raise():
 def test_bad_every_is_a_clear_error(every):
     with pytest.raises(ValueError, match="every must be a positive integer"):
         NanWatch(TinyGPT(), every=every)
+
+
+# --- the misuse findings of issue 25: a report only when a NaN or an inf reaches the loss or a gradient --------------
+
+
+class WithEmptyParameter(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.prefix = torch.nn.Parameter(torch.zeros(0, D))  # zero prefix tokens: an empty parameter, as prompt tuning has
+        self.proj = torch.nn.Linear(D, VOCAB)
+
+    def forward(self, x):
+        return self.proj(torch.cat([self.prefix.expand(x.shape[0], 0, D), x], 1))
+
+
+@pytest.mark.hostile
+def test_a_zero_size_parameter_neither_raises_nor_hides_a_bad_step():
+    torch.manual_seed(0)
+    model = WithEmptyParameter()
+    data = batches(3)
+    data[2][0][0, 0, 0] = float("nan")  # BUG: a corrupt sample at step 2
+    watch = NanWatch(model)
+    _, reports = train(model, data, watch)  # backward raised here when an empty gradient was measured
+    assert {step: (r["module"], r["source"]) for step, r in reports.items()} == {2: ("WithEmptyParameter", "inputs")}
+
+
+class SparseEmbedder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, D, sparse=True)  # its gradient is a sparse tensor
+        self.root = SafeSqrt()
+        self.head = torch.nn.Linear(D, VOCAB)
+
+    def forward(self, ids):
+        return self.head(self.root(self.embed(ids)))
+
+
+@pytest.mark.hostile
+def test_a_sparse_embedding_neither_raises_nor_hides_a_backward_nan():
+    torch.manual_seed(0)
+    model = SparseEmbedder()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    watch = NanWatch(model)
+    g = torch.Generator().manual_seed(0)
+    reports = {}
+    for step in range(3):
+        ids = torch.randint(0, VOCAB, (4, T), generator=g)
+
+        def compute(ids=ids):
+            return torch.nn.functional.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+
+        with torch.no_grad():
+            model.embed.weight.abs_()
+            if step == 2:
+                model.embed.weight[ids[0, 0]] = -1.0  # a negative row at step 2: sqrt's gradient is NaN there
+        loss = compute()
+        loss.backward()  # backward raised here when the sparse gradient was measured
+        if (report := watch.check(step, loss, replay=compute)) is not None:
+            reports[step] = report
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == \
+        {2: ("root", "backward", "module")}
+
+
+class MaskedLogits(torch.nn.Module):
+    def forward(self, logits):
+        return logits.masked_fill(torch.arange(logits.shape[-1]) >= VOCAB // 2, float("-inf"))  # classes not allowed here
+
+
+class MaskedHead(torch.nn.Module):
+    def __init__(self, eps=1e-6):
+        super().__init__()
+        self.proj = torch.nn.Linear(D, VOCAB)
+        self.mask = MaskedLogits()
+        self.side = torch.nn.Linear(D, D)
+        self.norm = ScaleNorm(eps)
+
+    def forward(self, x):
+        logits = self.mask(self.proj(x))
+        return logits + 0 * self.norm(self.side(x)).sum()  # a side branch, after the mask, that adds 0 when finite
+
+
+def masked_batches(n):
+    return [(x, y % (VOCAB // 2)) for x, y in batches(n)]  # the targets are allowed classes
+
+
+def test_logits_masked_with_minus_inf_give_a_finite_loss_and_no_report():
+    torch.manual_seed(0)
+    watch = NanWatch(model := MaskedHead())
+    losses, reports = train(model, masked_batches(4), watch)
+    assert reports == {} and all(math.isfinite(v) for v in losses)
+
+
+def test_a_nan_after_a_minus_inf_mask_is_blamed_on_the_module_that_made_it_not_on_the_mask():
+    torch.manual_seed(0)
+    model = MaskedHead(eps=0.0)  # BUG: no eps in the side branch's norm
+    data = masked_batches(3)
+    watch = NanWatch(model)
+    torch.nn.init.zeros_(model.side.weight)
+    torch.nn.init.zeros_(model.side.bias)  # the side branch's output is all zero: its norm divides 0 by 0
+    _, reports = train(model, data[:1], watch)
+    assert (reports[0]["module"], reports[0]["phase"], reports[0]["source"]) == ("norm", "forward", "module")
+
+
+def test_a_nan_loss_made_outside_any_module_is_reported():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+    x = torch.randn(16, 4)
+
+    def compute():
+        return model(x).log().mean()  # BUG: log of a prediction that can be negative, outside any module
+
+    watch = NanWatch(model)
+    loss = compute()
+    loss.backward()
+    report = watch.check(0, loss, replay=compute)
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (0, None, "forward", "outside")
+    assert [f["module"] for f in report["frames"]] == ["0", "1", "2", "Sequential"]  # every output finite
+    assert watch.check(1) is None  # no loss, no gradients: nothing to say
+
+
+class Dropped(torch.nn.Module):
+    def __init__(self, eps):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(D)
+        self.narrow = torch.nn.Linear(D, 4)
+        self.drop = torch.nn.Dropout(0.5)
+        self.norm = ScaleNorm(eps)
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.norm(self.drop(self.narrow(self.bn(x)))))
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_the_replay_leaves_weights_gradients_buffers_rng_modes_and_hooks_as_found(raises):
+    """The replay runs BatchNorm (which updates its running stats) and Dropout (which draws random numbers)."""
+    from state_snapshot import assert_unchanged
+    torch.manual_seed(0)
+    model = Dropped(eps=0.0)  # BUG: no eps: a row whose 4 features dropout all zeroes divides 0 by 0
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(4, D), torch.randint(0, 2, (4,))
+    watch = NanWatch(model)
+    for step in range(50):  # until dropout zeroes a whole row (1 in 16 per row and step): a replay with another
+        # dropout mask than the step's would most likely not reproduce it
+        def compute():
+            if raises:
+                model(x)
+                raise RuntimeError("the replay failed")
+            return torch.nn.functional.cross_entropy(model(x), y)
+
+        watch.begin()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        if not math.isfinite(loss.item()):
+            break
+        assert watch.check(step, loss, replay=compute) is None
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    assert not math.isfinite(loss.item()), "dropout never zeroed a whole row"
+    model.head.register_forward_hook(lambda *a: None)  # a user's hook stays
+    before = snapshot(model, opt)
+    if raises:
+        with pytest.raises(RuntimeError, match="the replay failed"):
+            watch.check(step, loss, replay=compute)
+    else:
+        report = watch.check(step, loss, replay=compute)  # the replay draws the same dropout mask: it names the norm
+        assert (report["step"], report["module"], report["source"]) == (step, "norm", "module")
+    assert_unchanged(before, snapshot(model, opt))
+    assert differences(before, snapshot(model, opt)) == []
+
+
+def test_a_replay_that_returns_no_loss_names_a_forward_nan_and_never_blames_the_loss():
+    torch.manual_seed(0)
+    x = torch.randn(3, 4)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), SafeSqrt())  # BUG: a NaN gradient where its input is < 0
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(0, replay=lambda: {"logits": model(x)})  # the loss is computed outside, as HF's compute_loss
+    assert (report["module"], report["source"]) == (None, "not reproduced")  # a finite forward, and no loss to go back from
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), Reciprocal())
+    torch.nn.init.zeros_(model[0].weight)
+    torch.nn.init.zeros_(model[0].bias)  # every output 1/0
+    watch = NanWatch(model)
+    model(x).sum().backward()
+    report = watch.check(1, replay=lambda: {"logits": model(x)})
+    assert (report["step"], report["module"], report["phase"], report["source"]) == (1, "1", "forward", "module")
+
+
+def test_a_model_trained_in_eval_mode_is_replayed_and_named():
+    """Some fine-tuning runs train with model.eval() (dropout off): the replay watches that mode too."""
+    torch.manual_seed(0)
+    model = TinyGPT(eps=0.0).eval()
+    data = batches(2)
+    data[1][0][0, 0] = 0.0  # a zero row at step 1: blocks.0.norm divides 0 by 0
+    watch = NanWatch(model)
+    _, reports = train(model, data, watch)
+    assert {step: (r["module"], r["phase"], r["source"]) for step, r in reports.items()} == \
+        {1: ("blocks.0.norm", "forward", "module")}
+    assert not model.training  # and it stays in eval mode
+
+
+class GainFromStats(torch.nn.Module):
+    """A gain computed without gradient (statistics of a detached input), as some adaptive scalings do."""
+
+    def forward(self, x):
+        spread = x.detach().std(-1, keepdim=True)
+        return spread / spread  # BUG: 0/0 on a constant row: NaN in an output that needs no gradient
+
+
+class Gained(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(D, D)
+        self.gain = GainFromStats()
+
+    def forward(self, x):
+        return self.proj(x) * self.gain(x)
+
+
+def test_a_nan_in_an_output_that_needs_no_gradient_is_named_where_it_was_made():
+    torch.manual_seed(0)
+    model = Gained()
+    x = torch.randn(4, D)
+    x[2] = 1.0  # a constant row
+
+    def compute():
+        return model(x).square().mean()
+
+    loss = compute()
+    loss.backward()
+    report = NanWatch(model).check(0, loss, replay=compute)
+    assert (report["module"], report["class"], report["phase"], report["source"]) == ("gain", "GainFromStats", "forward", "module")
+
+
+class RootGain(torch.nn.Module):
+    """Multiplies by sqrt of a learned gain where it is positive: finite forward and input gradient, but the
+    gain's own gradient is NaN where it is negative. Beside it, a frozen table and a weight tied to another module."""
+
+    def __init__(self, tied):
+        super().__init__()
+        self.gain = torch.nn.Parameter(torch.ones(D))
+        self.frozen = torch.nn.Parameter(torch.ones(D), requires_grad=False)
+        self.tied = tied
+        self.tied_weight = tied.weight  # the same Parameter, registered here too
+
+    def forward(self, x):
+        root = torch.where(self.gain > 0, self.gain.clamp_min(0).sqrt(), self.gain.sqrt())  # BUG: sqrt of a negative
+        return self.tied(x * torch.where(self.gain > 0, root, torch.zeros_like(root)) * self.frozen)
+
+
+def test_a_nan_gradient_made_for_a_parameter_is_named_with_the_parameter():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(D, D)
+    model = torch.nn.Sequential(head, RootGain(head))  # head's weight is also RootGain's own: hooked once
+    x = torch.randn(4, D)
+    with torch.no_grad():
+        model[1].gain[3] = -1.0
+
+    def compute():
+        return model(x).square().mean()
+
+    loss = compute()
+    loss.backward()
+    assert torch.isfinite(loss) and not torch.isfinite(model[1].gain.grad).all()
+    report = NanWatch(model).check(0, loss, replay=compute)
+    assert (report["module"], report["phase"], report["source"]) == ("1", "backward", "module")
+    assert report["frames"][-1]["param"] == "gain" and report["frames"][-1]["out"] == ["nan", "nan"]
+
+
+def test_no_loss_and_no_gradient_is_nothing_to_say_and_the_reasons_a_module_is_not_named():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 2), Reciprocal())
+    assert NanWatch(model).check(0) is None  # no backward yet, no loss given
+    torch.nn.init.zeros_(model[0].weight)
+    torch.nn.init.zeros_(model[0].bias)
+    x = torch.randn(3, 4)
+    model(x).sum().backward()
+    report = NanWatch(model).check(1)
+    assert (report["step"], report["module"], report["source"]) == (1, None, "sentinel") and "replay=" in report["summary"]
+    watch = NanWatch(model, every=2)
+    watch.check(2, replay=lambda: model(x).sum())
+    report = watch.check(3)  # the bad step 2 is read at step 3: its weights are no longer at hand
+    assert (report["step"], report["source"]) == (2, "sentinel") and "every=2" in report["summary"]

@@ -20,7 +20,18 @@ class Session:
         self.reports = []  # NanWatch reports, one per bad step found
         self.loss = self.tokens = None  # summed over the micro-batches of the step
         self.micro_batches, self.shares = 0, False
-        self.skipped = False
+        self.replays = []  # per micro-batch of the step: a function that recomputes its loss, for NanWatch's replay
+        self.skipped = self.checking = False
+
+    def begin(self):
+        """At the start of a step, before its first forward: NanWatch remembers the RNG state the step starts from."""
+        self.replays = []
+        if self.watch is not None:
+            self.watch.begin()
+
+    def add_replay(self, replay):
+        """One micro-batch's way to recompute its loss from the same batch (forward only); see NanWatch.check."""
+        self.replays.append(replay)
 
     def add_loss(self, loss, tokens=None, share=False):
         """One micro-batch's loss as the user's code computed it (detached, on its device: no sync).
@@ -46,13 +57,19 @@ class Session:
         """Before optimizer.step(), gradients not yet clipped: skip the step if the guard says so, and name a NaN.
 
         Skipping sets every gradient to None, so the optimizer leaves every parameter and its state
-        alone; the guard takes the same decision on every rank. On a skipped step the ranks' NanWatch
-        reports are gathered (one collective, on skipped steps only), so the log names the module
-        whichever rank made the NaN.
+        alone; the guard takes the same decision on every rank. NanWatch, too, decides on every rank
+        alike and returns the same report everywhere, with the rank that made the NaN: rank 0's log
+        names it, whichever rank that was. While NanWatch replays a bad step, self.checking is True.
         """
         self.skipped = False
-        report = self.watch.check(step) if self.watch is not None else None
         loss = self.step_loss()
+        report = None
+        if self.watch is not None:
+            self.checking = True
+            try:
+                report = self.watch.check(step, loss, replay=self.replays or None, grad_norm=grad_norm)
+            finally:
+                self.checking = False
         if self.guard is not None and loss is not None:
             if self.guard.should_skip(step, loss, grad_norm=grad_norm):
                 self.skipped = True
@@ -60,25 +77,18 @@ class Session:
                 log.warning("ml_debug SpikeGuard: step %s skipped (%s, value %s)", step, event["reason"], event["value"])
                 for p in self.model.parameters():
                     p.grad = None
-        distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
-        rank = torch.distributed.get_rank() if distributed else 0
-        found = [(rank, report)] if report is not None else []
-        if self.skipped and distributed:  # every rank skips together: gather where the NaN was made, for rank 0's log
-            gathered = [None] * torch.distributed.get_world_size()
-            torch.distributed.all_gather_object(gathered, report)
-            found = [(r, each) for r, each in enumerate(gathered) if each is not None]
-        for where, each in found:
-            if where == rank:
-                self.reports.append(each)
-                log.warning("ml_debug NanWatch: %s", each["summary"])
+        if report is not None:
+            self.reports.append(report)
+            log.warning("ml_debug NanWatch: rank %s: %s", report["rank"], report["summary"])
             if self.monitor is not None:  # rank 0 writes the line, whichever rank made the NaN
-                self.monitor.event(step, "nan", module=each["module"], phase=each["phase"], source=each["source"], rank=where)
+                self.monitor.event(step, "nan", module=report["module"], phase=report["phase"], source=report["source"],
+                                   rank=report["rank"])
         return self.skipped
 
     def after_step(self, step, grad_norm=None):
         """After optimizer.step(): log the step (a skipped step is in the log as the guard's event)."""
         loss, tokens = self.step_loss(), self.tokens
-        self.loss, self.tokens, self.micro_batches = None, None, 0
+        self.loss, self.tokens, self.micro_batches, self.replays = None, None, 0, []
         if self.monitor is not None and loss is not None and not self.skipped:
             if grad_norm is None and self.guard is not None and self.guard.grad_norm is not None:
                 grad_norm = self.guard.grad_norm

@@ -3,8 +3,9 @@
     from ml_debug.integrations.hf import MLDebugCallback
     trainer = Trainer(model=model, args=args, train_dataset=data, callbacks=[MLDebugCallback()])
 
-At every optimizer step, before optimizer.step(): NanWatch names the first module that made
-NaN/inf (forward or backward), and SpikeGuard skips the step (every gradient set to None, on every
+At every optimizer step, before optimizer.step(): NanWatch checks the loss and the gradient norm
+(no hook inside the model), and on a step that made NaN/inf replays its micro-batches with
+per-module hooks to name the first module (forward or backward); SpikeGuard skips the step (every gradient set to None, on every
 rank alike) when the loss or the pre-clip gradient norm is non-finite or an outlier. After the
 step, TrainingMonitor writes the step's line to the JSONL log that `ml-debug spikes` reads
 (default: <output_dir>/ml_debug_log.jsonl; appended to when the run resumes). Each tool is
@@ -41,8 +42,9 @@ class _Probe:
         self.handle = model.register_forward_hook(self.on_forward, with_kwargs=True)
 
     def on_forward(self, module, args, kwargs, output):
-        if not module.training or not torch.is_grad_enabled():
+        if not module.training or not torch.is_grad_enabled() or self.session.checking:  # not NanWatch's replay
             return
+        self.session.add_replay(lambda: module(*args, **kwargs))  # the same micro-batch again, for NanWatch's replay
         loss = output.get("loss") if isinstance(output, dict) else None
         if not torch.is_tensor(loss):
             if not self.warned:
@@ -88,6 +90,9 @@ class MLDebugCallback(TrainerCallback):
         self.session = Session(model, optimizer, path, every=self.every, append=state.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
         self.probe = _Probe(model, self.session)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.session.begin()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm)

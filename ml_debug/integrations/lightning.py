@@ -3,8 +3,10 @@
     from ml_debug.integrations.lightning import MLDebugCallback
     trainer = lightning.Trainer(callbacks=[MLDebugCallback()])
 
-At every optimizer step, in on_before_optimizer_step (gradients not yet clipped): NanWatch names
-the first module that made NaN/inf (forward or backward), and SpikeGuard skips the step (every
+At every optimizer step, in on_before_optimizer_step (gradients not yet clipped): NanWatch checks
+the loss and the gradient norm (no hook inside the model), and on a step that made NaN/inf replays
+its batches through training_step with per-module hooks to name the first module (forward or
+backward; self.log and self.log_dict do nothing during the replay); SpikeGuard skips the step (every
 gradient set to None, on every rank alike) when the loss or the gradient norm is non-finite or an
 outlier. After the step, TrainingMonitor writes the step's line to the JSONL log that
 `ml-debug spikes` reads (default: <trainer.log_dir or default_root_dir>/ml_debug_log.jsonl;
@@ -23,6 +25,15 @@ from lightning.pytorch import Callback
 from ml_debug.integrations._session import Session, grad_norm
 
 LOG_NAME = "ml_debug_log.jsonl"
+
+
+def _unlogged(pl_module, batch, batch_idx):
+    """training_step again on the same batch, its self.log / self.log_dict calls dropped (logged once, in the step)."""
+    pl_module.log = pl_module.log_dict = lambda *args, **kwargs: None  # instance attributes over the methods
+    try:
+        return pl_module.training_step(batch, batch_idx)
+    finally:
+        del pl_module.log, pl_module.log_dict
 
 
 class MLDebugCallback(Callback):
@@ -45,6 +56,11 @@ class MLDebugCallback(Callback):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.session = Session(pl_module, trainer.optimizers[0], path, every=self.every, append=trainer.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.session.micro_batches == 0:  # the first batch of an optimizer step
+            self.session.begin()
+        self.session.add_replay(lambda: _unlogged(pl_module, batch, batch_idx))  # for NanWatch's replay
 
     def on_before_backward(self, trainer, pl_module, loss):
         self.session.add_loss(loss * trainer.accumulate_grad_batches)  # training_step's loss, before Lightning's division
