@@ -49,7 +49,7 @@ def lint_source(source, path="<string>", select=None, project=None):
     collecting = gc.isenabled()
     gc.disable()  # a file's syntax tree is millions of objects: the cyclic collector would rescan them all, again and again
     try:
-        src = Source(ast.parse(source, filename=path), path, project)
+        src = Source(ast.parse(source, filename=path), path, project, source)
         findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values()
                     if select is None or r.id in select for node, message in r.check(src)}
     finally:
@@ -149,7 +149,8 @@ class Project:
             if len(self.cache) >= self.CACHED:
                 self.cache.pop(next(iter(self.cache)))
             try:
-                self.cache[path] = Source(ast.parse(read_python(path)), str(path), self)
+                text = read_python(path)
+                self.cache[path] = Source(ast.parse(text), str(path), self, text)
             except (ValueError, SyntaxError, RecursionError, MemoryError):
                 self.cache[path] = None
         return self.cache[path]

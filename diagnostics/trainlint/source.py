@@ -45,8 +45,9 @@ def memo(method):
 class Source:
     """A parsed file with the lookups the rules share."""
 
-    def __init__(self, tree, path="<string>", project=None):
+    def __init__(self, tree, path="<string>", project=None, text=None):
         self.tree, self.path, self.project = tree, path, project
+        self.lines = text.splitlines() if text is not None else []
         self._memo = collections.defaultdict(dict)  # method name -> {arguments: result}
         self.nodes, self.parent, self.children = [tree], {}, {}
         self.by_type = collections.defaultdict(list)  # node class -> its nodes, breadth first
@@ -84,6 +85,13 @@ class Source:
             n.arg for n in self.of_type(ast.arg)} | set(self.functions) | set(self.classes)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
             any(n.attr.endswith("Loss") for n in self.of_type(ast.Attribute))
+
+    def comment(self, node):
+        """The comment that ends node's last line (`# always on, also at inference`), lowercased, else ''."""
+        if node.end_lineno > len(self.lines):
+            return ""
+        rest = self.lines[node.end_lineno - 1].encode()[node.end_col_offset:].decode(errors="ignore")
+        return rest.partition("#")[2].lower()
 
     def of_type(self, *kinds):
         """The nodes of these classes: each class's breadth first, one class after the other."""
@@ -414,6 +422,8 @@ class Source:
         if name in SET_GRAD and call:
             mode = argument(call, 0, "mode")
             return bool(mode.value) if isinstance(mode, ast.Constant) else None
+        if not (name or "").startswith("torch.") and terminal(call.func if call else expr) in ("no_grad", "inference_mode"):
+            return False  # a project's own `@no_grad()` (a wrapper of torch's, imported or defined here)
         return None
 
     @memo

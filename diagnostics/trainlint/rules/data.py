@@ -158,6 +158,18 @@ def mask_context(src, call):
     return any(w in ast.unparse(t).lower() for t in targets for w in ("mask", "causal"))
 
 
+def zero_filled(src, call):
+    """The mask call builds is used to write zeros (`gates.masked_fill(mask, 0.)`): it selects entries of a
+    decay or bias to drop, not attention scores to hide (those are filled with -inf or a large negative)."""
+    stmt = call
+    while not isinstance(stmt, ast.stmt):
+        stmt = src.parent[stmt]
+    names = {t.id for t in getattr(stmt, "targets", []) if isinstance(t, ast.Name)}
+    fills = [n for n in src.local(src.scope(call)) if method_call(n, "masked_fill", "masked_fill_") and len(n.args) == 2
+             and (n.args[0] is call or isinstance(n.args[0], ast.Name) and n.args[0].id in names)]
+    return bool(fills) and all(isinstance(n.args[1], ast.Constant) and n.args[1].value == 0 for n in fills)
+
+
 def transposed(src, node):
     """node's value is transposed later in its statement: `(torch.triu(ones) == 1).transpose(0, 1)`."""
     p = src.parent.get(node)
@@ -210,7 +222,7 @@ def check_causal_mask_offset(src):
         offset = int_constant(diagonal, 0)
         if offset is None or (kind == "tril" and offset <= 0) or (kind == "triu" and offset >= 1):
             continue
-        if transposed(src, call) or not mask_context(src, call):
+        if transposed(src, call) or not mask_context(src, call) or zero_filled(src, call):
             continue
         if kind == "tril":
             yield call, (f"tril(..., diagonal={offset}) allows {offset} position(s) above the diagonal: as a causal "

@@ -156,6 +156,11 @@ def check_eval_mode_not_restored(src):
                              f"{target}.train() at the start of each epoch or right after evaluating.")
 
 
+def deliberate(comment):
+    """A comment that says dropout stays on by design (Tacotron's prenet, Monte Carlo dropout)."""
+    return any(word in comment for word in ("always", "inference", "by design", "on purpose", "monte carlo", "mc dropout"))
+
+
 @rule(
     "dropout-missing-training",
     "F.dropout (and dropout1d/2d/3d, alpha_dropout) called without training=.",
@@ -163,7 +168,9 @@ def check_eval_mode_not_restored(src):
     so it keeps dropping units at evaluation and inference time: validation looks worse and
     noisier than the model is. F.alpha_dropout defaults to training=False, so it never drops
     anything. Pass training=self.training, or use nn.Dropout. Only calls inside the methods of a
-    module class are checked: a free function has no self.training to pass.""",
+    module class are checked: a free function has no self.training to pass. A call whose comment
+    says the dropout stays on by design (`# always on, also at inference`, as in Tacotron's
+    prenet or Monte Carlo dropout) is left alone.""",
     """
     import torch.nn as nn
     import torch.nn.functional as F
@@ -187,7 +194,7 @@ def check_dropout_missing_training(src):
         last = name.rsplit(".", 1)[-1]
         if name.startswith("torch.nn.functional.") and last in DROPOUTS and argument(call, 2, "training") is None \
                 and not has_star_kwargs(call) and not any(isinstance(a, ast.Starred) for a in call.args) \
-                and is_module_class(src.parent.get(src.method(call))):
+                and is_module_class(src.parent.get(src.method(call))) and not deliberate(src.comment(call)):
             if DROPOUTS[last]:
                 yield call, (f"F.{last} defaults to training=True and ignores model.eval(): it keeps dropping at "
                              f"evaluation time. Pass training=self.training (or use the nn.Dropout module).")

@@ -45,6 +45,7 @@ PARAMETER_FREE = {"ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoft
 
 
 WRAPPERS = {"module", "_orig_mod", "_fsdp_wrapped_module"}  # DataParallel/DDP, torch.compile, FSDP: the whole model
+HELD = {"model", "net", "network", "base_model", "wrapped"}  # what a wrapper of a class we cannot see calls its network
 
 
 def submodules_with_parameters(src, cls):
@@ -70,6 +71,12 @@ def model_class(src, root):
     if made is not None and isinstance(made.func, ast.Name):
         return next(iter(src.classes.get(made.func.id, [])), None)
     return None
+
+
+def user_made(src, root):
+    """root was built by a class that is neither torch's nor a model zoo's (a wrapper of the project's)."""
+    name = src.origin_name(root)
+    return bool(name) and not name.startswith(("torch", "timm", "transformers")) and name.rsplit(".", 1)[-1][:1].isupper()
 
 
 @rule(
@@ -125,6 +132,8 @@ def check_optimizer_param_subset(src):
         cls = model_class(src, root) if isinstance(part.value, ast.Name) else None
         if cls is not None and not submodules_with_parameters(src, cls) - {part.attr}:
             continue  # the model's only submodule with parameters is the one given to the optimizer
+        if cls is None and part.attr in HELD and isinstance(part.value, ast.Name) and user_made(src, root):
+            continue  # `wrapper.model`: the network a wrapper (an EMA, a loss wrapper) built elsewhere holds
         root = ast.unparse(root)
         others = [o for o in optimizers if o is not call and src.scope(o) is src.scope(call) and any(
             ast.unparse(n) == root or ast.unparse(n).startswith(root + ".")

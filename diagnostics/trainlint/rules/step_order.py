@@ -221,7 +221,8 @@ def only_tests(test, subject):
 def check_clip_grad_order(src):
     for clip in (e for e in src.all_events() if e.kind == "clip"):
         for loop in src.enclosing_loops(clip.node):
-            events = [e for e in src.events(loop) if e.kind in ("backward", "step")]
+            events = [e for e in src.events(loop) if e.kind in ("backward", "step")
+                      and not exclusive(src, e.node, clip.node)]  # `if amp: scaler.step() else: clip; step()`
             if not any(e.kind == "backward" for e in events):
                 continue
             before = [e for e in events if e.pos < clip.pos]
@@ -334,10 +335,12 @@ def check_clip_before_unscale(src):
 def check_scaler_without_update(src):
     for step in (e for e in src.all_events() if e.kind == "step" and e.scaler):
         loops = src.enclosing_loops(step.node)
-        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), loops[0] if loops else None)
+        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), None)
         function = src.function(step.node)
         if loop is None and function is not None and "backward" in src.reach_kinds(function):
             loop = function  # a whole per-batch step (a scaler wrapper's __call__, train_step): update belongs in it
+        if loop is None and loops:
+            loop = loops[0]
         if loop is not None and "update" not in src.reach_kinds(loop):  # `for opt in opts: scaler.step(opt)`
             yield step.node, ("scaler.step() without scaler.update() in the loop: the loss scale never adapts, and "
                               "after one overflow every later step is skipped. Call scaler.update() after scaler.step().")
