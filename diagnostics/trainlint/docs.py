@@ -55,13 +55,19 @@ def render_docs():
         "python diagnostics/lint.py src/ --json                # {\"findings\": [{rule, path, line, message}]}",
         "python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce",
         "python diagnostics/lint.py src/ --ignore data-write",
+        "python diagnostics/lint.py . --exclude legacy --exclude 'scratch_*.py'  # gitignore-style, any depth",
+        "python diagnostics/lint.py . --include-tests           # also tests/, test_*.py, *_test.py, conftest.py",
         "python diagnostics/lint.py --list-rules",
         "python diagnostics/lint.py analysis.ipynb           # notebooks: path:cell N:line: rule message",
         "```",
         "",
         "Exit code 0 when clean, 1 when something was found, 2 when nothing could be read. Files that "
         "cannot be read or parsed are reported on stderr, one line each, and skipped; so are Python 2 files, "
-        "which do not change the exit code. A FIFO, a device or a file over 5 MB is refused. Silence an "
+        "which do not change the exit code (in a notebook an error names the cell and the line in it; IPython "
+        "magics and `!` shell lines, continuations included, are skipped). The test files a folder holds "
+        "(tests/, test_*.py, *_test.py, conftest.py) are left out, and stderr counts them: their findings are "
+        "mostly deliberate; `--include-tests` lints them, and so does naming one. "
+        "A FIFO, a device or a file over 5 MB is refused. Silence an "
         "intended finding with a trailing `# noqa: <rule>` on the reported line (a bare `# noqa` silences "
         "every rule there).",
         "",
@@ -72,7 +78,7 @@ def render_docs():
         "[tool.ml-debug.lint]",
         "select = [\"softmax-into-ce\", \"missing-zero-grad\"]   # only these rules (default: all)",
         "ignore = [\"data-write\"]                           # never these",
-        "exclude = [\"legacy\", \"scratch_*.py\"]              # paths not linted, relative to pyproject.toml",
+        "exclude = [\"legacy\", \"/scratch_*.py\"]             # gitignore-style: a name at any depth, /x from here",
         "per-file-ignores = {\"tests/*\" = [\"torch-load-unsafe\"]}",
         "```",
         "",
