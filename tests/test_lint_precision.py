@@ -228,3 +228,138 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
     code = textwrap.dedent(code)
     line = next(n for n, text in enumerate(code.splitlines(), 1) if "# BUG" in text)
     assert (rule, line) in findings(code)
+
+
+# --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
+
+FOUND = [
+    ("softmax-into-ce", "a softmax fed to a criterion passed in as a parameter", """
+        import torch.nn.functional as F
+
+        def train(model, crit, loader):
+            for x, labels in loader:
+                loss = crit(F.softmax(model(x), 1), labels)  # BUG
+        """),
+    ("softmax-into-ce", "whatever the parameter's name", """
+        import torch.nn.functional as F
+
+        def step(model, fn, x, target):
+            return fn(F.softmax(model(x), dim=-1), target)  # BUG
+        """),
+    ("softmax-into-ce", "a loss given as a default argument", """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        def train(model, loader, criterion=nn.CrossEntropyLoss()):
+            for x, y in loader:
+                loss = criterion(F.softmax(model(x), dim=-1), y)  # BUG
+        """),
+    ("softmax-into-ce", "a keyword-only default", """
+        import torch.nn as nn
+
+        def train(model, loader, *, loss_fn=nn.CrossEntropyLoss()):
+            for x, y in loader:
+                loss = loss_fn(model(x).softmax(-1), y)  # BUG
+        """),
+    ("loss-accumulated-with-graph", "a running loss kept on an attribute in training_step", """
+        import lightning as L
+        import torch.nn.functional as F
+
+        class Module(L.LightningModule):
+            def training_step(self, batch, batch_idx):
+                x, y = batch
+                loss = F.cross_entropy(self(x), y)
+                self.running_loss += loss  # BUG
+                return loss
+        """),
+    ("loss-accumulated-with-graph", "a running loss kept on an attribute in a loop", """
+        import torch.nn.functional as F
+
+        class Trainer:
+            def fit(self, loader):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    loss = F.cross_entropy(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    self.epoch_loss += loss  # BUG
+        """),
+    ("adam-coupled-weight-decay", "weight_decay read from a config dict written in the file", """
+        import torch
+
+        config = {"lr": 3e-4, "weight_decay": 0.1}
+        optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])  # BUG
+        """),
+    ("adam-coupled-weight-decay", "from dict(...) and a name", """
+        import torch
+
+        hp = dict(wd=0.05)
+        decay = hp["wd"]
+        optimizer = torch.optim.Adam(model.parameters(), weight_decay=decay)  # BUG
+        """),
+]
+
+
+@pytest.mark.parametrize("rule, case, code", FOUND, ids=[c for _, c, _ in FOUND])
+def test_lost_recall_and_reach_are_found_at_the_line(rule, case, code):
+    code = textwrap.dedent(code)
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if "# BUG" in text)
+    assert findings(code) == [(rule, line)]
+
+
+NOT_FOUND = {
+    "soft targets into a criterion parameter (distillation)": """
+        import torch.nn.functional as F
+
+        def distill(student, crit, x, teacher_probs):
+            return crit(F.softmax(student(x), dim=-1), teacher_probs)
+        """,
+    "a criterion parameter given logits": """
+        def train(model, crit, x, labels):
+            return crit(model(x), labels)
+        """,
+    "a default of None, built in the body": """
+        import torch.nn as nn
+
+        def train(model, x, y, criterion=None):
+            if criterion is None:
+                criterion = nn.CrossEntropyLoss()
+            return criterion(model(x), y)
+        """,
+    "an attribute total of .item() values, and one reset each pass": """
+        import torch.nn.functional as F
+
+        class Trainer:
+            def fit(self, loader):
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    self.batch_loss = 0.0
+                    loss = F.cross_entropy(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    self.total += loss.item()
+                    self.batch_loss += loss
+        """,
+    "a config dict changed before use": """
+        import torch
+
+        cfg = {"weight_decay": 0.1}
+        cfg["weight_decay"] = 0.0
+        optimizer = torch.optim.Adam(model.parameters(), weight_decay=cfg["weight_decay"])
+        """,
+}
+
+
+@pytest.mark.parametrize("code", NOT_FOUND.values(), ids=list(NOT_FOUND))
+def test_the_reach_stops_where_the_code_leaves_a_doubt(code):
+    assert findings(code) == []
+
+
+def test_a_module_imported_under_another_name_is_followed_into_its_forward(tmp_path):
+    (tmp_path / "network.py").write_text("import torch.nn as nn\n\nclass Net(nn.Module):\n    def forward(self, x):\n"
+                                         "        return self.fc(x).softmax(dim=-1)\n")
+    (tmp_path / "train.py").write_text("import torch.nn as nn\nimport network as net\n\nmodel = net.Net()\n"
+                                       "criterion = nn.CrossEntropyLoss()\nloss = criterion(model(x), y)\n")
+    found, errors, _ = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and [(f.rule, f.line, f.path.endswith("train.py")) for f in found] == [("softmax-into-ce", 6, True)]
+    assert "network.py line 5" in found[0].message

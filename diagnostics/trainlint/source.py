@@ -24,6 +24,10 @@ class Event:
         return position(self.node)
 
 
+def is_none(node):
+    return node is None or isinstance(node, ast.Constant) and node.value is None
+
+
 def memo(method):
     """Cache a Source method's result per file and arguments (AST nodes hash by identity).
 
@@ -134,8 +138,12 @@ class Source:
 
         if isinstance(scope, FUNCTIONS):
             a = scope.args
-            for arg in a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
-                bind(ast.Name(id=arg.arg), position(scope), None)
+            positional = a.posonlyargs + a.args
+            defaults = dict(zip([x.arg for x in positional[len(positional) - len(a.defaults):]], a.defaults))
+            defaults.update((x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+            for arg in positional + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
+                default = defaults.get(arg.arg)  # `criterion=nn.CrossEntropyLoss()`: what the function uses unless told
+                bind(ast.Name(id=arg.arg), position(scope), None if is_none(default) else default)
         for node in self.local(scope):
             if type(node) not in BINDERS or node is scope:
                 continue  # one set lookup: most nodes bind nothing, and this loop sees every node of the file

@@ -3,7 +3,7 @@ reduced to a scalar, or summed across iterations with its graph."""
 import ast
 
 from ..registry import rule
-from ..syntax import LOOPS, end_position, method_call, position, terminal
+from ..syntax import LOOPS, dotted, end_position, method_call, position, terminal
 from ..torch_names import DETACHING_METHODS, RESHAPES, REWRAPS, TENSOR_METHODS
 
 
@@ -310,6 +310,12 @@ def names_behind(src, exprs, follow):
     return names
 
 
+def self_attribute(src, target):
+    """target is `self.<name>` in a method."""
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+        src.self_class(target.value) is not None
+
+
 def adds_to(value, total):
     """value is `total + ...` (`total += x` reads so too): a running sum, not a reset."""
     return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and \
@@ -371,6 +377,8 @@ def check_loss_accumulated_with_graph(src):
         for node in src.local(scope):
             if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
                 sums.append((node, node.target.id, node.value))
+            elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and self_attribute(src, node.target):
+                sums.append((node, dotted(node.target), node.value))  # self.running_loss += loss: lives as long as self
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
                     isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add) and \
                     isinstance(node.value.left, ast.Name) and node.value.left.id == node.targets[0].id:
@@ -396,7 +404,10 @@ def check_loss_accumulated_with_graph(src):
                 continue
             loop = src.enclosing_loops(node)[0]
             rebound = [pos for pos, value in src.bindings(scope).get(total, [])  # reset in the loop: not a running total
-                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)]
+                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)] + [
+                a for a in src.local(loop) if "." in total and isinstance(a, ast.Assign) and  # self.total = 0.0
+                any(dotted(t) == total for t in a.targets) and not (
+                    isinstance(a.value, ast.BinOp) and dotted(a.value.left) == total)]
             if not rebound:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "

@@ -11,6 +11,26 @@ def activation_fed_to(src, call, loss_kind):
     return src.activation(loss[1]) if loss and loss[0] == loss_kind and loss[1] is not None else None
 
 
+LABELS = ("label", "target", "class", "cls")  # how a tensor of class indices is named
+NOT_LABELS = ("prob", "soft", "teacher", "dist", "logit", "pred")  # soft targets: MSE or KL on probabilities is fine
+
+
+def label_like(expr):
+    name = (terminal(expr) or "").lower()
+    return name in ("y", "t", "gt", "yb", "y_true") or any(w in name for w in LABELS) and not any(w in name for w in NOT_LABELS)
+
+
+def untraced_criterion(src, call):
+    """call is `crit(output, labels)` with crit a criterion this file cannot trace: a function's parameter
+    (`def train(model, crit)`) or a callable named like a loss whose origin is elsewhere."""
+    if len(call.args) != 2 or call.keywords or not label_like(call.args[1]):
+        return False
+    func, function = call.func, src.function(call)
+    parameter = isinstance(func, ast.Name) and function is not None and src.definition(func) is None and \
+        func.id in {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs}
+    return parameter and not src.helpers(call) or (src.loss_call(call) or ("",))[0] == "other"
+
+
 @rule(
     "softmax-into-ce",
     "Softmax or log_softmax output passed to CrossEntropyLoss / F.cross_entropy, which expect raw logits.",
@@ -45,6 +65,13 @@ def activation_fed_to(src, call, loss_kind):
 def check_softmax_into_ce(src):
     for call in src.calls:
         found = activation_fed_to(src, call, "ce")
+        if not found and untraced_criterion(src, call):
+            found = src.activation(call.args[0])
+            if found and found[0] == "softmax":
+                yield call, (f"{ast.unparse(call.func)} is given class labels, so it is almost surely a cross-entropy, "
+                             f"which applies log_softmax itself: the output of the softmax at {place(found[1])} is "
+                             f"squashed twice and training stalls as the model gets confident. Pass the raw logits.")
+            continue
         if found and found[0] == "softmax":
             yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
                          f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "

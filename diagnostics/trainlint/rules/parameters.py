@@ -202,6 +202,28 @@ def check_layer_replaced_after_optimizer(src):
                              f"then build the optimizer.")
 
 
+def literal(src, expr, depth=0):
+    """The constant expr holds when this file writes it: `wd` after `wd = 0.1`, `config["weight_decay"]` after
+    `config = {"weight_decay": 0.1}` (or `dict(weight_decay=0.1)`) that is never written to; else expr itself."""
+    value = src.resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else expr
+    if not (isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and depth < 8):
+        return value
+    table = src.resolve(value.value) if isinstance(value.value, (ast.Name, ast.Attribute)) else value.value
+    if isinstance(table, ast.Dict):
+        entries = {k.value: v for k, v in zip(table.keys, table.values) if isinstance(k, ast.Constant)}
+    elif isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "dict":
+        entries = {kw.arg: kw.value for kw in table.keywords if kw.arg}
+    else:
+        return value
+    name = dotted(value.value)
+    written = any(isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load) and dotted(n.value) == name
+                  for n in src.of_type(ast.Subscript)) or any(
+        method_call(c, "update", "setdefault", "pop") and dotted(c.func.value) == name for c in src.calls)
+    if value.slice.value in entries and not written:
+        return literal(src, entries[value.slice.value], depth + 1)
+    return value
+
+
 @rule(
     "adam-coupled-weight-decay",
     "torch.optim.Adam gets a non-zero weight_decay: L2 added to the gradient, not decoupled weight decay.",
@@ -229,7 +251,7 @@ def check_adam_coupled_weight_decay(src):
     for call in src.calls:
         if src.qualname(call.func) != "torch.optim.Adam":
             continue
-        decay = argument(call, 4, "weight_decay")  # Adam(params, lr, betas, eps, weight_decay, ...)
+        decay = literal(src, argument(call, 4, "weight_decay"))  # Adam(params, lr, betas, eps, weight_decay, ...)
         decoupled = keyword(call, "decoupled_weight_decay")
         if isinstance(decoupled, ast.Constant) and decoupled.value is True:
             continue
