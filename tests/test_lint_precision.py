@@ -363,3 +363,147 @@ def test_a_module_imported_under_another_name_is_followed_into_its_forward(tmp_p
     found, errors, _ = lint.lint_paths([str(tmp_path)])
     assert errors == [] and [(f.rule, f.line, f.path.endswith("train.py")) for f in found] == [("softmax-into-ce", 6, True)]
     assert "network.py line 5" in found[0].message
+
+
+# --- gradient accumulation: what makes a loop accumulate, and what each rule lets through ----------------------
+
+LOOP = """
+import torch.nn.functional as F
+from torch.nn.utils import clip_grad_norm_
+
+def train(model, optimizer, opt_d, loader, k, args):
+    for i, (x, y) in enumerate(loader):
+{body}
+"""
+
+ACCUMULATION = [
+    ("zero on every pass, step under a remainder", """
+        optimizer.zero_grad()
+        (F.cross_entropy(model(x), y) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("the condition named first", """
+        optimizer.zero_grad()
+        (F.cross_entropy(model(x), y) / k).backward()
+        last = (i + 1) % k == 0
+        if last:
+            optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("a string format is no remainder", """
+        optimizer.zero_grad()
+        (F.cross_entropy(model(x), y) / k).backward()
+        if "%d" % i == "3":
+            optimizer.step()""", set()),
+    ("a step on every pass besides", """
+        optimizer.zero_grad()
+        opt_d.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt_d.step()
+        if (i + 1) % k == 0:
+            optimizer.step()""", set()),
+    ("another optimizer zeroed on every pass", """
+        opt_d.zero_grad()
+        (F.cross_entropy(model(x), y) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a zero under its own remainder", """
+        if i % k == 0:
+            optimizer.zero_grad()
+        (F.cross_entropy(model(x), y) * (1 / k)).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()""", set()),
+    ("a loss the accumulation count reaches inside a call", """
+        loss = F.cross_entropy(model(x), y, label_smoothing=args.accumulation_smoothing)
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("an unscaled loss of two terms", """
+        loss = F.cross_entropy(model(x), y) + F.mse_loss(model(x), y)
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulated-loss-not-scaled"}),
+    ("one term of the two scaled", """
+        loss = F.cross_entropy(model(x), y) / k + F.mse_loss(model(x), y)
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a negated model output", """
+        loss = -model(x).mean()
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulated-loss-not-scaled"}),
+    ("a loss from a helper of unknown scale", """
+        loss = compute(x, y)
+        loss.backward()
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a clip under a max-norm test, before the step condition", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if args.max_grad_norm > 0:
+            clip_grad_norm_(model.parameters(), args.max_grad_norm)
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"clip-every-micro-batch"}),
+    ("a clip under a sync test", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if sync_now:
+            clip_grad_norm_(model.parameters(), 1.0)
+        if (i + 1) % k == 0:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("micro-batches of a literal count are not taken for accumulation", """
+        for _ in range(2):
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+        optimizer.step()""", set()),
+    ("micro-batches named so", """
+        for micro_batch in x.chunk(4):
+            optimizer.zero_grad()
+            (F.cross_entropy(model(micro_batch), y) / 4).backward()
+        optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("a zero between the micro-batches and the step", """
+        for _ in range(k):
+            (F.cross_entropy(model(x), y) / k).backward()
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()""", set()),
+]
+
+
+@pytest.mark.parametrize("body, rules", [(b, r) for _, b, r in ACCUMULATION], ids=[c for c, _, _ in ACCUMULATION])
+def test_accumulation_rules_decide_on_each_shape(body, rules):
+    code = LOOP.format(body=textwrap.indent(textwrap.dedent(body).strip("\n"), " " * 8))
+    assert {rule for rule, _ in findings(code)} == rules
+
+
+ACCELERATE = """
+from accelerate import Accelerator
+
+def main(args, model, optimizer, loader):
+    accelerator = Accelerator({options})
+{later}
+    for batch in loader:
+        with accelerator.accumulate(model):
+            accelerator.backward(model(**batch).loss)
+            accelerator.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+    return {setting}
+"""
+
+
+@pytest.mark.parametrize("options, later, setting, rules", [
+    ("mixed_precision='bf16'", "", "args.gradient_accumulation_steps", {"accumulate-without-steps"}),
+    ("mixed_precision='bf16'", "", "args.epochs", set()),  # no accumulation asked for: accumulate() is a no-op
+    ("mixed_precision='bf16'", "    accelerator.gradient_accumulation_steps = args.grad_accum", "args.grad_accum", set()),
+    ("**args.accelerator_kwargs", "", "args.gradient_accumulation_steps", set()),
+    ("gradient_accumulation_steps=args.gradient_accumulation_steps", "", "None", {"clip-every-micro-batch"}),
+], ids=["no-steps", "no-setting", "set-later", "kwargs", "steps-given"])
+def test_accelerate_accumulation(options, later, setting, rules):
+    code = ACCELERATE.format(options=options, later=later, setting=setting)
+    assert {rule for rule, _ in findings(code)} == rules
