@@ -116,6 +116,18 @@ SILENT = {
         def probe():
             return F.softmax(torch.randn(4, 10))
         """,
+    "optimizer-param-subset: a GAN loss module's discriminator (the rest is a frozen perceptual net)": """
+        import torch
+
+        class Autoencoder:
+            def configure_optimizers(self):
+                opt_ae = torch.optim.Adam(list(self.encoder.parameters()) + list(self.decoder.parameters()), lr=1e-4)
+                opt_disc = torch.optim.Adam(self.loss.discriminator.parameters(), lr=1e-4)
+                return [opt_ae, opt_disc]
+
+            def training_step(self, x):
+                return self.loss(x, self.decoder(self.encoder(x)))
+        """,
     "loss-accumulated-with-graph: a dict of outputs whose loss was detached": """
         def train(model, loader, optimizer):
             outputs = []
@@ -502,8 +514,9 @@ def main(args, model, optimizer, loader):
     ("mixed_precision='bf16'", "", "args.epochs", set()),  # no accumulation asked for: accumulate() is a no-op
     ("mixed_precision='bf16'", "    accelerator.gradient_accumulation_steps = args.grad_accum", "args.grad_accum", set()),
     ("**args.accelerator_kwargs", "", "args.gradient_accumulation_steps", set()),
+    ("deepspeed_plugin=plugin", "", "args.gradient_accumulation_steps", set()),  # the plugin carries the steps
     ("gradient_accumulation_steps=args.gradient_accumulation_steps", "", "None", {"clip-every-micro-batch"}),
-], ids=["no-steps", "no-setting", "set-later", "kwargs", "steps-given"])
+], ids=["no-steps", "no-setting", "set-later", "kwargs", "deepspeed-plugin", "steps-given"])
 def test_accelerate_accumulation(options, later, setting, rules):
     code = ACCELERATE.format(options=options, later=later, setting=setting)
     assert {rule for rule, _ in findings(code)} == rules

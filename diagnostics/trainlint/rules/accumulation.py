@@ -25,6 +25,7 @@ from ..torch_names import RESHAPES
 from .step_order import same_object
 
 ACCELERATE_STEPS = ("gradient_accumulation_steps", "gradient_accumulation_plugin")  # Accelerator(...) keywords
+PLUGINS = ("deepspeed_plugin", "deepspeed_plugins")  # carry their own gradient_accumulation_steps
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ def accelerator_of(src, expr):
 
 def counts_steps(src, made):
     """An Accelerator(...) call is told its accumulation steps (or may be: **kwargs), or they are set on it later."""
-    if any(kw.arg is None or kw.arg in ACCELERATE_STEPS for kw in made.keywords):
+    if any(kw.arg is None or kw.arg in ACCELERATE_STEPS + PLUGINS for kw in made.keywords):
         return True
     return any(isinstance(t, ast.Attribute) and t.attr == "gradient_accumulation_steps"
                for a in src.of_type(ast.Assign) for t in a.targets)

@@ -129,6 +129,8 @@ def check_optimizer_param_subset(src):
         if not roots:
             continue
         root = roots[0]
+        if any(w in (terminal(root) or "").lower() for w in ("loss", "crit")):
+            continue  # a GAN loss module's discriminator: the rest of it is a frozen perceptual network
         cls = model_class(src, root) if isinstance(part.value, ast.Name) else None
         if cls is not None and not submodules_with_parameters(src, cls) - {part.attr}:
             continue  # the model's only submodule with parameters is the one given to the optimizer
