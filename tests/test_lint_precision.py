@@ -128,6 +128,53 @@ SILENT = {
             def training_step(self, x):
                 return self.loss(x, self.decoder(self.encoder(x)))
         """,
+    "dropout-missing-training: dropout only under `if self.training` (kohya's LoRA, pytorch-cifar)": """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class LoRA(nn.Module):
+            def forward(self, x):
+                lx = self.down(x)
+                if self.dropout is not None and self.training:
+                    lx = F.dropout(lx, p=self.dropout)
+                return self.up(lx)
+        """,
+    "eval-without-no-grad: a project's @smart_inference_mode() (yolov5)": """
+        from utils.torch_utils import smart_inference_mode
+
+        @smart_inference_mode()
+        def run(model, loader):
+            model.eval()
+            for im, targets in loader:
+                preds = model(im)
+        """,
+    "eval-mode-not-restored: a text encoder frozen for the rest of training (kohya)": """
+        def train(unet, text_encoder, optimizer, loader, stop_at):
+            for step, batch in enumerate(loader):
+                if step == stop_at:
+                    if not gradient_checkpointing:
+                        text_encoder.train(False)
+                    text_encoder.requires_grad_(False)
+                loss = unet(batch, text_encoder(batch)).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+        optimizer = torch.optim.AdamW(list(unet.parameters()) + list(text_encoder.parameters()))
+        """,
+    "train-loader-no-shuffle: a streaming dataset (lerobot)": """
+        import torch
+        from lerobot.datasets import StreamingLeRobotDataset
+
+        def main(policy, optimizer):
+            dataset = StreamingLeRobotDataset("lerobot/pusht")
+            loader = torch.utils.data.DataLoader(dataset, batch_size=32)
+            for batch in loader:
+                loss = policy(batch).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
     "loss-accumulated-with-graph: a dict of outputs whose loss was detached": """
         def train(model, loader, optimizer):
             outputs = []

@@ -430,8 +430,9 @@ class Source:
         if name in SET_GRAD and call:
             mode = argument(call, 0, "mode")
             return bool(mode.value) if isinstance(mode, ast.Constant) else None
-        if not (name or "").startswith("torch.") and terminal(call.func if call else expr) in ("no_grad", "inference_mode"):
-            return False  # a project's own `@no_grad()` (a wrapper of torch's, imported or defined here)
+        if not (name or "").startswith("torch.") and any(
+                w in (terminal(call.func if call else expr) or "") for w in ("no_grad", "inference_mode")):
+            return False  # a project's own `@no_grad()`, `@smart_inference_mode()` (a wrapper of torch's)
         return None
 
     @memo

@@ -48,8 +48,8 @@ def check_torch_load_unsafe(src):
     by default). A loader counts as a training loader when a loop of this file that calls
     backward() or step() iterates it, when it is passed to trainer.fit or returned by
     train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
-    train and that this file never evaluates with. Iterable datasets (which cannot be shuffled
-    by the loader) are left alone. If the order matters on purpose (a curriculum, time series),
+    train and that this file never evaluates with. Iterable and streaming datasets (which the
+    loader cannot shuffle) are left alone. If the order matters on purpose (a curriculum, time series),
     silence this line.""",
     """
     import torch.nn.functional as F
@@ -101,7 +101,8 @@ def iterable_dataset(src, dataset):
     for call in (src.resolve(m) for m in made if m is not None):
         if not isinstance(call, ast.Call):
             continue
-        if "iterable" in (src.qualname(call.func) or terminal(call.func) or "").lower() or keyword(call, "streaming") is not None:
+        made_by = (src.qualname(call.func) or terminal(call.func) or "").lower()
+        if "iterable" in made_by or "stream" in made_by or keyword(call, "streaming") is not None:
             return True
         classes = src.classes.get(call.func.id, []) if isinstance(call.func, ast.Name) else []
         if any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases):
