@@ -149,6 +149,8 @@ SILENT = {
                 preds = model(im)
         """,
     "eval-mode-not-restored: a text encoder frozen for the rest of training (kohya)": """
+        import torch
+
         def train(unet, text_encoder, optimizer, loader, stop_at):
             for step, batch in enumerate(loader):
                 if step == stop_at:
