@@ -569,3 +569,49 @@ def main(args, model, optimizer, loader):
 def test_accelerate_accumulation(options, later, setting, rules):
     code = ACCELERATE.format(options=options, later=later, setting=setting)
     assert {rule for rule, _ in findings(code)} == rules
+
+
+CORPUS_SILENT = {
+    "scaler-without-update: a trainer's batch step whose caller updates (composer)": """
+        class Trainer:
+            def _train_loop(self, batches):
+                for batch in batches:
+                    self._train_batch(batch)
+                    self.scaler.update()
+
+            def _train_batch(self, batch):
+                self.scaler.scale(self.model(batch).mean()).backward()
+                for optimizer in self.optimizers:
+                    self.scaler.step(optimizer)
+                    optimizer.zero_grad()
+        """,
+    "missing-zero-grad: an optimizer built anew on each pass, on a fresh leaf (pix2pix-zero)": """
+        import torch
+
+        def guide(unet, latents, steps):
+            for t in steps:
+                x_in = latents.detach().clone().requires_grad_(True)
+                opt = torch.optim.SGD([x_in], lr=0.1)
+                unet(x_in, t).mean().backward()
+                opt.step()
+                latents = x_in.detach()
+            return latents
+        """,
+}
+
+
+@pytest.mark.parametrize("code", CORPUS_SILENT.values(), ids=list(CORPUS_SILENT))
+def test_false_findings_of_the_corpus_stay_silent(code):
+    assert findings(code) == []
+
+
+def test_a_batch_step_whose_callers_never_update_is_still_found():
+    code = textwrap.dedent(CORPUS_SILENT["scaler-without-update: a trainer's batch step whose caller updates (composer)"])
+    assert ("scaler-without-update", 11) in findings(code.replace("self.scaler.update()", "pass"))
+
+
+def test_an_optimizer_built_once_outside_the_loop_still_needs_zero_grad():
+    code = textwrap.dedent(CORPUS_SILENT["missing-zero-grad: an optimizer built anew on each pass, on a fresh leaf (pix2pix-zero)"])
+    moved = code.replace("        opt = torch.optim.SGD([x_in], lr=0.1)\n", "").replace(
+        "    for t in steps:", "    opt = torch.optim.SGD([latents], lr=0.1)\n    for t in steps:")
+    assert "missing-zero-grad" in {rule for rule, _ in findings(moved)}
