@@ -527,6 +527,17 @@ ACCUMULATION = [
             optimizer.zero_grad()
             (F.cross_entropy(model(micro_batch), y) / 4).backward()
         optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("micro-batches counted by a name", """
+        for _ in range(k):
+            optimizer.zero_grad()
+            (F.cross_entropy(model(x), y) / k).backward()
+        optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("a zero in a loop inside the micro-batch", """
+        for p in model.parameters():
+            p.grad = None
+        (F.cross_entropy(model(x), y) / k).backward()
+        if (i + 1) % k == 0:
+            optimizer.step()""", {"zero-grad-every-micro-batch"}),
     ("a zero between the micro-batches and the step", """
         for _ in range(k):
             (F.cross_entropy(model(x), y) / k).backward()
@@ -615,3 +626,10 @@ def test_an_optimizer_built_once_outside_the_loop_still_needs_zero_grad():
     moved = code.replace("        opt = torch.optim.SGD([x_in], lr=0.1)\n", "").replace(
         "    for t in steps:", "    opt = torch.optim.SGD([latents], lr=0.1)\n    for t in steps:")
     assert "missing-zero-grad" in {rule for rule, _ in findings(moved)}
+
+
+def test_accumulation_messages_say_how_often_the_optimizer_steps():
+    code = LOOP.format(body=textwrap.indent("for _ in range(k):\n    optimizer.zero_grad()\n    (model(x).mean() / k)"
+                                            ".backward()\noptimizer.step()", " " * 8))
+    message = lint.lint_source(code)[0].message
+    assert "once every k micro-batches (line 10)" in message

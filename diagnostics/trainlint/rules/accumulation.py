@@ -36,11 +36,8 @@ class Accumulation:
     step: object  # the first optimizer step Event
 
     def in_micro_batch(self, src, node, allowed=()):
-        """node runs on every micro-batch: in the micro loop itself (not a loop inside it), under no `if` but
-        those whose condition names one of the allowed words (`if args.max_grad_norm:` for a clip)."""
-        loops = src.enclosing_loops(node)
-        if not loops or loops[0] is not self.micro:
-            return False
+        """node, a node of the micro loop, runs on every micro-batch: under no `if` but those whose condition
+        names one of the allowed words (`if args.max_grad_norm:` for a clip)."""
         child, p = node, src.parent[node]
         while p is not self.micro:
             if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test and not any(
