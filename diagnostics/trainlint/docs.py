@@ -108,6 +108,33 @@ def render_docs():
         "| rule | planted bugs found | false findings | precision |",
         "| --- | --- | --- | --- |",
         *rows,
+        "",
+        "On real code (measured 2026-11-26 with `python benchmarks/lint_corpus.py CORPUS` (test files included) on an "
+        "AMD EPYC, 2 cores shared with other jobs, load average about 20): 30 public repositories fetched outside "
+        "this repository (2,777,964 lines of Python and 89 notebooks; 26 of the repositories, 1.57 M lines, never "
+        "looked at while the rules were written: accelerate, axolotl, composer, dinov2, FastChat, kohya's "
+        "sd-scripts, lerobot, LLaMA-Factory, llm-foundry, OLMo, peft, timm, torchtune, trl, yolov5 and others), "
+        "186 s of CPU in all, at most 52 MB per repository. Outside test files, each finding judged the way the "
+        "repository's author would:",
+        "",
+        "| rule | real bugs | false | in test files (left out by default) |",
+        "| --- | --- | --- | --- |",
+        "| missing-zero-grad | 3 | 0 | 3 |",
+        "| eval-mode-not-restored | 2 | 0 | 0 |",
+        "| eval-without-no-grad | 3 | 0 | 4 |",
+        "| loss-accumulated-with-graph | 1 | 0 | 3 |",
+        "| train-loader-no-shuffle | 0 | 10 | 2 |",
+        "| every other rule | 0 | 0 | 12 |",
+        "",
+        "The training-loop rules other than train-loader-no-shuffle found 9 real bugs and no false one (a missing "
+        "zero_grad in two peft example notebooks, a validation that leaves a dreambooth UNet in eval mode for the "
+        "rest of the epoch, a loss summed with its graph in a ViT notebook). train-loader-no-shuffle is the weak "
+        "one: every finding there was a demo or a deliberate `shuffle=False`. The gradient-accumulation rules "
+        "found nothing in that corpus; on historical fixes they flag the parent and not the fix in 4 of 5 cases "
+        "(diffusers #308, #686 and #721, denoising-diffusion-pytorch 698227a; the miss is torchtitan #3575, "
+        "whose zero_grad and step sit in two methods a controller calls). torch-load-unsafe (a security rule, "
+        "not a training bug) fired 14 times outside tests, each an explicit weights_only=False on the "
+        "project's own checkpoints.",
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",
