@@ -491,7 +491,7 @@ ACCUMULATION = [
         if (i + 1) % k == 0:
             optimizer.step()
             optimizer.zero_grad()""", set()),
-    ("a model's outputs["loss"] as it is", """
+    ("a model's outputs['loss'] as it is", """
         loss = model(x, labels=y)["loss"]
         loss.backward()
         if (i + 1) % k == 0:
