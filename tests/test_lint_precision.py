@@ -401,6 +401,17 @@ NOT_FOUND = {
                     self.total += loss.item()
                     self.batch_loss += loss
         """,
+    "an attribute of another object (a meter this file does not show)": """
+        import torch.nn.functional as F
+
+        def fit(model, optimizer, loader, meter):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(model(x), y)
+                loss.backward()
+                optimizer.step()
+                meter.total += loss
+        """,
     "a config dict changed before use": """
         import torch
 
