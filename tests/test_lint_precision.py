@@ -235,6 +235,28 @@ STILL_FOUND = [
             def forward(self, x):
                 return F.dropout(self.fc(x), p=0.1)  # BUG  (on every call)
         """),
+    ("dropout-missing-training", """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class LoRA(nn.Module):
+            def forward(self, x):
+                lx = self.down(x)
+                if self.dropout is not None:
+                    lx = F.dropout(lx, p=self.dropout)  # BUG: no training test around it
+                return self.up(lx)
+        """),
+    ("dropout-missing-training", """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class LoRA(nn.Module):
+            def forward(self, x):
+                if self.training:
+                    return self.up(self.down(x))
+                else:
+                    return F.dropout(x, p=0.1)  # BUG: in the branch that runs at evaluation
+        """),
     ("causal-mask-offset", """
         import torch
 
