@@ -102,6 +102,17 @@ SILENT = {
                 F.cross_entropy(wrapper(x), y).backward()
                 optimizer.step()
         """,
+    "optimizer-param-subset: a wrapper passed in, holding the network as .model": """
+        import torch
+        import torch.nn.functional as F
+
+        def train(wrapper, loader):
+            optimizer = torch.optim.AdamW(wrapper.model.parameters(), lr=1e-4)
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(wrapper(x), y).backward()
+                optimizer.step()
+        """,
     "softmax-no-dim: 2-D and 4-D inputs, where the implicit dim 1 is the class or channel dim": """
         import torch
         import torch.nn.functional as F
@@ -269,6 +280,24 @@ STILL_FOUND = [
 
         def attend(scores, b, t):
             return F.softmax(scores.view(b, t, -1))  # BUG: 3-D, dim 0
+        """),
+    ("softmax-no-dim", """
+        import torch.nn.functional as F
+
+        def attend(scores):
+            return F.softmax(scores.flatten(1, 2))  # BUG: flatten(1, 2) keeps the rank open
+        """),
+    ("scaler-without-update", """
+        class Trainer:
+            def _train_loop(self, batches):
+                for batch in batches:
+                    self._train_batch(batch)
+                self.scaler.update()
+
+            def _train_batch(self, batch):
+                self.scaler.scale(self.model(batch).mean()).backward()
+                self.scaler.step(self.optimizer)  # BUG: the update runs once, after the whole loop
+                self.optimizer.zero_grad()
         """),
     ("optimizer-param-subset", """
         import torch

@@ -74,9 +74,10 @@ def model_class(src, root):
 
 
 def user_made(src, root):
-    """root was built by a class that is neither torch's nor a model zoo's (a wrapper of the project's)."""
+    """root was built elsewhere (a parameter) or by a class that is neither torch's nor a model zoo's (a wrapper of
+    the project's)."""
     name = src.origin_name(root)
-    return bool(name) and not name.startswith(("torch", "timm", "transformers")) and name.rsplit(".", 1)[-1][:1].isupper()
+    return not name or not name.startswith(("torch", "timm", "transformers")) and name.rsplit(".", 1)[-1][:1].isupper()
 
 
 @rule(
