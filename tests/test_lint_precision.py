@@ -408,6 +408,7 @@ FOUND = [
         hp = dict(wd=0.05)
         decay = hp["wd"]
         optimizer = torch.optim.Adam(model.parameters(), weight_decay=decay)  # BUG
+        ema.update()  # another object's update leaves hp as written
         """),
 ]
 
