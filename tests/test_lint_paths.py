@@ -103,3 +103,10 @@ def test_a_coding_cookie_for_a_codec_registered_at_run_time_reads_as_utf8(tmp_pa
     assert (errors, read, [f.rule for f in findings]) == ([], 1, ["softmax-into-ce"])
     path.write_bytes(b"# -*- coding: ascii -*-\n" + "x = '\u00e9'\n".encode())
     assert lint.lint_paths([str(path)])[1][0][1].startswith("not UTF-8 text")
+
+
+def test_a_byte_order_mark_that_contradicts_the_coding_line_is_refused(tmp_path):
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbf# -*- coding: latin-1 -*-\n" + BUG.encode())
+    findings, errors, read = lint.lint_paths([str(path)])
+    assert (findings, read) == ([], 0) and errors[0][1].startswith("not UTF-8 text")
