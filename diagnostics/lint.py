@@ -27,6 +27,8 @@ Command
     python diagnostics/lint.py train.py --json        # {"findings": [{rule, path, line, message}]}
     python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce
     python diagnostics/lint.py src/ --ignore data-write
+    python diagnostics/lint.py . --exclude legacy --exclude 'scripts/scratch_*.py'   # gitignore-style
+    python diagnostics/lint.py . --include-tests      # also tests/, test_*.py, *_test.py, conftest.py
     python diagnostics/lint.py --list-rules
     # settings: [tool.ml-debug.lint] in pyproject.toml (select, ignore, exclude, per-file-ignores;
     # on Python 3.10, reading them needs the tomli package)
@@ -46,7 +48,12 @@ How to read it
     parsed, a Python 2 file, a FIFO or device is reported on stderr in one line and skipped).
     When a finding is intended, silence it on that line with a trailing `# noqa: <rule>`
     (several: `# noqa: rule-a, rule-b`; a bare `# noqa` silences every rule), for a whole run
-    with `--ignore <rule>`, or for some paths with `per-file-ignores` in pyproject.toml.
+    with `--ignore <rule>`, or for some paths with `per-file-ignores` in pyproject.toml. The test
+    files a folder holds are left out (their findings are mostly deliberate: a few losses kept to
+    compare, a forward pass checked with autograd on), and stderr says how many; `--include-tests`
+    lints them, and a test file or tests folder named on the command line is linted. `--exclude`
+    and `exclude` are gitignore-style: a name (`legacy`) matches at any depth, a path with a
+    slash (`/legacy`, `legacy/*`) from the folder given (or from pyproject.toml), `**` across folders.
 
 Next step
     Fix the line, or confirm the suspicion at run time with the diagnostics in this folder:
@@ -112,6 +119,11 @@ def main(argv=None):
     parser.add_argument("--json", action="store_true", help='print {"findings": [...], "errors": [...]} instead of lines')
     parser.add_argument("--select", metavar="IDS", help="only these rules (comma-separated ids)")
     parser.add_argument("--ignore", metavar="IDS", help="skip these rules (comma-separated ids)")
+    parser.add_argument("--exclude", metavar="PATTERN", action="append", default=[],
+                        help="leave out paths matching this gitignore-style pattern below the folders given (a name "
+                             "matches at any depth: --exclude tests --exclude 'legacy/*'); repeatable")
+    parser.add_argument("--include-tests", action="store_true",
+                        help="lint the test files a folder holds too (tests/, test_*.py, *_test.py, conftest.py)")
     parser.add_argument("--no-config", action="store_true", help="do not read [tool.ml-debug.lint] from pyproject.toml")
     parser.add_argument("--list-rules", action="store_true", help="print every rule id with its summary")
     parser.add_argument("--write-docs", metavar="FILE", help="write the rules reference page (refs/static_analysis.md)")
@@ -138,19 +150,23 @@ def main(argv=None):
         select = (set(RULES) if config.select is None else config.select) - config.ignore
     select -= parse_ids(args.ignore, parser) if args.ignore else set()
 
-    findings, errors, read = lint_paths(args.paths, select, config)
+    tests = []
+    findings, errors, read = lint_paths(args.paths, select, config, args.exclude, args.include_tests, tests)
     for path, reason, _ in errors:
         print(single_line(f"{path}: skipped: {reason}"), file=sys.stderr)  # one line a file
     if args.json:
         print(json_text({"findings": [f.as_json() for f in findings],
-                         "errors": [{"path": p, "message": m} for p, m, _ in errors]}))
+                         "errors": [{"path": p, "message": m} for p, m, _ in errors],
+                         **({"tests_left_out": [str(t) for t in tests]} if tests else {})}))
     else:
         for f in findings:
             print(f"{f.where()}: {f.rule} {f.message}")
         if read:
             print(f"lint: {len(findings)} finding(s) in {read} file(s)", file=sys.stderr)
+    if tests:
+        print(f"lint: {len(tests)} test file(s) left out (--include-tests lints them)", file=sys.stderr)
     if not read:
-        return 2 if any(bad for _, _, bad in errors) else 0
+        return 2 if any(bad for _, _, bad in errors) else 0  # a folder of tests only: nothing wrong, nothing read
     return 1 if findings else 0
 
 

@@ -239,7 +239,7 @@ def test_folders_are_walked_and_hidden_or_virtualenv_folders_skipped(tmp_path):
     "def broken(:\n",  # does not parse
     b"x = '\xff\xfe caf\xe9'\n",  # not UTF-8
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",  # binary
-    "# -*- coding: no-such-codec -*-\nx = 1\n",  # unknown declared encoding
+    b"# -*- coding: no-such-codec -*-\nx = '\xff'\n",  # unknown declared encoding (read as UTF-8: issue 24), not UTF-8
 ], ids=["syntax-error", "not-utf8", "binary", "bad-coding-line"])
 def test_unreadable_file_alone_exits_2_with_one_line(tmp_path, content):
     path = tmp_path / "bad.py"

@@ -55,13 +55,19 @@ def render_docs():
         "python diagnostics/lint.py src/ --json                # {\"findings\": [{rule, path, line, message}]}",
         "python diagnostics/lint.py src/ --select missing-zero-grad,softmax-into-ce",
         "python diagnostics/lint.py src/ --ignore data-write",
+        "python diagnostics/lint.py . --exclude legacy --exclude 'scratch_*.py'  # gitignore-style, any depth",
+        "python diagnostics/lint.py . --include-tests           # also tests/, test_*.py, *_test.py, conftest.py",
         "python diagnostics/lint.py --list-rules",
         "python diagnostics/lint.py analysis.ipynb           # notebooks: path:cell N:line: rule message",
         "```",
         "",
         "Exit code 0 when clean, 1 when something was found, 2 when nothing could be read. Files that "
         "cannot be read or parsed are reported on stderr, one line each, and skipped; so are Python 2 files, "
-        "which do not change the exit code. A FIFO, a device or a file over 5 MB is refused. Silence an "
+        "which do not change the exit code (in a notebook an error names the cell and the line in it; IPython "
+        "magics and `!` shell lines, continuations included, are skipped). The test files a folder holds "
+        "(tests/, test_*.py, *_test.py, conftest.py) are left out, and stderr counts them: their findings are "
+        "mostly deliberate; `--include-tests` lints them, and so does naming one. "
+        "A FIFO, a device or a file over 5 MB is refused. Silence an "
         "intended finding with a trailing `# noqa: <rule>` on the reported line (a bare `# noqa` silences "
         "every rule there).",
         "",
@@ -72,7 +78,7 @@ def render_docs():
         "[tool.ml-debug.lint]",
         "select = [\"softmax-into-ce\", \"missing-zero-grad\"]   # only these rules (default: all)",
         "ignore = [\"data-write\"]                           # never these",
-        "exclude = [\"legacy\", \"scratch_*.py\"]              # paths not linted, relative to pyproject.toml",
+        "exclude = [\"legacy\", \"/scratch_*.py\"]             # gitignore-style: a name at any depth, /x from here",
         "per-file-ignores = {\"tests/*\" = [\"torch-load-unsafe\"]}",
         "```",
         "",
@@ -102,6 +108,33 @@ def render_docs():
         "| rule | planted bugs found | false findings | precision |",
         "| --- | --- | --- | --- |",
         *rows,
+        "",
+        "On real code (measured 2026-11-26 with `python benchmarks/lint_corpus.py CORPUS` (test files included) on an "
+        "AMD EPYC, 2 cores shared with other jobs, load average about 20): 30 public repositories fetched outside "
+        "this repository (2,777,964 lines of Python and 89 notebooks; 26 of the repositories, 1.57 M lines, never "
+        "looked at while the rules were written: accelerate, axolotl, composer, dinov2, FastChat, kohya's "
+        "sd-scripts, lerobot, LLaMA-Factory, llm-foundry, OLMo, peft, timm, torchtune, trl, yolov5 and others), "
+        "186 s of CPU in all, at most 52 MB per repository. Outside test files, each finding judged the way the "
+        "repository's author would:",
+        "",
+        "| rule | real bugs | false | in test files (left out by default) |",
+        "| --- | --- | --- | --- |",
+        "| missing-zero-grad | 3 | 0 | 3 |",
+        "| eval-mode-not-restored | 2 | 0 | 0 |",
+        "| eval-without-no-grad | 3 | 0 | 4 |",
+        "| loss-accumulated-with-graph | 1 | 0 | 3 |",
+        "| train-loader-no-shuffle | 0 | 10 | 2 |",
+        "| every other rule | 0 | 0 | 12 |",
+        "",
+        "The training-loop rules other than train-loader-no-shuffle found 9 real bugs and no false one (a missing "
+        "zero_grad in two peft example notebooks, a validation that leaves a dreambooth UNet in eval mode for the "
+        "rest of the epoch, a loss summed with its graph in a ViT notebook). train-loader-no-shuffle is the weak "
+        "one: every finding there was a demo or a deliberate `shuffle=False`. The gradient-accumulation rules "
+        "found nothing in that corpus; on historical fixes they flag the parent and not the fix in 4 of 5 cases "
+        "(diffusers #308, #686 and #721, denoising-diffusion-pytorch 698227a; the miss is torchtitan #3575, "
+        "whose zero_grad and step sit in two methods a controller calls). torch-load-unsafe (a security rule, "
+        "not a training bug) fired 14 times outside tests, each an explicit weights_only=False on the "
+        "project's own checkpoints.",
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",

@@ -1,11 +1,12 @@
 """Running: files and notebooks to findings, with noqa comments, the files of one run (Project) and the
 [tool.ml-debug.lint] settings (Config)."""
 import ast
-import fnmatch
+import functools
 import gc
 import io
 import json
 import os
+import re
 import stat
 import tokenize
 try:
@@ -23,6 +24,55 @@ from .source import Source
 
 
 SKIP_DIRS = {"__pycache__", "node_modules", "site-packages", "venv"}
+TEST_DIRS = {"tests", "test", "testing"}
+
+
+def test_file(relative):
+    """A path (relative to the folder given to lint) holds tests: a tests/ folder, test_*.py, *_test.py, conftest.py.
+    Their findings are mostly deliberate (a handful of losses kept to compare, a forward pass checked without
+    no_grad), so a folder walk leaves them out unless asked (--include-tests)."""
+    parts = relative.parts
+    name = parts[-1] if parts else ""
+    return bool(TEST_DIRS & set(parts[:-1])) or name.startswith("test_") or name.endswith("_test.py") or \
+        name == "conftest.py"
+
+
+@functools.cache
+def pattern_regex(pattern):
+    """A gitignore-style pattern as a regular expression over a relative posix path: a pattern without a slash
+    names a file or folder at any depth (`tests`, `*_scratch.py`); one with a slash is anchored where it is
+    read (`legacy/*`, `/build`); `**` crosses folders (`**/fixtures`, `data/**`); a trailing slash is ignored."""
+    pattern = pattern.strip().rstrip("/")
+    anchored = "/" in pattern
+    pattern = pattern.lstrip("/")
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1:end]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body) + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile(("" if anchored else "(?:.*/)?") + "".join(out) + "(?:/.*)?")
+
+
+def matches(relative, patterns):
+    """relative (a posix path) or a folder above it matches one of the gitignore-style patterns."""
+    return any(pattern_regex(p).fullmatch(relative) for p in patterns)
 
 
 def noqa_comments(source):
@@ -49,7 +99,7 @@ def lint_source(source, path="<string>", select=None, project=None):
     collecting = gc.isenabled()
     gc.disable()  # a file's syntax tree is millions of objects: the cyclic collector would rescan them all, again and again
     try:
-        src = Source(ast.parse(source, filename=path), path, project)
+        src = Source(ast.parse(source, filename=path), path, project, source)
         findings = {Finding(r.id, path, node.lineno, message) for r in RULES.values()
                     if select is None or r.id in select for node, message in r.check(src)}
     finally:
@@ -94,8 +144,13 @@ def read_python(path):
         raise ValueError("binary file, not Python source")
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:
+        if "unknown encoding" not in str(error):
+            raise ValueError("not UTF-8 text (nor in the encoding its coding line declares)")
+        encoding = "utf-8"  # a codec registered at run time (`coding: future_fstrings`) over UTF-8 text
+    try:
         return data.decode(encoding)
-    except (SyntaxError, LookupError, UnicodeDecodeError):
+    except (LookupError, UnicodeDecodeError):
         raise ValueError("not UTF-8 text (nor in the encoding its coding line declares)")
 
 
@@ -113,11 +168,14 @@ def notebook_source(text):
     for number, code in codes:
         if not isinstance(code, str):
             raise ValueError(f"not a Jupyter notebook (cell {number} has no text)")
-        magic_cell = code.lstrip().startswith("%%")
+        magic_cell, continued = code.lstrip().startswith("%%"), False
         for line_number, line in enumerate(code.splitlines() or [""], 1):
             body = line.lstrip()
-            if magic_cell or body.startswith(("%", "!")) or body.endswith("?") and not body.startswith("#"):
+            if continued:  # `!pip install a \` goes on on the next line
+                continued, line = body.endswith("\\"), ""
+            elif magic_cell or body.startswith(("%", "!")) or body.endswith("?") and not body.startswith("#"):
                 line = line[:len(line) - len(body)] + "pass" if body and not magic_cell else ""
+                continued = not magic_cell and body.endswith("\\")
             lines.append(line)
             where.append((number, line_number))
     return "\n".join(lines) + "\n", where
@@ -149,7 +207,8 @@ class Project:
             if len(self.cache) >= self.CACHED:
                 self.cache.pop(next(iter(self.cache)))
             try:
-                self.cache[path] = Source(ast.parse(read_python(path)), str(path), self)
+                text = read_python(path)
+                self.cache[path] = Source(ast.parse(text), str(path), self, text)
             except (ValueError, SyntaxError, RecursionError, MemoryError):
                 self.cache[path] = None
         return self.cache[path]
@@ -176,18 +235,30 @@ class Project:
         return None
 
 
-def lint_paths(paths, select=None, config=None):
+def lint_paths(paths, select=None, config=None, exclude=(), tests=True, skipped=None):
     """(findings, errors, number of files read) for files and folders; errors are (path, reason, bad):
-    bad is False for a Python 2 file, which is skipped, not an error. config: a Config, for per-path rules."""
+    bad is False for a Python 2 file, which is skipped, not an error. config: a Config, for per-path rules.
+    exclude: gitignore-style patterns, matched below each folder given; tests=False leaves out the test files
+    a folder holds (test_file), appended to the list skipped when one is given. A file or a tests folder named
+    itself is linted."""
     findings, errors, read = [], [], 0
     files = []
     for given in paths:
-        found = [path for path in python_files(Path(given)) if config is None or not config.excluded(path)]
-        if not found:
+        root, found, tested = Path(given), [], []
+        for path in python_files(root):
+            relative = path.relative_to(root) if path != root else Path(path.name)
+            if config is not None and config.excluded(path) or path != root and matches(relative.as_posix(), exclude):
+                continue
+            (tested if not tests and path != root and root.resolve().name not in TEST_DIRS and test_file(relative)
+             else found).append(path)  # a tests folder given by name is linted whole
+        if skipped is not None:
+            skipped += tested
+        if not found and not tested:
             errors.append((given, "no Python files found", True))
         files += found
     project = Project(files)
     for path in files:
+        cells = None
         try:
             text = read_python(path)
             chosen = select if config is None else config.rules_for(path, select)
@@ -201,11 +272,12 @@ def lint_paths(paths, select=None, config=None):
         except ValueError as error:
             errors.append((str(path), str(error), True))
         except SyntaxError as error:
+            where = f"cell {cells[error.lineno - 1][0]}, line {cells[error.lineno - 1][1]}" \
+                if cells and error.lineno and 0 < error.lineno <= len(cells) else f"line {error.lineno}"
             if python2(error):
-                errors.append((str(path), f"Python 2 source ({python2(error)}, line {error.lineno}); lint reads Python 3",
-                               False))
+                errors.append((str(path), f"Python 2 source ({python2(error)}, {where}); lint reads Python 3", False))
             else:
-                errors.append((str(path), f"cannot parse: {error.msg} (line {error.lineno})", True))
+                errors.append((str(path), f"cannot parse: {error.msg} ({where})", True))
         except (RecursionError, MemoryError):
             errors.append((str(path), "nested too deeply to parse or analyse", True))
     return findings, errors, read
@@ -218,7 +290,7 @@ class Config:
         [tool.ml-debug.lint]
         select = ["softmax-into-ce", "missing-zero-grad"]   # only these rules (default: all)
         ignore = ["torch-load-unsafe"]                      # never these
-        exclude = ["legacy/*", "notebooks/scratch_*.ipynb"] # paths not linted, relative to this file
+        exclude = ["legacy", "notebooks/scratch_*.ipynb"]   # paths not linted: gitignore-style, relative to this file
         per-file-ignores = {"tests/*" = ["data-write"]}     # rules skipped in those paths
 
     `--select` on the command line replaces `select` and `ignore`; `--ignore` adds to `ignore`; `--no-config`
@@ -283,8 +355,7 @@ class Config:
             relative = Path(path).resolve().relative_to(self.path.parent).as_posix()
         except ValueError:
             return False
-        parts = relative.split("/")
-        return any(fnmatch.fnmatch("/".join(parts[:n]), pattern) for n in range(1, len(parts) + 1))
+        return matches(relative, [pattern])
 
     def excluded(self, path):
         return self.path is not None and any(self._matches(path, p) for p in self.exclude)

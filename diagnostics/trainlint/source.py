@@ -24,6 +24,10 @@ class Event:
         return position(self.node)
 
 
+def is_none(node):
+    return node is None or isinstance(node, ast.Constant) and node.value is None
+
+
 def memo(method):
     """Cache a Source method's result per file and arguments (AST nodes hash by identity).
 
@@ -45,8 +49,9 @@ def memo(method):
 class Source:
     """A parsed file with the lookups the rules share."""
 
-    def __init__(self, tree, path="<string>", project=None):
+    def __init__(self, tree, path="<string>", project=None, text=None):
         self.tree, self.path, self.project = tree, path, project
+        self.lines = text.splitlines() if text is not None else []
         self._memo = collections.defaultdict(dict)  # method name -> {arguments: result}
         self.nodes, self.parent, self.children = [tree], {}, {}
         self.by_type = collections.defaultdict(list)  # node class -> its nodes, breadth first
@@ -84,6 +89,13 @@ class Source:
             n.arg for n in self.of_type(ast.arg)} | set(self.functions) | set(self.classes)
         self.mentions_loss_class = any(name.endswith("Loss") for name in self.imports.values()) or \
             any(n.attr.endswith("Loss") for n in self.of_type(ast.Attribute))
+
+    def comment(self, node):
+        """The comment that ends node's last line (`# always on, also at inference`), lowercased, else ''."""
+        if node.end_lineno > len(self.lines):
+            return ""
+        rest = self.lines[node.end_lineno - 1].encode()[node.end_col_offset:].decode(errors="ignore")
+        return rest.partition("#")[2].lower()
 
     def of_type(self, *kinds):
         """The nodes of these classes: each class's breadth first, one class after the other."""
@@ -126,8 +138,12 @@ class Source:
 
         if isinstance(scope, FUNCTIONS):
             a = scope.args
-            for arg in a.posonlyargs + a.args + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
-                bind(ast.Name(id=arg.arg), position(scope), None)
+            positional = a.posonlyargs + a.args
+            defaults = dict(zip([x.arg for x in positional[len(positional) - len(a.defaults):]], a.defaults))
+            defaults.update((x.arg, d) for x, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None)
+            for arg in positional + a.kwonlyargs + [x for x in (a.vararg, a.kwarg) if x]:
+                default = defaults.get(arg.arg)  # `criterion=nn.CrossEntropyLoss()`: what the function uses unless told
+                bind(ast.Name(id=arg.arg), position(scope), None if is_none(default) else default)
         for node in self.local(scope):
             if type(node) not in BINDERS or node is scope:
                 continue  # one set lookup: most nodes bind nothing, and this loop sees every node of the file
@@ -414,6 +430,9 @@ class Source:
         if name in SET_GRAD and call:
             mode = argument(call, 0, "mode")
             return bool(mode.value) if isinstance(mode, ast.Constant) else None
+        if not (name or "").startswith("torch.") and any(
+                w in (terminal(call.func if call else expr) or "") for w in ("no_grad", "inference_mode")):
+            return False  # a project's own `@no_grad()`, `@smart_inference_mode()` (a wrapper of torch's)
         return None
 
     @memo

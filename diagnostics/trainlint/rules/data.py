@@ -48,8 +48,8 @@ def check_torch_load_unsafe(src):
     by default). A loader counts as a training loader when a loop of this file that calls
     backward() or step() iterates it, when it is passed to trainer.fit or returned by
     train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
-    train and that this file never evaluates with. Iterable datasets (which cannot be shuffled
-    by the loader) are left alone. If the order matters on purpose (a curriculum, time series),
+    train and that this file never evaluates with. Iterable and streaming datasets (which the
+    loader cannot shuffle) are left alone. If the order matters on purpose (a curriculum, time series),
     silence this line.""",
     """
     import torch.nn.functional as F
@@ -101,7 +101,8 @@ def iterable_dataset(src, dataset):
     for call in (src.resolve(m) for m in made if m is not None):
         if not isinstance(call, ast.Call):
             continue
-        if "iterable" in (src.qualname(call.func) or terminal(call.func) or "").lower() or keyword(call, "streaming") is not None:
+        made_by = (src.qualname(call.func) or terminal(call.func) or "").lower()
+        if "iterable" in made_by or "stream" in made_by or keyword(call, "streaming") is not None:
             return True
         classes = src.classes.get(call.func.id, []) if isinstance(call.func, ast.Name) else []
         if any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases):
@@ -158,6 +159,18 @@ def mask_context(src, call):
     return any(w in ast.unparse(t).lower() for t in targets for w in ("mask", "causal"))
 
 
+def zero_filled(src, call):
+    """The mask call builds is used to write zeros (`gates.masked_fill(mask, 0.)`): it selects entries of a
+    decay or bias to drop, not attention scores to hide (those are filled with -inf or a large negative)."""
+    stmt = call
+    while not isinstance(stmt, ast.stmt):
+        stmt = src.parent[stmt]
+    names = {t.id for t in getattr(stmt, "targets", []) if isinstance(t, ast.Name)}
+    fills = [n for n in src.local(src.scope(call)) if method_call(n, "masked_fill", "masked_fill_") and len(n.args) == 2
+             and (n.args[0] is call or isinstance(n.args[0], ast.Name) and n.args[0].id in names)]
+    return bool(fills) and all(isinstance(n.args[1], ast.Constant) and n.args[1].value == 0 for n in fills)
+
+
 def transposed(src, node):
     """node's value is transposed later in its statement: `(torch.triu(ones) == 1).transpose(0, 1)`."""
     p = src.parent.get(node)
@@ -210,7 +223,7 @@ def check_causal_mask_offset(src):
         offset = int_constant(diagonal, 0)
         if offset is None or (kind == "tril" and offset <= 0) or (kind == "triu" and offset >= 1):
             continue
-        if transposed(src, call) or not mask_context(src, call):
+        if transposed(src, call) or not mask_context(src, call) or zero_filled(src, call):
             continue
         if kind == "tril":
             yield call, (f"tril(..., diagonal={offset}) allows {offset} position(s) above the diagonal: as a causal "

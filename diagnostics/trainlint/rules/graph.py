@@ -3,7 +3,7 @@ reduced to a scalar, or summed across iterations with its graph."""
 import ast
 
 from ..registry import rule
-from ..syntax import LOOPS, end_position, method_call, position, terminal
+from ..syntax import LOOPS, dotted, end_position, method_call, position, terminal
 from ..torch_names import DETACHING_METHODS, RESHAPES, REWRAPS, TENSOR_METHODS
 
 
@@ -310,6 +310,12 @@ def names_behind(src, exprs, follow):
     return names
 
 
+def self_attribute(src, target):
+    """target is `self.<name>` in a method."""
+    return isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and \
+        src.self_class(target.value) is not None
+
+
 def adds_to(value, total):
     """value is `total + ...` (`total += x` reads so too): a running sum, not a reset."""
     return isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and \
@@ -323,13 +329,25 @@ def trains(src, node):
     return bool(loops) and (not isinstance(loops[0], LOOPS) or bool({"backward", "step"} & src.reach_kinds(loops[0])))
 
 
+FEW = 10  # our assumption: a loop of at most this many passes (a test's handful of steps) keeps a few graphs, not a growing pile
+
+
+def few(src, node):
+    """node's loop runs a literal small number of times: `for _ in range(3)`."""
+    loop = src.enclosing_loops(node)[0]
+    count = loop.iter.args[-1] if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call) and \
+        terminal(loop.iter.func) == "range" and 1 <= len(loop.iter.args) <= 2 else None
+    return isinstance(count, ast.Constant) and isinstance(count.value, int) and count.value <= FEW
+
+
 @rule(
     "loss-accumulated-with-graph",
     "A loss tensor is summed (or appended) across iterations without .item() or .detach().",
     """`total += loss` keeps a reference to every iteration's autograd graph, activations
     included. Memory grows each step until the run fails out of memory hours in, or it slows
     down, and the total is a tensor that drags the graph along into every later use. Add
-    loss.item() (or loss.detach()) instead.""",
+    loss.item() (or loss.detach()) instead. A loop of a literal few passes (range(3) in a test)
+    and a dict of outputs (whose entries the code detaches by key) are left alone.""",
     """
     import torch.nn.functional as F
 
@@ -359,29 +377,37 @@ def check_loss_accumulated_with_graph(src):
         for node in src.local(scope):
             if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and isinstance(node.target, ast.Name):
                 sums.append((node, node.target.id, node.value))
+            elif isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add) and self_attribute(src, node.target):
+                sums.append((node, dotted(node.target), node.value))  # self.running_loss += loss: lives as long as self
             elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and \
                     isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add) and \
                     isinstance(node.value.left, ast.Name) and node.value.left.id == node.targets[0].id:
                 sums.append((node, node.targets[0].id, node.value.right))
             elif method_call(node, "append") and isinstance(node.func.value, ast.Name) and len(node.args) == 1:
                 sums.append((node, node.func.value.id, node.args[0]))
-        sums = [(node, total, added) for node, total, added in sums if trains(src, node)]
+        sums = [(node, total, added) for node, total, added in sums if trains(src, node) and not few(src, node)]
         if not sums:
             continue
         targets = [t for _, t in backward_calls(src, scope) if t is not None]
         backpropagated = names_behind(src, targets, ast.AST)  # anything that feeds a backward()
+        keyed = {n.value.id for n in src.local(scope) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                 and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}  # dicts: out["loss"]
         losses = names_behind(src, targets, (ast.BinOp, ast.Name)) | {
             t.id for n in src.local(scope) if isinstance(n, ast.Assign) and src.loss_call(n.value)
             for t in n.targets if isinstance(t, ast.Name)}
         for node, total, added in sums:
             carried = [ast.unparse(n) for n in graph_carriers(added)
-                       if (isinstance(n, ast.Name) and n.id in losses or isinstance(n, ast.Call) and src.loss_call(n))
+                       if (isinstance(n, ast.Name) and n.id in losses and n.id not in keyed or
+                           isinstance(n, ast.Call) and src.loss_call(n))
                        and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
             if not carried or total in backpropagated or src.grad_off(node, True):
                 continue
             loop = src.enclosing_loops(node)[0]
             rebound = [pos for pos, value in src.bindings(scope).get(total, [])  # reset in the loop: not a running total
-                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)]
+                       if position(loop) <= pos <= end_position(loop) and not adds_to(value, total)] + [
+                a for a in src.local(loop) if "." in total and isinstance(a, ast.Assign) and  # self.total = 0.0
+                any(dotted(t) == total for t in a.targets) and not (
+                    isinstance(a.value, ast.BinOp) and dotted(a.value.left) == total)]
             if not rebound:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "

@@ -3,6 +3,7 @@ backward pass reads."""
 import ast
 
 from ..registry import rule
+from ..syntax import terminal
 from ..torch_names import NOT_INPLACE, SAVES_OUTPUT, SAVES_OUTPUT_METHODS
 from .graph import backward_calls
 
@@ -82,6 +83,13 @@ def check_data_write(src):
                          f"({name} = ...), or modify {name} itself under torch.no_grad().")
 
 
+def custom_function(src, function):
+    """function is a method of a torch.autograd.Function subclass."""
+    cls = src.parent.get(function)
+    return isinstance(cls, ast.ClassDef) and any(
+        (src.qualname(b) or "").endswith("autograd.Function") or terminal(b) == "Function" for b in cls.bases)
+
+
 def saves_output(src, value):
     """The name of the op that produced value when its backward reads its own output, else None."""
     if not isinstance(value, ast.Call):
@@ -144,6 +152,8 @@ def check_inplace_on_saved_output(src):
         if not op:
             continue
         function = src.function(node)
+        if custom_function(src, function):
+            continue  # autograd.Function.forward runs with autograd off: its backward gets what forward saves
         training = getattr(function, "name", "") == "forward" or any(True for _ in backward_calls(src, function or src.tree))
         if training and not src.grad_off(node, True):
             yield node, (f"{name.id} is the output of {op}, whose backward pass reads that output; {how} changes it in "

@@ -2,13 +2,33 @@
 import ast
 
 from ..registry import rule
-from ..syntax import has_star_kwargs, keyword, place
+from ..syntax import argument, has_star_kwargs, keyword, place, terminal
 
 
 def activation_fed_to(src, call, loss_kind):
     """(activation, where) when `call` is a loss of `loss_kind` whose input comes from an activation, else None."""
     loss = src.loss_call(call)
     return src.activation(loss[1]) if loss and loss[0] == loss_kind and loss[1] is not None else None
+
+
+LABELS = ("label", "target", "class", "cls")  # how a tensor of class indices is named
+NOT_LABELS = ("prob", "soft", "teacher", "dist", "logit", "pred")  # soft targets: MSE or KL on probabilities is fine
+
+
+def label_like(expr):
+    name = (terminal(expr) or "").lower()
+    return name in ("y", "t", "gt", "yb", "y_true") or any(w in name for w in LABELS) and not any(w in name for w in NOT_LABELS)
+
+
+def untraced_criterion(src, call):
+    """call is `crit(output, labels)` with crit a criterion this file cannot trace: a function's parameter
+    (`def train(model, crit)`) or a callable named like a loss whose origin is elsewhere."""
+    if len(call.args) != 2 or call.keywords or not label_like(call.args[1]):
+        return False
+    func, function = call.func, src.function(call)
+    parameter = isinstance(func, ast.Name) and function is not None and src.definition(func) is None and \
+        func.id in {a.arg for a in function.args.posonlyargs + function.args.args + function.args.kwonlyargs}
+    return parameter and not src.helpers(call) or (src.loss_call(call) or ("",))[0] == "other"
 
 
 @rule(
@@ -45,6 +65,13 @@ def activation_fed_to(src, call, loss_kind):
 def check_softmax_into_ce(src):
     for call in src.calls:
         found = activation_fed_to(src, call, "ce")
+        if not found and untraced_criterion(src, call):
+            found = src.activation(call.args[0])
+            if found and found[0] == "softmax":
+                yield call, (f"{ast.unparse(call.func)} is given class labels, so it is almost surely a cross-entropy, "
+                             f"which applies log_softmax itself: the output of the softmax at {place(found[1])} is "
+                             f"squashed twice and training stalls as the model gets confident. Pass the raw logits.")
+            continue
         if found and found[0] == "softmax":
             yield call, (f"cross_entropy applies log_softmax itself, so the output of the softmax at "
                          f"{place(found[1])} is squashed twice: the gradient vanishes as the model gets confident and "
@@ -117,13 +144,40 @@ def check_sigmoid_into_bce_logits(src):
                          f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
 
 
+SHAPED = {"view", "reshape", "randn", "rand", "zeros", "ones", "empty", "full"}  # their positional sizes give the rank
+
+
+def rank(src, node):
+    """The number of dimensions of node's value when the code spells it out: x.view(n, -1), x.reshape(n, c, h, w),
+    torch.randn(4, 10), x.flatten(1); else None."""
+    value = src.resolve(node) if node is not None else None
+    if not isinstance(value, ast.Call) or value.keywords and terminal(value.func) != "flatten" or \
+            any(isinstance(a, ast.Starred) for a in value.args):
+        return None
+    name, args = terminal(value.func), value.args
+    if name == "flatten":
+        start = argument(value, 0, "start_dim")
+        whole = len(args) < 2 and keyword(value, "end_dim") is None
+        return 2 if whole and isinstance(start, ast.Constant) and start.value == 1 else None
+    if name not in SHAPED or (name in ("randn", "rand", "zeros", "ones", "empty", "full") and
+                              not (src.qualname(value.func) or "").startswith("torch.")):
+        return None
+    if name == "full":
+        args = args[:1]
+    if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
+        return len(args[0].elts)
+    return len(args) if args and not (len(args) == 1 and name in ("view", "reshape")) else None
+
+
 @rule(
     "softmax-no-dim",
     "F.softmax / F.log_softmax / nn.Softmax without dim=, which picks a dimension that depends on the input's rank.",
     """Without dim, PyTorch uses dim 0 for 0-D, 1-D and 3-D inputs and dim 1 otherwise (with a
     deprecation warning that is easy to miss). For a (batch, time, vocab) tensor that normalises
     across the batch: every number is a valid-looking probability and the model trains on
-    nonsense. Always pass dim, usually dim=-1.""",
+    nonsense. Always pass dim, usually dim=-1. An input whose rank the code spells out as 2 or 4
+    (x.view(n, -1), x.reshape(n, c, h, w), x.flatten(1)) is left alone: there dim 1 is the class
+    or channel dimension, the one meant.""",
     """
     import torch.nn.functional as F
 
@@ -144,7 +198,7 @@ def check_softmax_no_dim(src):
         if has_star_kwargs(call) or any(isinstance(a, ast.Starred) for a in call.args):
             continue
         if name.startswith("torch.nn.functional.") and last in ("softmax", "log_softmax", "softmin") \
-                and len(call.args) < 2 and keyword(call, "dim") is None:
+                and len(call.args) < 2 and keyword(call, "dim") is None and rank(src, argument(call, 0, "input")) not in (2, 4):
             yield call, (f"{last} without dim uses dim 0 for 1-D and 3-D inputs and dim 1 otherwise; for "
                          f"(batch, time, classes) that normalises across the batch. Pass dim explicitly (usually dim=-1).")
         elif name.startswith("torch.nn.") and last in ("Softmax", "LogSoftmax", "Softmin") \

@@ -3,7 +3,7 @@ ignores the mode."""
 import ast
 
 from ..registry import rule
-from ..syntax import argument, has_star_kwargs, method_call, position
+from ..syntax import argument, has_star_kwargs, is_false, method_call, position
 from ..torch_names import DROPOUTS, INPUT_GRADS
 from .parameters import is_module_class, is_optimizer_class
 from .step_order import jump_after
@@ -97,6 +97,13 @@ def eval_target(src, call):
     return None
 
 
+def frozen_with(src, call, target):
+    """The loop around call also freezes target (`text_encoder.train(False)`, then
+    `text_encoder.requires_grad_(False)`): it stops training there, and eval mode is what it should stay in."""
+    return any(method_call(n, "requires_grad_") and is_false(argument(n, 0, "requires_grad")) and
+               ast.unparse(n.func.value) == target for n in src.local(src.enclosing_loops(call)[0]))
+
+
 @rule(
     "eval-mode-not-restored",
     "A training loop switches the model to eval mode (directly or through a helper) and never back to train mode.",
@@ -149,11 +156,29 @@ def check_eval_mode_not_restored(src):
             continue
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call) and n not in reported):
             target = eval_target(src, call)
-            if target in trained and not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)):
+            if target in trained and not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) \
+                    and not frozen_with(src, call, target):
                 reported.add(call)
                 yield call, (f"this leaves {target} in eval mode and the training loop never calls {target}.train() "
                              f"again: later steps train with dropout off and frozen batch-norm statistics. Call "
                              f"{target}.train() at the start of each epoch or right after evaluating.")
+
+
+def under_training_test(src, call):
+    """call runs only in training: under `if self.training and ...:`."""
+    child, p = call, src.parent.get(call)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(p, ast.If) and child is not p.test and any(
+                isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(p.test)) and \
+                any(child is s for s in p.body):
+            return True
+        child, p = p, src.parent.get(p)
+    return False
+
+
+def deliberate(comment):
+    """A comment that says dropout stays on by design (Tacotron's prenet, Monte Carlo dropout)."""
+    return any(word in comment for word in ("always", "inference", "by design", "on purpose", "monte carlo", "mc dropout"))
 
 
 @rule(
@@ -163,7 +188,9 @@ def check_eval_mode_not_restored(src):
     so it keeps dropping units at evaluation and inference time: validation looks worse and
     noisier than the model is. F.alpha_dropout defaults to training=False, so it never drops
     anything. Pass training=self.training, or use nn.Dropout. Only calls inside the methods of a
-    module class are checked: a free function has no self.training to pass.""",
+    module class are checked: a free function has no self.training to pass. A call whose comment
+    says the dropout stays on by design (`# always on, also at inference`, as in Tacotron's
+    prenet or Monte Carlo dropout) is left alone.""",
     """
     import torch.nn as nn
     import torch.nn.functional as F
@@ -187,7 +214,8 @@ def check_dropout_missing_training(src):
         last = name.rsplit(".", 1)[-1]
         if name.startswith("torch.nn.functional.") and last in DROPOUTS and argument(call, 2, "training") is None \
                 and not has_star_kwargs(call) and not any(isinstance(a, ast.Starred) for a in call.args) \
-                and is_module_class(src.parent.get(src.method(call))):
+                and is_module_class(src.parent.get(src.method(call))) and not deliberate(src.comment(call)) \
+                and not under_training_test(src, call):
             if DROPOUTS[last]:
                 yield call, (f"F.{last} defaults to training=True and ignores model.eval(): it keeps dropping at "
                              f"evaluation time. Pass training=self.training (or use the nn.Dropout module).")

@@ -45,6 +45,7 @@ PARAMETER_FREE = {"ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoft
 
 
 WRAPPERS = {"module", "_orig_mod", "_fsdp_wrapped_module"}  # DataParallel/DDP, torch.compile, FSDP: the whole model
+HELD = {"model", "net", "network", "base_model", "wrapped"}  # what a wrapper of a class we cannot see calls its network
 
 
 def submodules_with_parameters(src, cls):
@@ -70,6 +71,13 @@ def model_class(src, root):
     if made is not None and isinstance(made.func, ast.Name):
         return next(iter(src.classes.get(made.func.id, [])), None)
     return None
+
+
+def user_made(src, root):
+    """root was built elsewhere (a parameter) or by a class that is neither torch's nor a model zoo's (a wrapper of
+    the project's)."""
+    name = src.origin_name(root)
+    return not name or not name.startswith(("torch", "timm", "transformers")) and name.rsplit(".", 1)[-1][:1].isupper()
 
 
 @rule(
@@ -122,9 +130,13 @@ def check_optimizer_param_subset(src):
         if not roots:
             continue
         root = roots[0]
+        if any(w in (terminal(root) or "").lower() for w in ("loss", "crit")):
+            continue  # a GAN loss module's discriminator: the rest of it is a frozen perceptual network
         cls = model_class(src, root) if isinstance(part.value, ast.Name) else None
         if cls is not None and not submodules_with_parameters(src, cls) - {part.attr}:
             continue  # the model's only submodule with parameters is the one given to the optimizer
+        if cls is None and part.attr in HELD and isinstance(part.value, ast.Name) and user_made(src, root):
+            continue  # `wrapper.model`: the network a wrapper (an EMA, a loss wrapper) built elsewhere holds
         root = ast.unparse(root)
         others = [o for o in optimizers if o is not call and src.scope(o) is src.scope(call) and any(
             ast.unparse(n) == root or ast.unparse(n).startswith(root + ".")
@@ -193,6 +205,28 @@ def check_layer_replaced_after_optimizer(src):
                              f"then build the optimizer.")
 
 
+def literal(src, expr, depth=0):
+    """The constant expr holds when this file writes it: `wd` after `wd = 0.1`, `config["weight_decay"]` after
+    `config = {"weight_decay": 0.1}` (or `dict(weight_decay=0.1)`) that is never written to; else expr itself."""
+    value = src.resolve(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else expr
+    if not (isinstance(value, ast.Subscript) and isinstance(value.slice, ast.Constant) and depth < 8):
+        return value
+    table = src.resolve(value.value) if isinstance(value.value, (ast.Name, ast.Attribute)) else value.value
+    if isinstance(table, ast.Dict):
+        entries = {k.value: v for k, v in zip(table.keys, table.values) if isinstance(k, ast.Constant)}
+    elif isinstance(table, ast.Call) and isinstance(table.func, ast.Name) and table.func.id == "dict":
+        entries = {kw.arg: kw.value for kw in table.keywords if kw.arg}
+    else:
+        return value
+    name = dotted(value.value)
+    written = any(isinstance(n, ast.Subscript) and not isinstance(n.ctx, ast.Load) and dotted(n.value) == name
+                  for n in src.of_type(ast.Subscript)) or any(
+        method_call(c, "update", "setdefault", "pop") and dotted(c.func.value) == name for c in src.calls)
+    if value.slice.value in entries and not written:
+        return literal(src, entries[value.slice.value], depth + 1)
+    return value
+
+
 @rule(
     "adam-coupled-weight-decay",
     "torch.optim.Adam gets a non-zero weight_decay: L2 added to the gradient, not decoupled weight decay.",
@@ -220,7 +254,7 @@ def check_adam_coupled_weight_decay(src):
     for call in src.calls:
         if src.qualname(call.func) != "torch.optim.Adam":
             continue
-        decay = argument(call, 4, "weight_decay")  # Adam(params, lr, betas, eps, weight_decay, ...)
+        decay = literal(src, argument(call, 4, "weight_decay"))  # Adam(params, lr, betas, eps, weight_decay, ...)
         decoupled = keyword(call, "decoupled_weight_decay")
         if isinstance(decoupled, ast.Constant) and decoupled.value is True:
             continue

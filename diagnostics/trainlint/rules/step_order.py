@@ -41,6 +41,8 @@ def check_missing_zero_grad(src):
         local = {id(n) for n in src.local(loop)}
         zeros = [e for n in src.reach(loop) for e in src.classify(n) if e.kind == "zero"]
         if not zeros:
+            if fresh_optimizers(src, loop):
+                continue  # an optimizer built anew on every pass starts from fresh leaves (pix2pix-zero's guidance)
             first = next(e for e in src.events(loop) if e.kind in ("backward", "step"))
             yield first.node, ("this loop calls backward() and optimizer.step() but never zero_grad(): gradients add "
                                "up across iterations, so every step uses the sum of all past gradients. Call "
@@ -53,6 +55,13 @@ def check_missing_zero_grad(src):
                 yield step.node, (f"{step.target} is stepped in this loop but {step.target}.zero_grad() is never "
                                   f"called: its gradients add up across iterations. Call {step.target}.zero_grad() "
                                   f"once per step.")
+
+
+def fresh_optimizers(src, loop):
+    """Every optimizer stepped in loop is built inside it, on each pass."""
+    steps = [e for e in src.events(loop) if e.kind == "step" and not e.helper]
+    inside = {id(n) for n in src.local(loop)}
+    return bool(steps) and all(src.origin(e.subject) is not None and id(src.origin(e.subject)) in inside for e in steps)
 
 
 def same_object(src, a, b):
@@ -221,7 +230,8 @@ def only_tests(test, subject):
 def check_clip_grad_order(src):
     for clip in (e for e in src.all_events() if e.kind == "clip"):
         for loop in src.enclosing_loops(clip.node):
-            events = [e for e in src.events(loop) if e.kind in ("backward", "step")]
+            events = [e for e in src.events(loop) if e.kind in ("backward", "step")
+                      and not exclusive(src, e.node, clip.node)]  # `if amp: scaler.step() else: clip; step()`
             if not any(e.kind == "backward" for e in events):
                 continue
             before = [e for e in events if e.pos < clip.pos]
@@ -304,6 +314,17 @@ def check_clip_before_unscale(src):
                 break
 
 
+def updated_by_caller(src, function):
+    """function is called, in this file, where the caller's loop or function calls scaler.update() (a trainer's
+    _train_batch steps, its _train_loop updates)."""
+    name = getattr(function, "name", None)
+    for call in src.calls_by_name.get(name, []) if name else []:
+        around = (src.enclosing_loops(call) or [src.function(call) or src.tree])[0]
+        if function in src.helpers(call) and "update" in src.reach_kinds(around):
+            return True
+    return False
+
+
 @rule(
     "scaler-without-update",
     "A loop (or a function that runs a whole step: backward, then scaler.step) never calls scaler.update().",
@@ -334,10 +355,12 @@ def check_clip_before_unscale(src):
 def check_scaler_without_update(src):
     for step in (e for e in src.all_events() if e.kind == "step" and e.scaler):
         loops = src.enclosing_loops(step.node)
-        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), loops[0] if loops else None)
+        loop = next((l for l in loops if "backward" in src.reach_kinds(l)), None)
         function = src.function(step.node)
         if loop is None and function is not None and "backward" in src.reach_kinds(function):
             loop = function  # a whole per-batch step (a scaler wrapper's __call__, train_step): update belongs in it
-        if loop is not None and "update" not in src.reach_kinds(loop):  # `for opt in opts: scaler.step(opt)`
+        if loop is None and loops:
+            loop = loops[0]
+        if loop is not None and "update" not in src.reach_kinds(loop) and not updated_by_caller(src, function):
             yield step.node, ("scaler.step() without scaler.update() in the loop: the loss scale never adapts, and "
                               "after one overflow every later step is skipped. Call scaler.update() after scaler.step().")

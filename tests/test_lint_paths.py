@@ -1,0 +1,112 @@
+"""lint.py: which files a run reads (issue 24): --exclude and pyproject's exclude as gitignore-style patterns at
+any depth, test files left out of a folder walk unless asked, notebooks' shell lines and errors by cell, and a
+coding cookie for a codec registered at run time."""
+import json
+from pathlib import Path
+
+import pytest
+
+import lint
+from conftest import run_cli
+
+BUG = "import torch.nn.functional as F\nloss = F.cross_entropy(F.softmax(z, dim=-1), y)\n"
+TREE = ["train.py", "tests/test_model.py", "pkg/tests/helpers.py", "pkg/model_test.py", "pkg/conftest.py",
+        "pkg/legacy/old.py", "legacy/old.py", "pkg/nets.py", "fixtures/a.py", "pkg/fixtures/b.py"]
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for name in TREE:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(BUG)
+    return tmp_path
+
+
+def linted(root, capsys, *args):
+    code = lint.main([str(root), "--json", "--no-config", *args])
+    out = json.loads(capsys.readouterr().out)
+    return code, sorted(Path(f["path"]).relative_to(root).as_posix() for f in out["findings"]), out
+
+
+def test_test_files_are_left_out_of_a_folder_unless_asked(tree, capsys):
+    code, paths, out = linted(tree, capsys)
+    assert code == 1 and paths == ["fixtures/a.py", "legacy/old.py", "pkg/fixtures/b.py", "pkg/legacy/old.py",
+                                   "pkg/nets.py", "train.py"]
+    assert sorted(Path(p).relative_to(tree).as_posix() for p in out["tests_left_out"]) == [
+        "pkg/conftest.py", "pkg/model_test.py", "pkg/tests/helpers.py", "tests/test_model.py"]
+    assert len(linted(tree, capsys, "--include-tests")[1]) == len(TREE)
+    assert "tests_left_out" not in linted(tree, capsys, "--include-tests")[2]
+    proc = run_cli("lint.py", tree, "--no-config")
+    assert proc.returncode == 1 and "4 test file(s) left out (--include-tests lints them)" in proc.stderr
+
+
+def test_a_test_file_or_tests_folder_given_by_name_is_linted(tree, capsys):
+    assert linted(tree / "tests", capsys)[0] == 1
+    assert lint.main([str(tree / "pkg" / "model_test.py"), "--no-config"]) == 1
+    capsys.readouterr()
+
+
+def test_a_folder_of_tests_alone_is_not_an_error(tmp_path, capsys):
+    (tmp_path / "test_a.py").write_text(BUG)
+    code, paths, out = linted(tmp_path, capsys)
+    assert (code, paths, out["errors"]) == (0, [], []) and len(out["tests_left_out"]) == 1
+
+
+@pytest.mark.parametrize("pattern, left_out", [
+    ("legacy", ["legacy/old.py", "pkg/legacy/old.py"]),  # a name: at any depth
+    ("legacy/", ["legacy/old.py", "pkg/legacy/old.py"]),
+    ("/legacy", ["legacy/old.py"]),  # anchored at the folder given
+    ("legacy/*", ["legacy/old.py"]),
+    ("**/legacy", ["legacy/old.py", "pkg/legacy/old.py"]),
+    ("pkg/**", ["pkg/fixtures/b.py", "pkg/legacy/old.py", "pkg/nets.py"]),
+    ("*.py", ["fixtures/a.py", "legacy/old.py", "pkg/fixtures/b.py", "pkg/legacy/old.py", "pkg/nets.py", "train.py"]),
+    ("n?ts.py", ["pkg/nets.py"]),
+    ("[!t]*.py", ["fixtures/a.py", "legacy/old.py", "pkg/fixtures/b.py", "pkg/legacy/old.py", "pkg/nets.py"]),
+])
+def test_exclude_is_gitignore_style(tree, capsys, pattern, left_out):
+    everything = linted(tree, capsys)[1]
+    assert linted(tree, capsys, "--exclude", pattern)[1] == sorted(set(everything) - set(left_out))
+
+
+def test_exclude_repeats_and_pyproject_names_match_at_any_depth(tree, capsys):
+    assert linted(tree, capsys, "--exclude", "fixtures", "--exclude", "legacy")[1] == ["pkg/nets.py", "train.py"]
+    (tree / "pyproject.toml").write_text('[tool.ml-debug.lint]\nexclude = ["fixtures", "/legacy"]\n')
+    code = lint.main([str(tree), "--json"])
+    paths = sorted(Path(f["path"]).relative_to(tree).as_posix() for f in json.loads(capsys.readouterr().out)["findings"])
+    assert code == 1 and paths == ["pkg/legacy/old.py", "pkg/nets.py", "train.py"]
+
+
+def notebook(*cells):
+    return json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": text.splitlines(True)}
+                                 for text in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+def test_notebook_shell_lines_with_continuations_are_skipped(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook("!pip install torch \\\n    torchvision \\\n    timm\nimport torch", BUG))
+    proc = run_cli("lint.py", path, "--json", "--no-config")
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
+
+
+def test_notebook_errors_name_the_cell_and_the_line_in_it(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook("import torch\nx = 1", "y = 2\nz = (3,\n"))
+    proc = run_cli("lint.py", path, "--no-config")
+    assert proc.returncode == 2 and "(cell 2, line 2)" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_a_coding_cookie_for_a_codec_registered_at_run_time_reads_as_utf8(tmp_path):
+    path = tmp_path / "old.py"
+    path.write_bytes(b"# -*- coding: future_fstrings -*-\n" + BUG.encode() + "x = f'{1} \u00e9'\n".encode())
+    findings, errors, read = lint.lint_paths([str(path)])
+    assert (errors, read, [f.rule for f in findings]) == ([], 1, ["softmax-into-ce"])
+    path.write_bytes(b"# -*- coding: ascii -*-\n" + "x = '\u00e9'\n".encode())
+    assert lint.lint_paths([str(path)])[1][0][1].startswith("not UTF-8 text")
+
+
+def test_a_byte_order_mark_that_contradicts_the_coding_line_is_refused(tmp_path):
+    path = tmp_path / "bom.py"
+    path.write_bytes(b"\xef\xbb\xbf# -*- coding: latin-1 -*-\n" + BUG.encode())
+    findings, errors, read = lint.lint_paths([str(path)])
+    assert (findings, read) == ([], 0) and errors[0][1].startswith("not UTF-8 text")
