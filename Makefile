@@ -25,7 +25,7 @@ demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model w
 	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
 test: $(VENV)/.installed-test  ## the whole test suite, pack checker included, on two workers (one torch thread each)
-	$(PYTHON) -m pytest -q -n 2 --dist loadgroup
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile
 
 check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
 	$(PYTHON) tools/check_pack.py

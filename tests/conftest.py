@@ -99,13 +99,3 @@ def signals_left_as_found():
     kernel_after = _blocked_and_ignored()
     assert not changed, f"signal handlers changed by this test and not restored: {changed}"
     assert kernel_after == kernel_before, f"blocked or ignored signals changed: {kernel_before} -> {kernel_after}"
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks (it appends the group to the test's id)
-def pytest_collection_modifyitems(items):
-    """The tests of a module that share a module-scoped fixture (a site build, a batch of runs in one interpreter)
-    go to one xdist worker (`make test` runs `--dist loadgroup`): spread over two, each worker paid for the fixture."""
-    for item in items:
-        shared = any(definitions[-1].scope == "module" for definitions in item._fixtureinfo.name2fixturedefs.values())
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
