@@ -1,14 +1,22 @@
-# Every target builds its own virtual environment from the pinned requirements first.
+# Every target builds its own virtual environment from the pinned requirements first: demo, check and
+# install-skill the runtime set (requirements.txt), test and docs that set and theirs on top
+# (requirements-test.txt), into the same venv; constraints.txt pins the whole closure of both.
 # torch==2.13.0 is pinned on purpose: a looser pin pulls a multi-GB CUDA build.
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 DEST   ?= $(HOME)/.claude/skills
+PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
 .PHONY: demo test check docs install-skill clean
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	python3 -m venv $(VENV)
-	$(PYTHON) -m pip install --quiet --disable-pip-version-check -r requirements.txt -c constraints.txt
+	$(PIP) -r requirements.txt
+	touch $@
+
+# A venv made by `make demo` gets the test set added, not rebuilt.
+$(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
+	$(PIP) -r requirements-test.txt
 	touch $@
 
 demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model with a planted bug)
@@ -16,14 +24,14 @@ demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model w
 	if [ $$status -eq 1 ]; then echo "(the doctor exits 1 when a check fails: here it found the planted bug, as it should)"; \
 	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
-test: $(VENV)/.installed  ## the whole test suite, pack checker included, on two workers (one torch thread each)
-	$(PYTHON) -m pytest -q -n 2
+test: $(VENV)/.installed-test  ## the whole test suite, pack checker included, on two workers (one torch thread each)
+	$(PYTHON) -m pytest -q -n 2 --dist loadfile
 
 check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
 	$(PYTHON) tools/check_pack.py
 
 # NO_MKDOCS_2_WARNING silences mkdocs-material's end-of-life banner; it changes nothing in the build.
-docs: $(VENV)/.installed  ## build the docs site into build/site from the pack's own files (strict: any warning fails)
+docs: $(VENV)/.installed-test  ## build the docs site into build/site from the pack's own files (strict: any warning fails)
 	NO_MKDOCS_2_WARNING=1 $(PYTHON) -m mkdocs build --strict
 
 # It replaces only an unchanged earlier install of its own; FORCE=1 passes --force (replace whatever is there).

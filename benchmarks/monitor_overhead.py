@@ -14,7 +14,7 @@ LayerNorm, output head: 0.3M parameters), next-token cross-entropy on random tok
   tensorboard         + the monitor's numbers computed by hand (.item() on each) and written with
                         torch.utils.tensorboard.SummaryWriter.add_scalar at every step
   zclip               + ZClip(alpha=0.97, z_thresh=2.5).step(model), the `zclip` package from PyPI,
-                        when installed (pip install zclip; it is not in requirements.txt)
+                        when installed (pip install zclip; it is in no requirements file)
 
 The variants run interleaved, round after round, so that a change in the machine's load hits all of
 them. Time is this process's CPU time (one torch thread), not wall time: on a machine shared with

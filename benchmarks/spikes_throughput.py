@@ -9,7 +9,7 @@ as issue 23's spike-dense log with seams; `jsonl`: the clean log as JSON lines),
 process of its own and one after the other:
 
 - `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes; with
-  pandas installed (it is in requirements.txt) a CSV of 24 MB or more is read by pandas and screened with numpy;
+  pandas installed (it is in requirements-test.txt) a CSV of 24 MB or more is read by pandas and screened with numpy;
 - `pure`: the same command with that accelerator off, as where pandas is not installed;
 - the baseline a reader would write in 15 lines of pandas: `read_csv` (`read_json(lines=True)`), then for loss and grad norm a
   rolling median and interquartile range over the previous 64 values and a count of the values above

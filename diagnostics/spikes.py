@@ -168,7 +168,7 @@ detector (which only counts outliers), each in its own process, on a 2-core AMD 
 other jobs (Linux, Python 3.11.7, load average 0.9-4.3, 2026-11-25): a 10-million-row CSV (step, loss,
 grad_norm, lr; 336 MB) with no spike in 3.4 to 4.5 s CPU (2.2 to 2.9 M rows per CPU second) at a peak RSS
 of 127 to 129 MB (120 MB for 1 million rows), where pandas took 20.7 s CPU and 1000 MB. That is with pandas
-installed (requirements.txt; `pip install ml-debug[fast]`): a CSV of 24 MB or more is then parsed by pandas
+installed (`pip install ml-debug[fast]`; make test's venv has it): a CSV of 24 MB or more is then parsed by pandas
 4 MB at a time and its healthy stretches screened with numpy, to the same report. Without it everything is
 Python: 18.0 s CPU (0.56 M rows per second) at 17.4 MB, the same as for 1 million rows. Spikes are followed
 value by value, so a log dense with them is slower: with a spike every ~700 rows (half the rows inside a

@@ -18,8 +18,8 @@ import pytest
 
 from conftest import ROOT
 
-pytest.importorskip("hatchling", reason="hatchling builds the wheel (requirements.txt pins it)")
-pytest.importorskip("build", reason="the build frontend (requirements.txt pins it)")
+pytest.importorskip("hatchling", reason="hatchling builds the wheel (requirements-test.txt pins it)")
+pytest.importorskip("build", reason="the build frontend (requirements-test.txt pins it)")
 SUBCOMMANDS = ("doctor", "spikes", "lint", "resume-check", "install-skill")
 FRAMEWORKS = ("transformers", "lightning", "pytorch_lightning")
 

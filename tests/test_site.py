@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT
 
-pytest.importorskip("mkdocs", reason="mkdocs is not installed (make's venv has it: requirements.txt)")
-pytest.importorskip("material", reason="mkdocs-material is not installed (make's venv has it: requirements.txt)")
+pytest.importorskip("mkdocs", reason="mkdocs is not installed (make test's venv has it: requirements-test.txt)")
+pytest.importorskip("material", reason="mkdocs-material is not installed (make test's venv has it: requirements-test.txt)")
 
 PACK_PAGES = sorted(
     p.relative_to(ROOT).as_posix()

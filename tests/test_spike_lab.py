@@ -14,13 +14,17 @@ STEPS, AT, POCKET = 300, 150, 8
 
 
 @pytest.fixture(scope="module")
-def logs(tmp_path_factory):
-    """One short run per scenario; {scenario: spikes.py's report of its log}."""
+def logs(tmp_path_factory, demo):
+    """One short run per scenario; {scenario: spikes.py's report of its log}. The pocket run is the demo's unguarded
+    one (the same scenario, steps and seed; its --pocket is the default, POCKET)."""
     out = tmp_path_factory.mktemp("spike_lab")
     reports = {}
     for scenario in spike_lab.SCENARIOS:
         path = out / f"{scenario}.jsonl"
-        spike_lab.train(scenario, AT, STEPS, pocket=POCKET, log_path=path)
+        if scenario == "pocket":
+            path = demo["out"] / "train_log.jsonl"
+        else:
+            spike_lab.train(scenario, AT, STEPS, pocket=POCKET, log_path=path)
         reports[scenario] = spikes.analyze(path).to_json()
     return reports
 
@@ -72,7 +76,7 @@ def demo(tmp_path_factory):
         code = spike_lab.main([str(out) if arg == "/tmp/lab" else arg for arg in DEMO])
     logs = {name: [json.loads(line) for line in (out / f"{name}.jsonl").read_text().splitlines()]
             for name in ("train_log", "guarded_log")}
-    return {"code": code, "printed": buffer.getvalue().replace(str(out), "/tmp/lab"), "logs": logs}
+    return {"code": code, "printed": buffer.getvalue().replace(str(out), "/tmp/lab"), "logs": logs, "out": out}
 
 
 def test_docstring_output_is_the_demo_run(demo):

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli
 
-stats = pytest.importorskip("scipy.stats", reason="scipy computes the reference values (requirements.txt has it)")
+stats = pytest.importorskip("scipy.stats", reason="scipy computes the reference values (requirements-test.txt has it)")
 special = pytest.importorskip("scipy.special")
 import sweeps  # noqa: E402  (conftest puts diagnostics/ on sys.path)
 
