@@ -372,7 +372,7 @@ READER_QUERIES = {  # what a reader types -> the page that answers it, which sea
 SEARCH_READY_S = 6  # from navigation to a usable search box; 5-8 s with the source listings in the index (issue 26)
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 800}
-CONTEXTS = 3  # pages load in this many browser contexts at once (CI has 2 cores)
+TABS = 3  # pages load in this many tabs at once (CI has 2 cores)
 NAVIGATION_S = 90  # a page's load, generous for a loaded machine: the checks are about errors, not speed
 PAGE_FACTS = """() => ({
     ids: [...document.querySelectorAll("[id]")].map(e => e.id),
@@ -426,7 +426,11 @@ async def browse(api, chromium, base, site):
         try:
             start = time.monotonic()
             queue = list(uris)
-            await asyncio.gather(*(crawl(chrome, base, queue, report["pages"], empty_index) for _ in range(CONTEXTS)))
+            context = await chrome.new_context(viewport=PHONE)  # one cache: the theme's scripts compile once
+            context.set_default_timeout(NAVIGATION_S * 1000)
+            await context.route("**/search/search_index.json", lambda route: route.fulfill(body=empty_index, content_type="application/json"))
+            await asyncio.gather(*(crawl(context, base, queue, report["pages"]) for _ in range(TABS)))
+            await context.close()
             report["crawl_s"] = time.monotonic() - start
             await search(chrome, base, report, api.TimeoutError)
             await copy_a_block(chrome, base, report)
@@ -435,10 +439,7 @@ async def browse(api, chromium, base, site):
     return report
 
 
-async def crawl(chrome, base, queue, pages, empty_index):
-    context = await chrome.new_context(viewport=PHONE)
-    context.set_default_timeout(NAVIGATION_S * 1000)
-    await context.route("**/search/search_index.json", lambda route: route.fulfill(body=empty_index, content_type="application/json"))
+async def crawl(context, base, queue, pages):
     page = await context.new_page()
     errors = []
     page.on("console", lambda message: errors.append(f"console {message.type}: {message.text}") if message.type == "error" else None)
@@ -451,7 +452,7 @@ async def crawl(chrome, base, queue, pages, empty_index):
         errors.clear()
         await page.goto(base + uri, wait_until="load")
         pages[uri] = dict(await page.evaluate(PAGE_FACTS), errors=list(errors))
-    await context.close()
+    await page.close()
 
 
 async def search(chrome, base, report, timeout):
