@@ -7,7 +7,7 @@ PYTHON := $(VENV)/bin/python
 DEST   ?= $(HOME)/.claude/skills
 PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
-.PHONY: demo test check docs install-skill clean
+.PHONY: demo test check docs install-skill browser clean
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -24,8 +24,20 @@ demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model w
 	if [ $$status -eq 1 ]; then echo "(the doctor exits 1 when a check fails: here it found the planted bug, as it should)"; \
 	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
-test: $(VENV)/.installed-test  ## the whole test suite, pack checker included, on two workers (one torch thread each)
+test: $(VENV)/.installed-test browser  ## the whole test suite, pack checker included, on two workers (one torch thread each)
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile
+
+# The site's browser test (tests/test_site.py) drives Chromium with playwright (pip: requirements-test.txt); playwright's
+# own browser download is not used. Debian's chromium is installed when missing and apt-get can (as root or with
+# sudo), without the recommended desktop packages; where it cannot, the browser tests skip and say why.
+browser:  ## Chromium for the site's browser test, installed with apt-get when missing
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo "sudo -n"); \
+	  if command -v apt-get >/dev/null 2>&1 && $$sudo true 2>/dev/null; then \
+	    echo "make: installing chromium for the site's browser test (apt-get)"; \
+	    $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+	      || echo "make: apt-get could not install chromium: the browser tests will skip" >&2; \
+	  else echo "make: no chromium, and no apt-get to install it as root or with sudo: the browser tests will skip" >&2; fi; }
 
 check: $(VENV)/.installed  ## the pack checker alone: quotes, footnotes, links, evidence, SKILL.md budget
 	$(PYTHON) tools/check_pack.py

@@ -40,10 +40,23 @@ LINK_TARGET = re.compile(r"(\]\(\s*<?|^ {0,3}\[[^\]]+\]:\s*<?)(?![a-zA-Z][\w+.-]
 # A paragraph line (group 1: its `>` markers) followed by a list item at the same blockquote level.
 PARAGRAPH_THEN_LIST = re.compile(r"^((?:>[ \t]?)*)(?![-*+][ \t]|\d{1,9}[.)][ \t]|[#|>\s]).+\n(?=\1(?:[-*+]|1[.)])[ \t]+\S)", re.M)
 PY_MENTION = re.compile(r"(?<![\[`])`(diagnostics/[\w-]+\.py)`(?![`\]])")
+# A source listing's fence attributes: shown on the page, left out of the search index (mkdocs-material drops
+# a block or a heading's section marked data-search-exclude), which they would otherwise be 70% of, slowing
+# search's start; the heading of a module's listing goes too, or "spike" would find spikelog/read/csv.py.
+SOURCE_LISTING = ".python data-search-exclude"
+LISTING_HEADING = "{ data-search-exclude }"
+# Search ranks an evidence file's sections below the pack's own pages for the same words: the excerpts'
+# headings are their ids ("warmup-length"), and a heading outweighs any text in mkdocs-material's search.
+EVIDENCE_SEARCH_BOOST = 0.1
 CONTRACT = "ml_debug_contract"  # diagnostics/ml_debug_contract.py: the module the commands import, no command itself
 
 # A diagnostic's docstring sections (CONTRIBUTING.md, "Diagnostics"); Command and Output are code.
 SECTION_TITLES = ("Symptom", "What it checks", "Command", "Output", "How to read it", "Next step")
+# A title is one of these alone on its line at column 0 (how tools/check_pack.py finds the sections), with
+# the contract module's one section besides; nothing else is, however the next line is indented.
+TITLES = (*SECTION_TITLES, "What it holds")
+UNDERLINE = re.compile(r"-{3,}|={3,}")  # a title may be underlined, numpydoc's way: the heading is the underline
+LIST_ITEM = re.compile(r"- \S")
 CODE_SECTIONS = {"Command": "bash", "Output": "text"}
 PROSE_TOKEN = re.compile(r"(`[^`\n]*`)|\b((?:PLAYBOOK|SKILL)\.md|refs/[\w-]+\.md|evidence/[\w.-]+\.md)(#[\w-]+)?|([<*_\\])")
 
@@ -104,16 +117,16 @@ def diagnostic_page(name, path, text):
         f"{docstring_markdown(text) if text else '*This diagnostic has no docstring yet.*'}\n\n"
         "## Source {#source}\n\n"
         f"The file the tests run, included when the site is built ([download {name}.py]({name}.py)). {usage}\n\n"
-        f"{fence(source)}{{.python .diagnostic-source}}\n"
+        f"{fence(source)}{{{SOURCE_LISTING} .diagnostic-source}}\n"
         f'--8<-- "diagnostics/{name}.py"\n'
         f"{fence(source)}\n"
     )
     for folder in folders:
-        page += f"\n## The folder `diagnostics/{folder}/`\n"
+        page += f"\n## The folder `diagnostics/{folder}/` {LISTING_HEADING}\n"
         for module in package_modules(folder):
             uri = module.relative_to(ROOT).as_posix()
             code = module.read_text(encoding="utf-8")
-            page += f"\n### `{module.relative_to(ROOT / 'diagnostics').as_posix()}`\n\n{fence(code)}python\n--8<-- \"{uri}\"\n{fence(code)}\n"
+            page += f"\n### `{module.relative_to(ROOT / 'diagnostics').as_posix()}` {LISTING_HEADING}\n\n{fence(code)}{{{SOURCE_LISTING}}}\n--8<-- \"{uri}\"\n{fence(code)}\n"
     return page
 
 
@@ -155,18 +168,17 @@ def docstring_markdown(text):
     """A diagnostic's docstring as markdown.
 
     The house format (CONTRIBUTING.md, "Diagnostics") is plain text: a summary paragraph, then
-    sections, each a title line with its body indented beneath. Titles become headings, Command
-    and Output become code blocks; in other sections a paragraph becomes prose and a block with
-    indented lines (aligned tables, hanging indents) stays preformatted.
+    sections, each a title line (TITLES, at column 0, optionally underlined) with its body beneath.
+    Titles become headings, Command and Output become code blocks; in other sections a paragraph
+    becomes prose, a block of `- ` items (hanging indents included) a list, and any other block with
+    indented lines (aligned tables) stays preformatted.
     """
-    lines = text.splitlines()
     parts, title, body = [], None, []
-    for number, line in enumerate(lines):
-        next_indented = number + 1 < len(lines) and lines[number + 1][:1].isspace()
-        if line[:1].strip() and (line.rstrip() in SECTION_TITLES or (next_indented and title not in CODE_SECTIONS)):
+    for line in text.splitlines():
+        if line.rstrip() in TITLES:
             parts.append(section_markdown(title, body))
-            title, body = line.strip(), []
-        else:
+            title, body = line.rstrip(), []
+        elif not (title and not body and UNDERLINE.fullmatch(line.rstrip())):
             body.append(line)
     parts.append(section_markdown(title, body))
     return "\n\n".join(part for part in parts if part)
@@ -178,12 +190,17 @@ def section_markdown(title, body):
     if title in CODE_SECTIONS:
         return f"{heading}{fence(text)}{CODE_SECTIONS[title]}\n{text}\n{fence(text)}"
     blocks = [block for block in re.split(r"\n[ \t]*\n", text) if block.strip()]
-    rendered = [
-        f"{fence(block)}text\n{textwrap.dedent(block)}\n{fence(block)}" if any(line[:1].isspace() for line in block.splitlines())
-        else prose(block)
-        for block in blocks
-    ]
-    return heading + "\n\n".join(rendered)
+    return heading + "\n\n".join(map(block_markdown, blocks))
+
+
+def block_markdown(block):
+    """One paragraph of a prose section: a list, preformatted text, or prose."""
+    lines = block.splitlines()
+    if LIST_ITEM.match(lines[0]) and all(LIST_ITEM.match(line) or line[:1].isspace() for line in lines):
+        return prose(block)
+    if any(line[:1].isspace() for line in lines):
+        return f"{fence(block)}text\n{textwrap.dedent(block)}\n{fence(block)}"
+    return prose(block)
 
 
 def prose(text):
@@ -288,6 +305,8 @@ def on_page_markdown(markdown, page, config, files):
             meta["url"] = f"<{meta['url']}>"
         fields = "".join(f"    - **{key.replace('_', ' ')}:** {meta[key]}\n" for key in EVIDENCE_FIELDS if key in meta)
         markdown = after_title(markdown, f'!!! info "Provenance"\n\n{fields}')
+    if uri.startswith("evidence/"):
+        page.meta["search"] = {"boost": EVIDENCE_SEARCH_BOOST}
     return markdown
 
 
