@@ -129,7 +129,7 @@ PLANTED = [
      "        total_loss"),
     ("clean_image_classifier.py", "running_loss += loss.item()", "running_loss += loss", "loss-accumulated-with-graph",
      "running_loss += loss"),
-    ("clean_image_classifier.py", "batch_size=128, shuffle=True", "batch_size=128",
+    ("clean_image_classifier.py", "batch_size=128, shuffle=True", "batch_size=128, shuffle=False",
      "train-loader-no-shuffle", "train_loader = DataLoader("),
     ("clean_image_classifier.py", "        optimizer.zero_grad()\n        outputs = model(images)\n"
      "        loss = criterion(outputs, labels)\n        loss.backward()\n",

@@ -40,18 +40,17 @@ def check_torch_load_unsafe(src):
 
 @rule(
     "train-loader-no-shuffle",
-    "A DataLoader that feeds training is built with no shuffle argument (the default is False) and no sampler.",
+    "A DataLoader that feeds training is built without shuffle=True (shuffle=False or left out) and no sampler.",
     """Without shuffling every epoch sees the samples in the same order, often sorted by class,
     source or length (DataLoader's default is shuffle=False). The model then learns the order
     (the loss drops and rises in a pattern that repeats every epoch) and batches are not
     representative. Pass shuffle=True for training, or a sampler (a DistributedSampler shuffles
     by default). A loader counts as a training loader when a loop of this file that calls
     backward() or step() iterates it, when it is passed to trainer.fit or returned by
-    train_dataloader(), or when its name says train and this file never evaluates with it. An
-    explicit shuffle=False is the author's decision (a curriculum, a time series, data shuffled
-    beforehand, a reproducible example) and is left alone: in 2.8M lines of public training code
-    (benchmarks/lint_corpus.py), each one we read was deliberate. Iterable and streaming
-    datasets (which the loader cannot shuffle) are left alone too.""",
+    train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
+    train and that this file never evaluates with. Iterable and streaming datasets (which the
+    loader cannot shuffle) are left alone. If the order matters on purpose (a curriculum, time series),
+    silence this line.""",
     """
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
@@ -77,7 +76,7 @@ def check_train_loader_no_shuffle(src):
     for call in src.calls:
         name = src.qualname(call.func) or ""
         shuffle = argument(call, 2, "shuffle")
-        if not name.endswith(".DataLoader") or shuffle is not None or len(call.args) > 3 or \
+        if not name.endswith(".DataLoader") or shuffle is not None and not is_false(shuffle) or len(call.args) > 3 or \
                 has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
                 iterable_dataset(src, argument(call, 0, "dataset")):
             continue
@@ -86,10 +85,10 @@ def check_train_loader_no_shuffle(src):
                  [ast.unparse(a).lower() for a in [argument(call, 0, "dataset")] if a is not None]
         named_train = any("train" in label for label in labels) and \
             not any(w in label for label in labels for w in ("val", "test", "eval", "dev"))
-        if use == "train" or use is None and named_train:  # handed to a training function elsewhere
-            yield call, ("this training DataLoader has no shuffle argument (the default is shuffle=False): every epoch "
-                         "sees the samples in the same order, and the model learns that order. Pass shuffle=True (or a "
-                         "sampler).")
+        if use == "train" or use is None and is_false(shuffle) and named_train:
+            how = "shuffle=False" if shuffle is not None else "no shuffle argument (the default is shuffle=False)"
+            yield call, (f"this training DataLoader has {how}: every epoch sees the samples in the same order, and "
+                         f"the model learns that order. Pass shuffle=True (or a sampler).")
 
 
 def iterable_dataset(src, dataset):

@@ -229,7 +229,7 @@ def head_only(loader):
 
 def loaders(dataset):
     train_data, val_data = torch.utils.data.random_split(dataset, [0.9, 0.1])
-    train_dl = torch.utils.data.DataLoader(train_data, 32)  # BUG: train-loader-no-shuffle
+    train_dl = torch.utils.data.DataLoader(train_data, 32, False)  # BUG: train-loader-no-shuffle
     return train_dl
 
 

@@ -47,11 +47,3 @@ def fit_lightning(trainer, module, train_set, val_set):
 def fit_lightning_broken(trainer, module, train_set):
     loader = DataLoader(train_set, batch_size=32, num_workers=4)  # BUG: train-loader-no-shuffle
     trainer.fit(module, loader)
-
-
-def fit_in_order(model, optimizer, curriculum_set):
-    loader = DataLoader(curriculum_set, batch_size=64, shuffle=False)  # the author's decision: easy samples first
-    for x, y in loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
