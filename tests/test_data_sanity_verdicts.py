@@ -32,7 +32,7 @@ def batchnorm_first_net():
 def test_raw_pixels_fail_where_the_experiment_shows_the_harm():
     result = data_sanity.check_data_sanity(image_case(plain_net(), pixels_as_given=True))
     assert result.status == "fail", result.summary
-    (raw_first, raw_last), (fixed_first, fixed_last) = (result.details["scale_trial"]["as_given"],
+    (_, raw_last), (fixed_first, fixed_last) = (result.details["scale_trial"]["as_given"],
                                                         result.details["scale_trial"]["standardised"])
     assert not raw_last < 2 * fixed_last and fixed_last < fixed_first
 

@@ -58,7 +58,7 @@ def test_the_wheel_carries_the_diagnostics_and_the_skill_pack_as_they_are(venv):
         if "__pycache__" not in path.parts:
             assert f"ml_debug/{path.relative_to(ROOT).as_posix()}" in names, path
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
-    metadata = zipfile.ZipFile(venv[1]).read(f"ml_debug-0.1.0.dist-info/METADATA").decode()
+    metadata = zipfile.ZipFile(venv[1]).read("ml_debug-0.1.0.dist-info/METADATA").decode()
     required = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert required == ["Requires-Dist: torch>=2.1"]
 

@@ -493,7 +493,7 @@ def main(argv=None):
         sys.stdout.flush()
     except KeyboardInterrupt:  # Ctrl-C: the user knows, no traceback
         return 130
-    except OSError as exc:  # `check_pack.py | head` closed the pipe, or stdout is a full disk
+    except OSError:  # `check_pack.py | head` closed the pipe, or stdout is a full disk
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to say there
         return 1
     print(f"{len(problems)} problem(s); {checker.quotes_verified} quotes verified; {evidence} evidence files, excerpts {sources}; "
