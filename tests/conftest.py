@@ -99,3 +99,17 @@ def signals_left_as_found():
     kernel_after = _blocked_and_ignored()
     assert not changed, f"signal handlers changed by this test and not restored: {changed}"
     assert kernel_after == kernel_before, f"blocked or ignored signals changed: {kernel_before} -> {kernel_after}"
+
+
+# `make test` runs -n 2 --dist loadfile: each file's tests on one worker, so a module fixture is built once. xdist hands
+# the files out in collection order, so a heavy file collected late runs alone at the end while the other worker idles.
+# The heaviest files go first (by --durations on two quiet cores); the rest keep their order. Measured on the 2-core
+# VM, quiet, one run each: 454.7 s in collection order, 438.6 s with these first.
+HEAVY_FILES_FIRST = ("test_real_models.py", "test_dist_check.py", "test_site.py", "test_spike_lab.py",
+                     "test_spike_guard.py", "test_integrations_ddp.py", "test_integrations_hf_ddp.py",
+                     "test_hostile_inputs.py", "test_docstring_outputs.py", "test_spikes.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(HEAVY_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
