@@ -115,6 +115,11 @@ def micro_batches(src, loop):
     return any(hint in word.lower() for word in words for hint in ("micro", "accum", "chunk"))
 
 
+def micro_batch_events(src, acc, kind):
+    """The events of one kind ("zero", "backward", "clip", ...) in the body of an accumulation's micro-batch loop."""
+    return (event for node in src.local(acc.micro) for event in src.classify(node) if event.kind == kind)
+
+
 def accumulations(src):
     return [a for a in (accumulation(src, loop) for loop in src.loops()) if a is not None]
 
@@ -150,7 +155,7 @@ def accumulations(src):
 )
 def check_zero_grad_every_micro_batch(src):
     for acc in accumulations(src):
-        for zero in (e for n in src.local(acc.micro) for e in src.classify(n) if e.kind == "zero"):
+        for zero in micro_batch_events(src, acc, "zero"):
             if not acc.in_micro_batch(src, zero.node):
                 continue
             if zero.subject is not None and src.is_optimizer(zero.subject) and (
@@ -232,7 +237,7 @@ def output_loss(expr):
 )
 def check_accumulated_loss_not_scaled(src):
     for acc in accumulations(src):
-        for backward in (e for n in src.local(acc.micro) for e in src.classify(n) if e.kind == "backward"):
+        for backward in micro_batch_events(src, acc, "backward"):
             if innermost(src, backward.node) is not acc.micro or library_backward(src, backward.node):
                 continue  # accelerator.backward() and the like divide by their own accumulation steps
             if scaling(src, src.backward_target(backward.node)) == "unscaled":
@@ -323,7 +328,7 @@ def check_clip_every_micro_batch(src):
     message = ("gradients are clipped on every micro-batch while the optimizer steps {}: each clip cuts a partial "
                "sum, so the step follows no norm you chose. Clip once, under the same condition as the step{}.")
     for acc in accumulations(src):
-        for clip in (e for n in src.local(acc.micro) for e in src.classify(n) if e.kind == "clip"):
+        for clip in micro_batch_events(src, acc, "clip"):
             if acc.in_micro_batch(src, clip.node, ("clip", "norm")) and not syncing(src, clip.node, acc.micro):
                 yield clip.node, message.format(f"{acc.how_often()} (line {acc.step.pos[0]})", "")
     for block, made in accumulate_blocks(src):
