@@ -530,6 +530,25 @@ def test_update_ratio_a_spike_the_next_steps_undo_is_no_overshoot():
     assert result.status == "pass", result.summary  # it was a false FAIL, then a WARN on a threshold the experiment cleared
 
 
+def test_update_ratio_a_lower_arm_that_jumped_is_no_reference_and_the_next_lower_lr_is_tried():
+    """The imagenet recipe's lr x1000 (1.6, resnet18, 4 random images), one init's arms as measured: the judged lr
+    jumps 21x and ends at 0.21x its start; 0.1x jumps 4.6x on the way and ends at 0.36x; 0.01x falls every step to
+    0.001x. Stopping at 0.1x (it ended below its start) compared the lr with a chance end, and the verdict flipped
+    between inits; the experiment goes on to 0.01x."""
+    import update_ratio
+    arms = [(6.989, [6.989, 3.047, 146.24, 75.321, 5.148, 4.049, 3.47, 2.727, 2.019, 1.629], 1.4489),
+            (6.989, [6.989, 1.243, 6.163, 14.83, 9.356, 1.319, 8.958, 32.05, 12.681, 10.748], 2.5142),
+            (6.989, [6.989, 4.468, 1.542, 0.23, 0.119, 0.101, 0.07, 0.04, 0.022, 0.013], 0.0079)]
+    script = iter(value for before, seen, after in arms for value in [before, *seen, after])  # each arm: before, steps, after
+    model = torch.nn.Linear(1, 1)
+    case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
+            "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
+    result = update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+    assert list(result) == [1.0, 0.1, 0.01], result
+    assert update_ratio._rose(*result[1.0][:3]) and update_ratio._fell(*result[0.01][:3]), result
+    assert not update_ratio._fell(*result[0.1][:3]), result
+
+
 class _ReversedGradient(torch.autograd.Function):
     """The identity forward, the gradient negated backward: every step climbs the loss, at any lr."""
 
@@ -583,3 +602,35 @@ def test_gradient_flow_a_layer_skipped_in_one_pass_is_no_finding_one_cut_for_goo
     result = gradient_flow.check_gradient_flow(gradient_flow.validate_case(case))
     assert result.status == status, result.summary
     assert result.details["none_grad"] == ([] if not detached else ["middle.weight", "middle.bias"]), result.details
+
+
+def test_overfit_a_noisy_run_is_judged_stalled_on_means_not_on_two_draws():
+    """A loss whose mean falls 6% over 50 steps under +-0.1 noise: the draw 50 steps back sits low and the last draw high,
+    so two draws say "stalled"; the means of 10 steps at both ends say it still falls."""
+    noise = [0.1 if i % 2 else -0.1 for i in range(61)]
+    noise[10], noise[60] = -0.1, 0.1
+    losses = [1.0 - 0.0012 * i + noise[i] for i in range(61)]
+    assert overfit_one_batch._stalled(losses) and not overfit_one_batch._stalled(losses, noisy=True)
+
+
+class _SwampedByNoise(torch.nn.Module):
+    """Logits drowned in noise no mode switches off (50x the signal's scale): nothing memorises through it."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.lin(x) + 50 * torch.randn(x.shape[0], 3)
+
+
+@pytest.mark.parametrize("lr, status", [(1e-3, "skip"), (0.0, "fail")])
+def test_overfit_flat_in_noise_it_cannot_beat_is_inconclusive_unless_the_weights_never_moved(lr, status):
+    """Flat within its noise at the lr and at 10x on its own predictions: inconclusive while the steps moved the weights
+    (one batch cannot show a fall through that noise); at lr 0 they never moved, which is the harm shown."""
+    torch.manual_seed(0)
+    case = {"model": _SwampedByNoise(), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            "loss_fn": torch.nn.functional.cross_entropy, "optimizer": lambda params: torch.optim.Adam(params, lr=lr)}
+    result = overfit(case)
+    assert result.status == status and result.details["samples_noise"], result.summary
+    assert result.details["failure"] == ("inconclusive" if status == "skip" else "flat"), result.details
