@@ -465,8 +465,9 @@ for epoch in range(5):
 '''
 
 
-def graph_case(tmp_path, lr=0.005, select="train"):
-    path = write(tmp_path, GRAPH_SCRIPT.replace("LR", str(lr)).replace("SELECT", select))
+def graph_case(tmp_path, lr=0.005, select="train", dropout="training=self.training"):
+    path = write(tmp_path, GRAPH_SCRIPT.replace("LR", str(lr)).replace("SELECT", select)
+                 .replace("training=self.training", dropout))
     return capture.capture_script(str(path))
 
 
@@ -506,21 +507,58 @@ def test_a_flattened_boolean_mask_selects_tokens_as_token_classification_does(tm
         assert torch.allclose(case["loss_fn"](out, targets), expected)
 
 
-def test_a_graph_batch_keeps_its_nodes_together_and_a_noisy_flat_fit_it_can_do_is_a_warn(tmp_path):
-    """The GAT look-alike: random labels under 0.6 dropout stay flat, yet the model memorises its own predictions."""
+def test_a_graph_batch_is_cut_to_the_rows_it_memorises_and_their_neighbours_with_its_dropout_off(tmp_path):
+    """The GAT look-alike (dropout 0.6 as F.dropout(training=self.training), 20 labelled nodes of 60): the sprint
+    memorises 8 of the labelled nodes in the graph of them and their neighbours (the other labelled nodes there are
+    ignored), renumbered, in eval mode but for batch statistics, which switches its dropout off."""
     import batch_independence
     import overfit_one_batch
     case = doctor.validate_case(graph_case(tmp_path))
     assert batch_independence.check_batch_independence(case).status == "skip"
     result = overfit_one_batch.check_overfit_one_batch(case)
-    assert result.status == "warn" and result.details["failure"] == "targets_out_of_reach", result.summary
-    assert result.details["rows"] == 60 and result.details["samples_noise"], result.details
+    assert result.status == "pass" and result.details["rows"] == overfit_one_batch.ROWS, result.summary
+    subgraph = result.details["subgraph"]
+    assert subgraph["read"] == overfit_one_batch.ROWS and overfit_one_batch.ROWS < subgraph["nodes"] < 60, subgraph
+    assert result.details["train_noise_off"] and not result.details["samples_noise"], result.details
 
 
-def test_a_noisy_flat_fit_at_lr_0_still_fails(tmp_path):
+def test_a_graph_cut_keeps_the_first_rows_read_and_their_neighbours_renumbered():
+    """An edge list (PyG's edge_index) and a dense adjacency cut alike; the rows the loss ignores keep their -100 and
+    the read rows after the first `rows` get it: they stay as neighbours, not rows to memorise."""
     import overfit_one_batch
-    result = overfit_one_batch.check_overfit_one_batch(doctor.validate_case(graph_case(tmp_path, lr=0.0)))
-    assert result.status == "fail" and result.details["failure"] == "flat", result.summary
+
+    class MeanOverEdges(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 2)
+
+        def forward(self, x, edges):
+            adj = edges if edges.is_floating_point() else torch.zeros(x.shape[0], x.shape[0]).index_put(
+                (edges[0], edges[1]), torch.ones(edges.shape[1]))
+            return torch.log_softmax(self.lin(x + adj @ x), -1)
+
+    x = torch.randn(8, 3)
+    edge_list = torch.tensor([[1, 2, 5, 6, 7], [5, 3, 6, 7, 0]])  # 1-5, 2-3, 5-6, 6-7, 7-0
+    dense = torch.zeros(8, 8).index_put((edge_list[0], edge_list[1]), torch.ones(5))
+    targets = torch.tensor([-100, 1, 0, 1, -100, -100, 0, -100])  # read: nodes 1, 2, 3, 6
+    case = {"model": MeanOverEdges(), "loss_fn": lambda out, y: torch.nn.functional.nll_loss(out, y)}
+    for edges in (edge_list, dense):
+        inputs, cut_targets, subgraph = overfit_one_batch._subgraph(case, case["model"], (x, edges), targets, 8, rows=2)
+        assert subgraph == {"nodes": 4, "of": 8, "read": 2, "hops": 1}, subgraph  # 1, 2 and their neighbours 5, 3
+        assert torch.equal(inputs[0], x[[1, 2, 3, 5]]), inputs[0]
+        assert cut_targets.tolist() == [1, 0, -100, -100], cut_targets  # nodes 1, 2, 3, 5: node 3 is not memorised
+        kept = inputs[1] if edges is edge_list else inputs[1].nonzero().t()
+        assert sorted(map(tuple, kept.t().tolist())) == [(0, 3), (1, 2)], kept  # 1-5 and 2-3, renumbered
+
+
+def test_a_noisy_flat_fit_it_can_do_is_a_warn(tmp_path):
+    """Dropout the check cannot switch off (F.dropout(x, 0.6, training=True)) on random labels: flat within its noise,
+    yet the model memorises its own first predictions."""
+    import overfit_one_batch
+    case = doctor.validate_case(graph_case(tmp_path, dropout="training=True"))
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.status == "warn" and result.details["failure"] == "targets_out_of_reach", result.summary
+    assert result.details["samples_noise"] and not result.details["train_noise_off"], result.details
 
 
 @pytest.mark.parametrize("inputs, graph", [
