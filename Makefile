@@ -5,7 +5,10 @@
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 DEST   ?= $(HOME)/.claude/skills
-PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt
+# --no-compile: pip byte-compiles every installed .py file (15,565 with the test set), most of which nothing imports;
+# Python compiles a module the first time it is imported instead. The runtime set took 48.5 s of user CPU with the
+# compile and 16.4 s without (measured on the 2-core dev VM, under load).
+PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt
 
 .PHONY: demo test check docs install-skill browser clean
 
