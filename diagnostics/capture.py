@@ -43,7 +43,9 @@ What it checks
     torch.save writes into that folder, and the script reads back what it wrote. Everything it patched is restored afterwards, also when the script raises.
     What it cannot capture is one line saying what, and how to write the case file instead:
     a loss written by hand (no torch.nn loss or F.* call), a loss input it cannot trace back
-    to the model's output, a script that exits, raises or does not step within 300 s.
+    to the model's output, a script that exits, raises or does not step within 300 s. When the
+    script loaded gym (a reinforcement-learning loop, whose policy-gradient loss has no batch to
+    replay), the line names diagnostics/rl_probes.py, which checks such an agent instead.
 
 Command
     python diagnostics/doctor.py --script train.py -- --batch_size 8    # capture, then every check
@@ -108,6 +110,8 @@ TARGET_NAMES = ("labels", "targets", "target", "label", "y")  # a model argument
 GRADS_FIT = 1e-3  # relative residual under which .grad at the second step is "first + fresh" (or "fresh alone"): float64
 # sums of float32 gradients agree to ~1e-6; the other hypothesis misses by the whole first gradient (our assumption)
 HOW_TO_CASE = "write a case file instead (DESIGN.md, \"A case\")"
+RL_HINT = ("; the script loaded gym: a reinforcement-learning loss (a policy gradient, a value target from a rollout) "
+           "has no batch to replay, and diagnostics/rl_probes.py checks such an agent on probe environments instead")
 
 
 class CaptureError(Exception):
@@ -804,7 +808,7 @@ def _run(source, run, path=None, time_limit=TIME_LIMIT, skip_saves=True, second_
         raise CaptureError(f"{source} raised {type(exc).__name__} at {_where(exc, path)} before its first optimizer step"
                            f"{note}: {' '.join(str(exc).split())}") from None
     if captured.case is None:
-        raise CaptureError(captured.error)
+        raise CaptureError(captured.error + (RL_HINT if any(name in sys.modules for name in ("gymnasium", "gym")) else ""))
     return captured.case
 
 

@@ -582,3 +582,19 @@ def test_a_task_hint_says_a_batch_with_an_adjacency_is_not_one_graph(tmp_path):
     case = doctor.validate_case(case)
     assert case["task"]["graph"] is False
     assert batch_independence.check_batch_independence(case).status != "skip"
+
+
+@pytest.mark.parametrize("gym", [True, False])
+def test_a_hand_written_loss_of_a_script_that_loaded_gym_names_rl_probes(gym, tmp_path, monkeypatch):
+    """REINFORCE as pytorch/examples writes it: -log_prob * return summed by hand, no loss call to replay."""
+    monkeypatch.delitem(sys.modules, "gym", raising=False)
+    if gym:
+        (tmp_path / "gym.py").write_text("")  # the script's own folder is on its path, as an installed gym would be
+    path = write(tmp_path, ("import gym\n" if gym else "") + "import torch\npolicy = torch.nn.Linear(4, 2)\n"
+                 "opt = torch.optim.Adam(policy.parameters())\n"
+                 "dist = torch.distributions.Categorical(logits=policy(torch.randn(5, 4)))\n"
+                 "loss = (-dist.log_prob(dist.sample()) * torch.randn(5)).sum()\nloss.backward()\nopt.step()\n")
+    with pytest.raises(capture.CaptureError, match="cannot be replayed") as caught:
+        capture.capture_script(str(path))
+    assert ("rl_probes.py" in str(caught.value)) == gym, caught.value
+    monkeypatch.delitem(sys.modules, "gym", raising=False)
