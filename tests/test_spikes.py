@@ -905,6 +905,21 @@ def test_a_3x_spike_while_a_fine_tune_still_falls_by_a_factor_is_found(tmp_path,
     assert report.to_json()["events"] == []
 
 
+@pytest.mark.parametrize("at", [150, 250])
+def test_a_decaying_bump_while_the_loss_falls_fast_is_a_slow_recovery(tmp_path, at):
+    """Issue 23's planted shapes, in a fine-tune that falls by e every 150 steps (20% in 32 rows at step 150): a 2x
+    bump that comes back to the curve linearly over 100 rows is found where it starts and is a slow recovery, and
+    nothing else is reported (benchmarks/spikes_real_logs.py plants it into real logs too)."""
+    rng = random.Random(at)
+    def bump(s):
+        return 2 - (s - at) / 100 if at <= s < at + 100 else 1
+    rows = [f"{s},{(0.002 + 0.3 * math.exp(-s / 150)) * (1 + 0.03 * rng.gauss(0, 1)) * bump(s):.6g}" for s in range(900)]
+    report = spikes.analyze(write(tmp_path, "bump.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.start, s.type) for s in report.spikes] == [(at, "slow_recovery")]
+    assert report.spikes[0].recovery_steps > 20
+    assert report.to_json()["events"] == []
+
+
 def test_a_loss_that_falls_through_zero_is_fitted_in_its_own_units(tmp_path):
     """A loss may be negative (an RL objective, a GRPO loss): the line through logarithms is only for a positive
     window; one that holds 0 or less is fitted as it is, and a spike on it is found."""
