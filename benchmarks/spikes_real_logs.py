@@ -82,8 +82,10 @@ LOGS = {
               "a GAN's epoch log (image generation)", None,
               "refused: Loss_D and Loss_G and no total; the line names them, right"),
     "sb3-stdout": ("FlashDW/TrafficLightRL", "b07651a8532fce98bd8a7ab29daf7b6c6671d46b", "logs/train.log",
-                   "stable-baselines3 PPO console tables (RL)", None,
-                   "refused: SB3's `| train/ |` block tables are not read yet (a miss); the line lists what it found"),
+                   "stable-baselines3 PPO console tables (RL)", (3578, 2, 3579, 9),
+                   "each `| train/ |` box one record, train/loss by time/iterations; the 9 spikes are one-update jumps "
+                   "back on the next: fast_recovery right; the non_spike_divergence (-0.054 to -0.023) is PPO's loss "
+                   "drifting towards 0, no divergence of training (a limit: an RL loss need not fall)"),
     "detectron2-config": ("EricWWWW/bottom-up-attention.pytorch", "81fe5a663eb70a802812d78b013627aae57654ef",
                           "output/log.txt", "detectron2's log.txt (detection)", None,
                           "refused: config dumps and evaluations only, no training line: right"),

@@ -566,6 +566,7 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "deepspeed_chat_step1.log": ("text", "loss", 80, 0, 790, [(630, "fast_recovery")]),  # Step counts per epoch
     "yolov8_results.csv": ("csv", "train/box_loss + train/cls_loss + train/dfl_loss", 70, 1, 70, [(46, "fast_recovery")]),
     "sb3_progress.csv": ("csv", "train/loss", 80, 2, 81, [(60, "fast_recovery")]),  # time/iterations
+    "sb3_stdout.txt": ("text", "train/loss", 80, 2, 81, [(60, "fast_recovery")]),  # | train/ | boxes, time/iterations
     "llamafactory_trainer_log.jsonl": ("jsonl", "loss", 80, 5, 400, [(265, "fast_recovery")]),  # current_steps
     "megatron_golden_values.json": ("json", "lm loss", 80, 0, 395, [(245, "fast_recovery")]),
     "history_list.json": ("json", "loss", 75, 0, 296, [(160, "fast_recovery")]),  # a list of dicts, iter per epoch
