@@ -56,7 +56,8 @@ Each spike in --json: step (of the peak), start, end, type, baseline, peak, reco
 grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
 logged row earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
 nonfinite, resume, run_end, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
-Events, each with "kind" and "step":
+In a log split into runs (new_run below), each spike and event also has "run": the number of the run it is in
+(1 for the first; null for an event about the whole log). Events, each with "kind" and "step":
 
   resume                the step went backwards (restart, rollback): from_step, rollback_steps
   new_run               the step went back to the run's start and the loss with it (nearer the run's highest

@@ -638,6 +638,10 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     assert [(s.step, s.type) for s in report.spikes] == [(70, "fast_recovery"), (60, "fast_recovery")]
     assert [(e["kind"], e["step"], e["from_step"]) for e in report.to_json()["events"]] == [("new_run", 0, 99)] * 2
     assert "3 runs one after another" in spikes.summary(report)
+    out = report.to_json()
+    assert [(s["step"], s["run"]) for s in out["spikes"]] == [(70, 1), (60, 3)]  # each says its run
+    assert [e["run"] for e in out["events"]] == [2, 3]
+    assert report.run_of(-1) is None and report.run_of(99) == 1 and report.run_of(100) == 2  # (a log-wide event: null)
     rows = (LOGS / "concatenated_runs.csv").read_text().splitlines()
     from_one = rows[:101] + [f"{int(r.split(',')[0]) + 1},{r.split(',', 1)[1]}" for r in rows[101:200]]
     report = spikes.analyze(write(tmp_path, "from_one.csv", "\n".join(from_one) + "\n"))
@@ -646,8 +650,8 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     assert [e["kind"] for e in spikes.analyze(write(tmp_path, "low.csv", "\n".join(low) + "\n")).to_json()["events"]] \
         == ["resume"]
     resumed = rows[:101] + rows[76:101]  # back to step 75, the loss where it was then: a resume, not a new run
-    kinds = [e["kind"] for e in spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(resumed) + "\n")).to_json()["events"]]
-    assert kinds == ["resume"]
+    events = spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(resumed) + "\n")).to_json()["events"]
+    assert [e["kind"] for e in events] == ["resume"] and "run" not in events[0]  # one run: no run number
 
 
 def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_path):
