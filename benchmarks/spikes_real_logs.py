@@ -15,7 +15,8 @@ offset (a no_recovery). They go at two thirds of the log (`calm`), and once more
 (`fall`) when it has a fast fall: its loss down by 20% or more over 48 rows (the medians of 16 rows at either end).
 A plant is found when a spike that the unplanted CSV does not have starts within 3 rows of it, typed when that
 spike has the shape's type. A log too short for a shape (the spike needs 40 rows before it, the bump and the offset
-96 before and 240 after) is not planted with it. `--no-plants` leaves the plants out.
+96 before and 240 after) is not planted with it, nor is a loss whose median is 0 or less (3x is a dip there).
+`--no-plants` leaves the plants out.
 
 A missing mirror is one line saying which fetch to run (fetch github:OWNER/NAME). The look-alikes of each shape
 these logs taught us are in tests/data/logs/ (README.md there), with their tests in tests/test_spikes.py.
@@ -204,6 +205,8 @@ def plant_all(log, folder):
     every row, also a new non_spike_divergence event (the creep watch) within the 160 rows after it."""
     steps, losses = loss_series(log)
     n = len(losses)
+    if statistics.median(losses) <= 0:  # the shapes are factors of a positive loss: 3x a negative one is a dip
+        return []
     path = folder / "planted.csv"
     spikes_before, events_before = analyzed(steps, losses, path)
     starts = {s.start_row for s in spikes_before}

@@ -48,7 +48,9 @@ max(3 sigma, 1%)):
                   so slowly that the band is more than 4x the time since the peak away), below 1.5x;
                   or back in the band but not on the trend: the 128 values after it sit 2% and 1.5
                   sigma or more above where the pre-spike trend leads, and above the pre-spike level,
-                  and have stopped coming down (a lasting offset, however noisy the run)
+                  and have stopped coming down (a lasting offset, however noisy the run); in a fast fall
+                  that goes on after the spike (by half its pace or more), the trend is that fall, by a
+                  factor per row, and the offset may sit below the pre-spike level
   divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
                   ends (or rolls back) at the peak
 

@@ -925,6 +925,30 @@ def test_a_decaying_bump_while_the_loss_falls_fast_is_a_slow_recovery(tmp_path, 
     assert report.to_json()["events"] == []
 
 
+@pytest.mark.parametrize("at", [150, 250, 400])
+def test_a_lasting_offset_while_the_loss_falls_fast_is_found_and_typed_no_recovery(tmp_path, at):
+    """Issue 23's third planted shape in the same fast fall: from `at` on the loss is 1.3x the curve. The curve lost
+    up to 20% between two refreshes of a threshold held for 32 rows, so the offset hid under it (refreshed every 8
+    rows in a fast fall, it stands out at its first row); and the loss comes back below its pre-spike level as the
+    fall goes on, so it read as a recovery (judged against the fall, by a factor per row, it is an offset)."""
+    rng = random.Random(at)
+    rows = [f"{s},{(0.002 + 0.3 * math.exp(-s / 150)) * (1 + 0.03 * rng.gauss(0, 1)) * (1.3 if s >= at else 1):.6g}"
+            for s in range(900)]
+    report = spikes.analyze(write(tmp_path, "offset.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.start, s.type) for s in report.spikes] == [(at, "no_recovery")]
+    assert report.to_json()["events"] == []
+
+
+def test_a_spike_as_a_fast_fall_flattens_is_a_recovery(tmp_path):
+    """The other side of the rule above: a fall that slows to its floor after the spike (the later values no longer
+    fall at half the pre-spike pace) is judged against the pre-spike level, and a 3x spike there recovers."""
+    rng = random.Random(0)
+    rows = [f"{s},{(0.002 + 0.3 * math.exp(-s / 40)) * (1 + 0.01 * rng.gauss(0, 1)) * (3 if s == 140 else 1):.6g}"
+            for s in range(900)]
+    report = spikes.analyze(write(tmp_path, "floor.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.start, s.type) for s in report.spikes] == [(140, "fast_recovery")]
+
+
 def test_a_loss_that_falls_through_zero_is_fitted_in_its_own_units(tmp_path):
     """A loss may be negative (an RL objective, a GRPO loss): the line through logarithms is only for a positive
     window; one that holds 0 or less is fitted as it is, and a spike on it is found."""
