@@ -654,6 +654,24 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     assert [e["kind"] for e in events] == ["resume"] and "run" not in events[0]  # one run: no run number
 
 
+def test_a_step_back_to_the_middle_of_a_run_is_a_resume_whatever_the_loss(tmp_path):
+    """_new_run: only a step back to the run's start (or before it) can be a new run. Back to step 50 of 100 with the
+    loss at the run's first level is a resume (a checkpoint restored with a fresh optimizer, say), not a new run."""
+    rows = [f"{s},{1.0 + 1.5 * math.exp(-s / 20) + 0.002 * math.sin(s):.5f}" for s in range(100)]
+    rows += [f"{s},{1.0 + 1.5 * math.exp(-(s - 50) / 20) + 0.002 * math.sin(s):.5f}" for s in range(50, 80)]
+    report = spikes.analyze(write(tmp_path, "middle.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert report.runs == 1 and [e["kind"] for e in report.to_json()["events"]][0] == "resume"
+
+
+def test_runs_too_short_for_a_baseline_are_runs_too(tmp_path):
+    """_new_run: a run of 20 rows has no baseline yet (the window needs 32); a seam back to step 0 after it is a new
+    run all the same, each run read on its own."""
+    rows = [f"{s},{2.5 - 0.05 * s:.4f}" for s in range(20)] * 2
+    report = spikes.analyze(write(tmp_path, "short_runs.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert report.runs == 2 and [(e["kind"], e["step"]) for e in report.to_json()["events"] if e["kind"] != "too_short"] \
+        == [("new_run", 0)]
+
+
 def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_path):
     """An RL log (a table aligned with spaces) with two losses and no total: the refusal names them with their counts;
     --loss picks one, stepped by the table's Iteration column."""
