@@ -13,6 +13,7 @@ import pytest
 import spikes
 from spikelog.detect.thresholds import REFRESH
 from spikelog.read import general
+from spikelog.read.columns import Unparsed
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -594,6 +595,15 @@ def test_the_long_tail_of_log_shapes_is_read_by_its_own_steps(name):
     assert report.to_json()["events"] == SHAPE_EVENTS.get(name, [])
 
 
+def test_a_box_of_name_value_rows_is_one_record_at_its_first_row():
+    """stable-baselines3's console: each box is one record, numbered by the line of its first value (where a later
+    event, such as a repeated step, points the reader), its sections prefixed (`time/`), its step time/iterations."""
+    records = list(general.records(LOGS / "sb3_stdout.txt", Unparsed()))
+    assert len(records) == 81 and [line for line, _ in records[:2]] == [6, 16]
+    assert records[0][1] == {"rollout/ep_len_mean": "200", "rollout/ep_rew_mean": "-151", "time/fps": "1500",
+                             "time/time_elapsed": "1", "time/total_timesteps": "2048", "step": "1"}
+
+
 @pytest.mark.parametrize("line, record", [
     ("iter 0: loss 10.8610, time 412.30ms, mfu -100.00%", {"step": "0", "loss": "10.8610"}),  # units are no values
     ("step 3: train loss 2.0, val loss 2.3", {"step": "3", "train loss": "2.0", "val loss": "2.3"}),  # val in a name
@@ -965,6 +975,16 @@ def test_a_spike_as_a_fast_fall_flattens_is_a_recovery(tmp_path):
             for s in range(900)]
     report = spikes.analyze(write(tmp_path, "floor.csv", "step,loss\n" + "\n".join(rows) + "\n"))
     assert [(s.start, s.type) for s in report.spikes] == [(140, "fast_recovery")]
+
+
+def test_a_spike_in_a_fast_fall_through_zero_is_judged_in_its_own_units(tmp_path):
+    """The later values of a fall that crosses zero after the spike have no factor per row (their medians are not both
+    positive): the level is judged as a straight line would, and the log reads (a logarithm of them raised)."""
+    rng = random.Random(0)
+    rows = [f"{s},{(-0.001 + 0.5 * math.exp(-s / 30)) * (3 if s == 100 else 1) + 0.0002 * rng.gauss(0, 1):.6g}"
+            for s in range(400)]
+    report = spikes.analyze(write(tmp_path, "through_zero.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [(s.start, s.type) for s in report.spikes] == [(100, "fast_recovery")]
 
 
 def test_a_loss_that_falls_through_zero_is_fitted_in_its_own_units(tmp_path):
