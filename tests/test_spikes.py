@@ -651,7 +651,8 @@ def test_runs_written_one_after_another_are_each_read_on_their_own(tmp_path):
     out = report.to_json()
     assert [(s["step"], s["run"]) for s in out["spikes"]] == [(70, 1), (60, 3)]  # each says its run
     assert [e["run"] for e in out["events"]] == [2, 3]
-    assert report.run_of(-1) is None and report.run_of(99) == 1 and report.run_of(100) == 2  # (a log-wide event: null)
+    assert report.run_of(-1) is None and report.run_of(0) == report.run_of(99) == 1 and report.run_of(100) == 2  # (-1: a
+    # log-wide event, null)
     rows = (LOGS / "concatenated_runs.csv").read_text().splitlines()
     from_one = rows[:101] + [f"{int(r.split(',')[0]) + 1},{r.split(',', 1)[1]}" for r in rows[101:200]]
     report = spikes.analyze(write(tmp_path, "from_one.csv", "\n".join(from_one) + "\n"))
@@ -678,8 +679,8 @@ def test_runs_too_short_for_a_baseline_are_runs_too(tmp_path):
     run all the same, each run read on its own."""
     rows = [f"{s},{2.5 - 0.05 * s:.4f}" for s in range(20)] * 2
     report = spikes.analyze(write(tmp_path, "short_runs.csv", "step,loss\n" + "\n".join(rows) + "\n"))
-    assert report.runs == 2 and [(e["kind"], e["step"]) for e in report.to_json()["events"] if e["kind"] != "too_short"] \
-        == [("new_run", 0)]
+    assert report.runs == 2 and [(e["kind"], e["step"], e["run"]) for e in report.to_json()["events"]] \
+        == [("new_run", 0, 2)]  # two runs: each event says its run
 
 
 def test_an_actor_and_a_critic_loss_are_named_for_the_user_to_choose_from(tmp_path):
