@@ -8,11 +8,23 @@ spikes.analyze on it with no flag and prints one row per log: its producer, whet
 refusal), the rows read, the steps, the spikes by type and the events by kind, then our judgement of what it found
 (looked at by hand, 2026-11-26), and `ok` when what it found is what the entry expects, else `DIFFERS`.
 
+Then the planted spikes (issue 23): the loss series as spikes.py read it (its own steps, with any resume or new run)
+is written to a `step,loss` CSV three more times, each with one shape planted, and read again: a one-row 3x spike
+(a fast_recovery), a 2x bump decaying linearly to the curve over 100 rows (a slow_recovery) and a lasting 1.3x
+offset (a no_recovery). They go at two thirds of the log (`calm`), and once more where the log falls fastest
+(`fall`) when it has a fast fall: its loss down by 20% or more over 48 rows (the medians of 16 rows at either end).
+A plant is found when a spike that the unplanted CSV does not have starts within 3 rows of it, typed when that
+spike has the shape's type. A log too short for a shape (the spike needs 40 rows before it, the bump and the offset
+96 before and 240 after) is not planted with it, nor is a loss whose median is 0 or less (3x is a dip there).
+`--no-plants` leaves the plants out.
+
 A missing mirror is one line saying which fetch to run (fetch github:OWNER/NAME). The look-alikes of each shape
 these logs taught us are in tests/data/logs/ (README.md there), with their tests in tests/test_spikes.py.
 """
 import argparse
 import json
+import math
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -23,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "diagnostics"))
 
 import spikes  # noqa: E402  (needs the path above)
+from spikelog.read import open_log  # noqa: E402
 
 MIRRORS = Path("/work/.mirror")
 
@@ -70,8 +83,10 @@ LOGS = {
               "a GAN's epoch log (image generation)", None,
               "refused: Loss_D and Loss_G and no total; the line names them, right"),
     "sb3-stdout": ("FlashDW/TrafficLightRL", "b07651a8532fce98bd8a7ab29daf7b6c6671d46b", "logs/train.log",
-                   "stable-baselines3 PPO console tables (RL)", None,
-                   "refused: SB3's `| train/ |` block tables are not read yet (a miss); the line lists what it found"),
+                   "stable-baselines3 PPO console tables (RL)", (3578, 2, 3579, 9),
+                   "each `| train/ |` box one record, train/loss by time/iterations; the 9 spikes are one-update jumps "
+                   "back on the next: fast_recovery right; the non_spike_divergence (-0.054 to -0.023) is PPO's loss "
+                   "drifting towards 0, no divergence of training (a limit: an RL loss need not fall)"),
     "detectron2-config": ("EricWWWW/bottom-up-attention.pytorch", "81fe5a663eb70a802812d78b013627aae57654ef",
                           "output/log.txt", "detectron2's log.txt (detection)", None,
                           "refused: config dumps and evaluations only, no training line: right"),
@@ -79,6 +94,15 @@ LOGS = {
                    "logs/train_log.txt", "a lipreading script's log (speech)", None,
                    "refused: 5 lines, no training line: right"),
 }
+
+
+# shape: (what is planted, the type it should be given, rows it needs before it, rows after it)
+SHAPES = {"spike": ("one row at 3x", "fast_recovery", 40, 6),
+          "bump": ("2x, back to the curve linearly over 100 rows", "slow_recovery", 96, 240),
+          "offset": ("1.3x from there on", "no_recovery", 96, 240)}
+BUMP_ROWS = 100
+NEAR = 5  # rows between a plant and the start of the spike that finds it (spikes_scores.py: 5 steps)
+FALL_ROWS, FALL_EDGE, FAST_FALL = 48, 16, 0.8  # a fast fall: the median of 16 rows 48 rows later <= 0.8x
 
 
 class HarnessError(Exception):
@@ -110,11 +134,111 @@ def measure(log):
                    "steps": [report.first_step, report.last_step], "spikes": dict(kinds), "events": dict(events)}
 
 
+def loss_series(log):
+    """(steps, losses) as spikes.py reads them: the log's own steps (row numbers when it has none), values only."""
+    _, cols, chunks, _ = open_log(log, accelerate=False)
+    steps, losses, row = [], [], 0
+    for chunk_steps, chunk_losses, *_ in chunks:
+        for i, loss in enumerate(chunk_losses):
+            step = row + i if cols.step is None else chunk_steps[i]
+            if loss is not None and step is not None:
+                steps.append(step)
+                losses.append(loss)
+        row += len(chunk_losses)
+    return steps, losses
+
+
+def planted(steps, losses, at, shape):
+    """A copy of losses with one shape planted from row `at` on, by step: a row that logs a step again (a log two
+    processes wrote) gets what the step's first row got, so the rows stay repeats. The spike is 3x the curve at
+    its step (the median of the 16 rows around it: a noisy row's own value times 3 can be an ordinary row), the
+    bump and the offset scale the rows they cover, noise and all; rows of another run (steps before `at`'s, after
+    a seam) are left alone."""
+    out = list(losses)
+    first = steps[at]
+    later = sorted({s for s in steps[at:] if s >= first})
+    k = {s: i for i, s in enumerate(later[:BUMP_ROWS if shape == "bump" else 1 if shape == "spike" else None])}
+    peak = 3.0 * curve(losses, at)
+    for j in range(at, len(out)):
+        if steps[j] in k:
+            out[j] = peak if shape == "spike" else out[j] * (2.0 - k[steps[j]] / BUMP_ROWS if shape == "bump" else 1.3)
+    return out
+
+
+def curve(losses, at):
+    return statistics.median(losses[max(at - FALL_EDGE // 2, 0):at + FALL_EDGE // 2])
+
+
+def noise_sigmas(losses, at, shape):
+    """The plant's height over the curve in the log's own noise there: the robust sigma (IQR / 1.349) of the 64
+    rows before it. spikes.py opens a spike from 6 sigma up (thresholds.SPIKE_Z)."""
+    quartiles = statistics.quantiles(losses[max(at - 64, 0):at], n=4)
+    sigma = (quartiles[2] - quartiles[0]) / 1.349
+    height = {"spike": 2.0, "bump": 1.0, "offset": 0.3}[shape] * curve(losses, at)
+    return height / sigma if sigma > 0 else math.inf
+
+
+def fastest_fall(losses):
+    """(row, ratio): where the loss falls fastest (the median of 16 rows, 48 rows on, over the median of the 16
+    rows before), among the rows a bump fits at; None when it never falls by 20% or more."""
+    best = None
+    for at in range(SHAPES["bump"][2], len(losses) - SHAPES["bump"][3] + 1, 4):
+        before = sorted(losses[at - FALL_EDGE:at])[FALL_EDGE // 2]
+        later = sorted(losses[at + FALL_ROWS - FALL_EDGE:at + FALL_ROWS])[FALL_EDGE // 2]
+        if before > 0 and (best is None or later / before < best[1]):
+            best = (at, later / before)
+    return best if best is not None and best[1] <= FAST_FALL else None
+
+
+def analyzed(steps, losses, path):
+    """(spikes, events) of a `step,loss` CSV of these values."""
+    with path.open("w") as out:
+        out.write("step,loss\n")
+        out.writelines(f"{s},{x!r}\n" for s, x in zip(steps, losses))
+    report = spikes.analyze(path, accelerate=False)
+    return report.spikes, report.to_json()["events"]
+
+
+def plant_all(log, folder):
+    """[(place, shape, step, sigmas, found, the type given or None, typed)] for each plant that fits in the log.
+    Found: a new spike starting within NEAR rows of the plant; for the offset, which may stay inside the noise of
+    every row, also a new non_spike_divergence event (the creep watch) within the 160 rows after it."""
+    steps, losses = loss_series(log)
+    n = len(losses)
+    if statistics.median(losses) <= 0:  # the shapes are factors of a positive loss: 3x a negative one is a dip
+        return []
+    path = folder / "planted.csv"
+    spikes_before, events_before = analyzed(steps, losses, path)
+    starts = {s.start_row for s in spikes_before}
+    creeps = {e["step"] for e in events_before if e["kind"] == "non_spike_divergence"}
+    places = [("calm", None)]
+    fall = fastest_fall(losses)
+    if fall is not None:
+        places.append((f"fall x{fall[1]:.2f}/{FALL_ROWS} rows", fall[0]))
+    results = []
+    for place, at in places:
+        for shape, (_, want, rows_before, rows_after) in SHAPES.items():
+            row = min(2 * n // 3, n - rows_after) if at is None else at
+            if row < rows_before or row + rows_after > n:
+                continue
+            found, events = analyzed(steps, planted(steps, losses, row, shape), path)
+            new = [s.type for s in found if s.start_row not in starts and row <= s.start_row <= row + NEAR]
+            if not new and shape == "offset":
+                new = [e["kind"] for e in events if e["kind"] == "non_spike_divergence" and e["step"] not in creeps
+                       and steps[row] <= e["step"] <= steps[min(row + 160, n - 1)]]
+            given = new[0] if new else None
+            results.append((place, shape, steps[row], noise_sigmas(losses, row, shape), bool(new), given,
+                            given == want))
+    path.unlink()
+    return results
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirrors", type=Path, default=MIRRORS, help=f"where fetch puts snapshots (default {MIRRORS})")
     parser.add_argument("--only", choices=sorted(LOGS), help="one log")
     parser.add_argument("--json", action="store_true", help="one JSON object per log instead of the table")
+    parser.add_argument("--no-plants", action="store_true", help="read each log as it is only")
     args = parser.parse_args()
     names = [args.only] if args.only else list(LOGS)
     differs = 0
@@ -127,11 +251,15 @@ def main():
                 print(f"spikes_real_logs.py: {exc}", file=sys.stderr)
                 return 2
             found, summary = measure(log)
+            plants = [] if found is None or args.no_plants else plant_all(log, Path(folder))
             verdict = "ok" if found == expected else "DIFFERS"
             differs += verdict != "ok"
             if args.json:
                 print(json.dumps({"log": name, "source": f"{repo}@{commit[:12]}:{path}", "producer": producer,
-                                  **summary, "expected": expected, "judged": judged, "verdict": verdict}))
+                                  **summary, "expected": expected, "judged": judged, "verdict": verdict,
+                                  "plants": [{"place": place, "shape": shape, "step": step, "sigmas": round(sigmas, 1),
+                                              "found": hit, "type": given, "typed": typed}
+                                             for place, shape, step, sigmas, hit, given, typed in plants]}))
                 continue
             if found is None:
                 read = f"refused: {summary['refused'][:110]}"
@@ -141,6 +269,12 @@ def main():
                 read = (f"read ({summary['format']}, {summary['loss']}): {summary['rows']} rows, steps "
                         f"{summary['steps'][0]}..{summary['steps'][1]}; spikes {spiked}; events {evented}")
             print(f"{name} [{verdict}] {producer}, {repo}@{commit[:12]}:{path}\n    {read}\n    judged: {judged}")
+            if plants:
+                print(f"    planted: {sum(p[4] for p in plants)}/{len(plants)} found, "
+                      f"{sum(p[6] for p in plants)} typed right")
+            for place, shape, step, sigmas, hit, given, typed in plants:
+                print(f"      {place}, step {step}: {shape} ({SHAPES[shape][0]}, {sigmas:.1f} sigma) "
+                      + (f"found, {given}" + ("" if typed else f" (should be {SHAPES[shape][1]})") if hit else "missed"))
     return 1 if differs else 0
 
 

@@ -34,7 +34,7 @@ Output
     train_log.jsonl (jsonl): 300 values of 'loss', steps 0..299; grad norm: grad_norm; dataset series: none
     spikes: 1 (1 slow_recovery)
        peak step  type            baseline      peak  x base  recovery grad lead
-             150  slow_recovery       1.19     6.781   5.699        28         0
+             150  slow_recovery      1.205     6.781   5.627        28         0
     events: none
     nan_step: none
     the same stream with SpikeGuard (after its restart, the rerun's losses):

@@ -48,7 +48,9 @@ max(3 sigma, 1%)):
                   so slowly that the band is more than 4x the time since the peak away), below 1.5x;
                   or back in the band but not on the trend: the 128 values after it sit 2% and 1.5
                   sigma or more above where the pre-spike trend leads, and above the pre-spike level,
-                  and have stopped coming down (a lasting offset, however noisy the run)
+                  and have stopped coming down (a lasting offset, however noisy the run); in a fast fall
+                  that goes on after the spike (by half its pace or more), the trend is that fall, by a
+                  factor per row, and the offset may sit below the pre-spike level
   divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
                   ends (or rolls back) at the peak
 
@@ -56,7 +58,8 @@ Each spike in --json: step (of the peak), start, end, type, baseline, peak, reco
 grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
 logged row earlier, to the start of the loss spike), and also level_after, ended_by (recovered, settled,
 nonfinite, resume, run_end, log_end, horizon), grad_norm_peak and lr. `nan_step` is the first NaN/inf loss.
-Events, each with "kind" and "step":
+In a log split into runs (new_run below), each spike and event also has "run": the number of the run it is in
+(1 for the first; null for an event about the whole log). Events, each with "kind" and "step":
 
   resume                the step went backwards (restart, rollback): from_step, rollback_steps
   new_run               the step went back to the run's start and the loss with it (nearer the run's highest

@@ -1,4 +1,5 @@
 """Detection: a log's chunks, fed row by row (healthy stretches a block at a time), into spikes and events."""
+import bisect
 import itertools
 import math
 import operator
@@ -72,13 +73,25 @@ class Report:
         self.curves = {}
         self.resumes = []  # (row, step, step before the resume)
         self.runs = 1  # runs written one after another into the log, each read on its own
+        self.run_rows = []  # the row each run after the first starts at
         self.dataset_spikes = {}  # series name -> its own spikes, when there are per-dataset losses
+
+    def run_of(self, row):
+        """The number of the run a row belongs to (1 for the first), None for no row (a log-wide event)."""
+        return None if row < 0 else bisect.bisect_right(self.run_rows, row) + 1
 
     def to_json(self):
         events = sorted(self.events, key=lambda e: e["_row"])
+        spikes = [s.to_json() for s in self.spikes]
+        events = [{k: json_clean(v) for k, v in e.items() if k != "_row"} for e in events]
+        if self.runs > 1:  # a log split into runs: each spike and event says which run it is in
+            for spike, found in zip(spikes, self.spikes):
+                spike["run"] = self.run_of(found.start_row)
+            for event, found in zip(events, sorted(self.events, key=lambda e: e["_row"])):
+                event["run"] = self.run_of(found["_row"])
         return {
-            "spikes": [s.to_json() for s in self.spikes],
-            "events": [{k: json_clean(v) for k, v in e.items() if k != "_row"} for e in events],
+            "spikes": spikes,
+            "events": events,
             "nan_step": json_int(self.nan_step),
             "log": {"path": str(self.path), "format": self.format, "loss_column": self.columns.loss,
                     "loss_parts": self.columns.parts[1:] and self.columns.parts,
@@ -178,6 +191,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                         events.append({"kind": "new_run", "step": step, "from_step": last_step, "run": report.runs + 1,
                                        "_row": r})
                         report.runs += 1
+                        report.run_rows.append(r)
                         for series in (main, grad, *extras):
                             series.restart(r)
                         creep.reset()

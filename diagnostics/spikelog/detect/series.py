@@ -6,7 +6,7 @@ from collections import deque
 
 from .. import json_float, json_int
 from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND,
-                         FALLING_Z, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
+                         FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
                          MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL,
                          SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY, WINDOW)
 
@@ -45,10 +45,11 @@ class Spike:
 class Episode:
     """A spike from the value that crossed the threshold until it is classified."""
 
-    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0)):
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0, 0.0)):
         self.start, self.start_row = step, row
         self.baseline, self.threshold = baseline, threshold
-        self.slope, self.lag = trend  # the trend the run was on: per row (<= 0), rows the baseline lags behind
+        self.slope, self.lag, self.rate = trend  # the trend the run was on: per row (<= 0), rows the baseline lags
+        # behind, and in a fast fall the factor per row it fell by there (as a rate, < 0; else 0)
         self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
         self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
         self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
@@ -171,14 +172,30 @@ class Episode:
         values = [v for _, _, v in self.after]
         half = len(values) // 2
         early, late = statistics.median(values[:half]), statistics.median(values[half:])
-        rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
-        fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
-        expected = self.baseline + fall
-        falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
         margin = max(OFFSET_Z * self.noise, OFFSET_REL * abs(self.baseline))
-        # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set back.
-        if late - expected <= margin or late <= self.baseline:
-            return self.pending
+        later = len(values) - half
+        quarter = later // 2
+        third, fourth = statistics.median(values[half:half + quarter]), statistics.median(values[half + quarter:])
+        pace = math.log(fourth / third) / (later - quarter) if 0 < third and 0 < fourth else 0.0  # (per row)
+        if self.rate and pace <= FALL_PACE * self.rate:
+            # A fast fall that goes on after the spike, by a factor per row (a line in logs) at half its pre-spike
+            # pace or more: a lasting offset rides on it, below the pre-spike level. Its pace may slow, and the later
+            # values show by how much: from the pre-spike pace to theirs, half-way on average, is where the fall
+            # would have taken the loss by the middle of the later half.
+            pace = (self.rate + pace) / 2
+            middle = self.after[half + later // 2][1] - self.start_row
+            expected = self.baseline * math.exp(pace * min(middle, 2 * WINDOW))
+            falling = early * math.exp(pace * later) - late  # beyond that pace
+            if late - expected <= margin:
+                return self.pending
+        else:
+            rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
+            fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
+            expected = self.baseline + fall
+            falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
+            # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set
+            if late - expected <= margin or late <= self.baseline:  # back.
+                return self.pending
         if falling > FALL_Z * self.noise:
             return None
         self.last_block = values[half:]
@@ -263,6 +280,7 @@ class Series:
         self.threshold = math.inf
         self.until_refresh = 1
         self.refreshes = 0
+        self.minis = 0  # refreshes still to come before the next block, in a fast fall
         self.episode = None
         self.spikes = []
         self.snapshot = None  # (start step, window) before the last spike that re-based the window
@@ -270,8 +288,9 @@ class Series:
         self.nonfinite = []  # [first step, last step, count, first row] per run of NaN/inf values
 
     def _refresh(self, step, row):
-        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values); every
-        BLOCK values also a block median, for the trend, the creep watch, and to tell a fast fall."""
+        """Recompute median, robust sigma and threshold from the window (every REFRESH healthy values, every
+        FALL_REFRESH in a fast fall); every BLOCK values also a block median, for the trend, the creep watch, and to
+        tell a fast fall."""
         window = self.window
         w = sorted(window)
         n = len(w)
@@ -279,10 +298,9 @@ class Series:
             self.med = self.sigma = None
             self.threshold, self.until_refresh = math.inf, 1
             return
-        self.until_refresh = REFRESH
-        self.refreshes += 1
-        block = not self.refreshes % (BLOCK // REFRESH)
+        block = not self.minis  # (else a refresh between two blocks, in a fast fall)
         if block:
+            self.refreshes += 1
             b = sorted(itertools.islice(window, n - BLOCK, n))
             level = (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2
             blocks = self.blocks
@@ -291,8 +309,9 @@ class Series:
             self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
         if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
             med, sigma, slope = _trend(list(window))
-            last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block
-            med = max(med, last + slope * ((BLOCK >> 1) + row - last_row))
+            last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block,
+            recent = sorted(itertools.islice(window, n - FALL_REFRESH, n))  # nor the latest values (a fall that
+            med = max(med, last + slope * ((BLOCK >> 1) + row - last_row), recent[FALL_REFRESH >> 1])  # stops)
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
             if n < WINDOW or self.refreshes < 3:  # a short log (one row per epoch) may be all descent, and so may
@@ -310,6 +329,11 @@ class Series:
         if size > self.scale:
             self.scale = size
         self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * size, SPIKE_ABS * self.scale)
+        if not block:
+            self.minis -= 1
+        elif self.falling:
+            self.minis = REFRESH // FALL_REFRESH - 1
+        self.until_refresh = FALL_REFRESH if self.minis or not block else REFRESH
         if block and self.on_block is not None:
             self.on_block(step, row, level, self.scale)
 
@@ -319,9 +343,12 @@ class Series:
         halves), 0 when it rises or there is too little; the lag is the plain median's, unless it followed a fall."""
         b = self.blocks
         if len(b) < TREND_BLOCKS:
-            return 0.0, 0
+            return 0.0, 0, self._rate()
         slope = ((b[-1][1] + b[-2][1]) - (b[0][1] + b[1][1])) / (b[-1][0] + b[-2][0] - b[0][0] - b[1][0])
-        return min(slope, 0.0), 0 if self.slope else WINDOW // 2
+        return min(slope, 0.0), 0 if self.slope else WINDOW // 2, self._rate()
+
+    def _rate(self):
+        return self.slope / self.med if self.falling and self.slope < 0 < self.med else 0.0
 
     def feed(self, step, row, x):
         """Take one value of the series at `step` (`row`: the row of the file, a clock shared by all series)."""
@@ -431,6 +458,7 @@ class Series:
         self.blocks.clear()
         self.falling = False
         self.refreshes = 0
+        self.minis = 0
         self._refresh(self.last_step, row)
         if self.on_reset is not None:
             self.on_reset(why)
@@ -461,6 +489,7 @@ class Series:
         self.last_step = -math.inf
         self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
         self.falling = False
+        self.minis = 0
         if self.episode is not None:
             self._close(self.episode.by_level("resume"), row)
         if self.snapshot is not None and step <= self.snapshot[0]:
@@ -477,7 +506,7 @@ class Series:
         self.slope = self.scale = 0.0
         self.blocks.clear()
         self.falling = False
-        self.threshold, self.until_refresh, self.refreshes = math.inf, 1, 0
+        self.threshold, self.until_refresh, self.refreshes, self.minis = math.inf, 1, 0, 0
         self.snapshot = None
         self.last_step = -math.inf
 

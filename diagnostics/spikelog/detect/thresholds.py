@@ -6,6 +6,8 @@ MIN_POINTS = 32  # values before detection starts: order statistics need some ma
 REFRESH = 32  # healthy values between two recomputations of the threshold: it lags a little, the
 # median lags half a window anyway (and follows a fast fall, see FALLING_Z), and each recomputation costs
 # ~5 us: every 16 rows it was a third of the time per row (measured); every 32 the synthetic scores are the same
+FALL_REFRESH = 8  # ...and every 8 in a fast fall (FALLING_Z): held for 32 rows, the threshold of a loss that falls
+# 20% in 32 rows hid a lasting 1.3x offset (issue 23's plants); the line is fitted 4x as often only there (ours)
 IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
 SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
 # the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
@@ -29,6 +31,8 @@ TREND_BLOCKS = 8  # block medians that give the pre-spike trend
 VERIFY = 4 * BLOCK  # values after a recovery whose level is checked against the pre-spike trend
 OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the median of 64 values moves
 OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
+FALL_PACE = 0.5  # after a spike in a fast fall, the later values still falling by half the factor per row the loss fell
+# by before, or more: the fall goes on, and the level after is judged against it, not the pre-spike level (ours)
 FALL_Z = 0.5  # still coming down: the later median lower by 0.5 sigma (2 standard errors of the difference)
 SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baseline so far (the first loss,
 CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)

@@ -52,7 +52,7 @@ def sniff(path):
     suffix = path.suffix.lower()
     if suffix in (".csv", ".tsv"):
         return suffix[1:]
-    if any(general.parse(line) for line in lines) or _table(lines):
+    if any(general.parse(line) for line in lines) or _table(lines) or any(_box_value(line) for line in lines):
         return "text"
     if "\t" in first:
         return "tsv"
@@ -116,6 +116,12 @@ def _table(lines):
         if record is not None:
             return True
     return False
+
+
+def _box_value(line):
+    """A `| name | value |` row of a box (stable-baselines3's console)."""
+    m = general.BOX_ROW.match(line)
+    return m is not None and m.group(2) is not None
 
 
 def _json_document(first, text):

@@ -96,19 +96,16 @@ CELL_NAME = re.compile(r"[A-Za-z_][\w./ ()-]*")
 CELL_NUMBER = re.compile(NUM)
 
 
+BOX_ROW = re.compile(r"\|\s*([A-Za-z_][\w./ -]*?)\s*\|\s*(" + NUM + r")?\s*\|\s*$")  # | train/ | |, |  loss | 0.277 |
+
+
 def records(path, unparsed, parse_line=parse):
-    """(line, record) of every line `parse_line` reads (this reader's parse, or a framework's own), or of a table
-    printed with `|` (table_row); lines in a row with the same step make one record, the first value of each name
-    kept."""
-    held, held_line, header = None, 0, None
-    for line, text in enumerate(text_lines(path, unparsed), 1):
-        record = None
-        if text.count("|") >= 2 or "  " in text or "\t" in text:
-            header, record = table_row(text, header)
-        if record is None:
-            record = parse_line(text)
-        if record is None:
-            continue
+    """(line, record) of every line `parse_line` reads (this reader's parse, or a framework's own), of a table
+    printed with `|` (table_row), or of a box of `| name | value |` rows (stable-baselines3's console: `| train/ |`
+    opens a section, its rows are `train/loss`...; the box is one record); lines in a row with the same step make
+    one record, the first value of each name kept."""
+    held, held_line = None, 0
+    for line, record in _line_records(path, unparsed, parse_line):
         if held is not None and "step" in record and held.get("step") == record["step"]:
             for name, value in record.items():
                 held.setdefault(name, value)
@@ -118,3 +115,38 @@ def records(path, unparsed, parse_line=parse):
         held, held_line = record, line
     if held is not None:
         yield held_line, held
+
+
+def _line_records(path, unparsed, parse_line):
+    header, box, box_line, section = None, {}, 0, ""
+    for line, text in enumerate(text_lines(path, unparsed), 1):
+        m = BOX_ROW.match(text) if text.startswith("|") else None
+        if m is not None:
+            name, value = m.groups()
+            if value is None:
+                section = name if name.endswith("/") else ""
+            else:
+                box_line = box_line or line
+                box[section + name] = value
+            continue
+        if box:  # the box ended: one record
+            yield box_line, _stepped(box)
+            box, box_line, section = {}, 0, ""
+        record = None
+        if text.count("|") >= 2 or "  " in text or "\t" in text:
+            header, record = table_row(text, header)
+        if record is None:
+            record = parse_line(text)
+        if record is not None:
+            yield line, record
+    if box:
+        yield box_line, _stepped(box)
+
+
+def _stepped(box):
+    """A box's record, stepped by its own counter (`time/iterations`)."""
+    keys = {key(name): name for name in box}
+    found = next((keys[k] for k in GLOBAL_STEPS if k in keys), None)
+    if found is not None:
+        box["step"] = box.pop(found)
+    return box
