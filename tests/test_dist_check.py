@@ -30,6 +30,8 @@ RUNS = {  # name: (ranks, extra args)
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    """The four runs above, then the first of test_a_healthy_torchrun_run_...'s two torchrun runs: started once the
+    healthy runs are done, so that its imports overlap the planted runs' waits for their timeouts."""
     base = tmp_path_factory.mktemp("dist_check")
     started, procs = time.monotonic(), {}
     for name, (ranks, extra) in RUNS.items():
@@ -37,10 +39,13 @@ def runs(tmp_path_factory):
             [sys.executable, str(DIAGNOSTICS / "dist_check.py"), "--nproc", str(ranks), "--out", str(base / name), *extra],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     results = {}
-    for name, proc in procs.items():
-        out, err = proc.communicate(timeout=240)
-        results[name] = {"code": proc.returncode, "out": out, "err": err, "dir": base / name,
-                         "seconds": time.monotonic() - started, "pid": proc.pid}
+    for name in [*RUNS, "torchrun"]:
+        if name == "skip":
+            procs["torchrun"] = subprocess.Popen(torchrun_command(base / "torchrun"), stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        out, err = procs[name].communicate(timeout=240)
+        results[name] = {"code": procs[name].returncode, "out": out, "err": err, "dir": base / name,
+                         "seconds": time.monotonic() - started, "pid": procs[name].pid}
     return results
 
 
@@ -238,25 +243,29 @@ def test_the_abort_watch_stops_before_teardown(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "dist_check-abort-watch"]
 
 
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "{port}",
-            str(DIAGNOSTICS / "dist_check.py"), "--timeout", "20", "--out", "{out}"]
+def torchrun_command(out):
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+            str(DIAGNOSTICS / "dist_check.py"), "--timeout", "20", "--out", str(out)]
 
 
 @pytest.mark.hostile
-def test_a_healthy_torchrun_run_passes_and_a_second_run_reuses_its_folder(tmp_path):
+def test_a_healthy_torchrun_run_passes_and_a_second_run_reuses_its_folder(runs):
     """Under torchrun, rank 1 created its stack file before rank 0 checked --out: a healthy run was refused 3 times in
     4. Every rank now checks before any rank writes. The second run finds the folder its own and passes too; a file
-    the user added to it stays."""
-    out = tmp_path / "out"
-    for run in range(2):
-        command = [part.format(port=_free_port(), out=out) for part in TORCHRUN]
-        proc = subprocess.run(command, capture_output=True, text=True, timeout=240,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
-        assert proc.returncode == 0, (run, proc.stdout, proc.stderr[-3000:])
-        assert "all ranks passed" in proc.stdout
-        assert sorted(_verdicts({"dir": out})) == [0, 1]
-        (out / "notes.txt").write_text("mine\n")
+    the user added to it stays. The first run is the fixture's (started with the others)."""
+    first, out = runs["torchrun"], runs["torchrun"]["dir"]
+    _passes_under_torchrun(first["code"], first["out"], first["err"], out)
+    (out / "notes.txt").write_text("mine\n")
+    second = subprocess.run(torchrun_command(out), capture_output=True, text=True, timeout=240,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    _passes_under_torchrun(second.returncode, second.stdout, second.stderr, out)
     assert (out / "notes.txt").read_text() == "mine\n"
+
+
+def _passes_under_torchrun(code, stdout, stderr, out):
+    assert code == 0, (stdout, stderr[-3000:])
+    assert "all ranks passed" in stdout
+    assert sorted(_verdicts({"dir": out})) == [0, 1]
 
 
 @pytest.mark.hostile

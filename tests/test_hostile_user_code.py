@@ -37,7 +37,8 @@ for _ in range(3):
     loss.backward()
     opt.step()
 """
-HANG_LIMIT = 1.5  # seconds: --start-timeout for the kinds that never finish
+HANG_LIMIT = 0.5  # seconds: --start-timeout for the kinds that never finish (each such run lasts it plus KILL_GRACE)
+KILL_GRACE = 0.25  # seconds past the limit before the parent kills: the kinds that ignore the alarm wait it out
 START_LIMIT = 120.0  # seconds: for the kinds that finish (a loaded 2-core machine must not make them time out)
 
 # kind -> (code planted first, expected exit code, pattern the one stderr line must match; None: a normal report)
@@ -60,7 +61,7 @@ KINDS = {
 
 @pytest.fixture
 def fast_kill(monkeypatch):
-    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", KILL_GRACE)
     monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity")])
 
 
@@ -168,12 +169,13 @@ def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, cap
     planted, code, pattern = KINDS[kind]
     if code == 0:
         code = healthy_code
-    monkeypatch.setattr(ml_debug_contract, "USER_CODE_LIMIT", HANG_LIMIT)  # the --case tools' start limit
-    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    limit = HANG_LIMIT if pattern == r"time limit" else START_LIMIT
+    monkeypatch.setattr(ml_debug_contract, "USER_CODE_LIMIT", limit)  # the --case tools' start limit
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", KILL_GRACE)
     module = importlib.import_module(module_name)
     path = tmp_path / "user_file.py"
     path.write_text(planted + body)
-    argv = [flag, str(path), "--timeout", str(HANG_LIMIT if pattern == r"time limit" else START_LIMIT)]
+    argv = [flag, str(path), "--timeout", str(limit)]
     started = time.monotonic()
     exit_code = module.main(argv) if hasattr(module, "main") else module.cli_main(
         getattr(module, f"check_{module_name}"), module.make_demo_case, module.__doc__, argv)
@@ -206,7 +208,7 @@ def test_a_trainer_hostile_in_its_train_step_ends_resume_check_in_one_line(kind,
     """resume_check calls into the trainer after its import: each kind that ends a run, planted in train_step."""
     import resume_check
     planted, code, pattern = KINDS[kind]
-    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", KILL_GRACE)
     path = tmp_path / "trainer.py"
     path.write_text(TRAINER_BODY.format(planted="\n".join(" " * 8 + line for line in planted.splitlines())))
     resume_check.DemoTrainer().train_step()  # torch's lazy imports done here: the child reaches train_step at once
@@ -236,7 +238,7 @@ def make_case():
 def test_one_check_whose_model_ignores_the_alarm_is_stopped_and_says_to_raise_the_timeout(tmp_path, capfd, monkeypatch):
     """cli_main: the check's phase, killed by the parent, gives the same line as the alarm: the check, --timeout."""
     import init_loss
-    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", KILL_GRACE)
     path = tmp_path / "case.py"
     path.write_text(STUCK_CASE)
     exit_code = init_loss.cli_main(init_loss.check_init_loss, init_loss.make_demo_case, "init_loss",
@@ -250,7 +252,7 @@ def test_one_check_whose_model_ignores_the_alarm_is_stopped_and_says_to_raise_th
 @pytest.mark.skipif(not ml_debug_contract.SUPERVISED, reason="the supervised child needs fork (Linux)")
 def test_a_check_killed_at_its_time_limit_is_inconclusive_not_a_fail(tmp_path, capfd, monkeypatch):
     """A forward that ignores the alarm and loops: the parent kills the child; a budget run out is no verdict."""
-    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.5)
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", KILL_GRACE)
     monkeypatch.setattr(doctor, "CHECKS", [("data_sanity", "data_sanity"), ("init_loss", "init_loss"),
                                            ("gradient_flow", "gradient_flow")])
     path = tmp_path / "case.py"

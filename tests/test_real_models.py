@@ -28,10 +28,22 @@ EXPECTED_WARNS = {  # case -> {check id: why a person would agree}
 CASES = [(healthy_hf, name) for name in healthy_hf.HEALTHY] + [(healthy_own, name) for name in healthy_own.HEALTHY]
 
 
+@pytest.fixture(scope="module")
+def doctor_on():
+    """doctor_on(module, name): {check id: result} of the whole doctor on that healthy case, run once per module (the
+    tests below that read one check's details on the same case read them from this run)."""
+    results = {}
+
+    def run(module, name):
+        if (module, name) not in results:
+            results[module, name] = {r.id: r for r in doctor.run_checks(doctor.validate_case(getattr(module, name)(), name))}
+        return results[module, name]
+    return run
+
+
 @pytest.mark.parametrize("module, name", CASES, ids=[name for _, name in CASES])
-def test_healthy_real_model_gets_no_fail_and_only_agreed_warns(module, name):
-    case = doctor.validate_case(getattr(module, name)(), name)
-    statuses = {r.id: r.status for r in doctor.run_checks(case)}
+def test_healthy_real_model_gets_no_fail_and_only_agreed_warns(module, name, doctor_on):
+    statuses = {check: r.status for check, r in doctor_on(module, name).items()}
     assert "fail" not in statuses.values(), statuses
     assert {check for check, status in statuses.items() if status == "warn"} == set(EXPECTED_WARNS.get(name, {})), statuses
     assert statuses["data_sanity"] == "pass" and statuses["overfit_one_batch"] == "pass", statuses
@@ -60,11 +72,11 @@ def test_case_from_hf_reads_the_task_from_the_model():
     assert "transformers" not in open(ROOT / "diagnostics" / "hf_case.py").read().split('"""', 2)[2].split("def ")[0]
 
 
-def test_whisper_reading_little_of_the_audio_at_init_is_judged_after_training_steps():
+def test_whisper_reading_little_of_the_audio_at_init_is_judged_after_training_steps(doctor_on):
     """At init the decoder barely reads the audio (0.4% change): the 0.02-std cross-attention passes little of the
     encoder's stream, where the sinusoidal positions are large. It grows as the model trains, so it is no warn."""
     import input_dependence
-    result = input_dependence.check_input_dependence(doctor.validate_case(healthy_hf.make_whisper()))
+    result = doctor_on(healthy_hf, "make_whisper")["input_dependence"]
     assert result.status in ("pass", "skip") and result.details["relative_change_at_start"] < input_dependence.WEAK, result
 
 
@@ -223,18 +235,16 @@ class RedrawnNoise(healthy_own.Diffusion):
         return prediction, torch.randn_like(x0)  # BUG: a fresh draw, not the noise that was added: nothing to learn
 
 
-def test_a_diffusion_objective_passes_but_a_target_noise_drawn_twice_fails():
+def test_a_diffusion_objective_passes_but_a_target_noise_drawn_twice_fails(doctor_on):
     """DDPM's loss is random by design (t and the noise are drawn in forward), so overfit_one_batch accepts a loss that
     halved and settled; a target noise drawn apart from the one added cannot be predicted, and the loss never halves.
     Its zero-initialised output conv hides the input and every gradient at step 0: both checks look after a step."""
-    import input_dependence
     import overfit_one_batch
-    import update_ratio
-    case = healthy_own.make_ddpm()
-    result = overfit_one_batch.check_overfit_one_batch(case)
+    case, healthy = healthy_own.make_ddpm(), doctor_on(healthy_own, "make_ddpm")
+    result = healthy["overfit_one_batch"]
     assert result.status == "pass" and result.details["samples_noise"], result.summary
-    assert input_dependence.check_input_dependence(case).details["steps_taken"] == 1
-    assert update_ratio.check_update_ratio(case).details["judged_step"] == 2
+    assert healthy["input_dependence"].details["steps_taken"] == 1
+    assert healthy["update_ratio"].details["judged_step"] == 2
     with healthy_own.seeded(29):
         case["model"] = RedrawnNoise()
     result = overfit_one_batch.check_overfit_one_batch(case)
@@ -246,16 +256,14 @@ class UnconditionedDiT(healthy_own.DiT):
         return super().forward(x, t, torch.full_like(y, 4))  # BUG: the null class for every row: the label is dropped
 
 
-def test_dit_zero_gates_are_stepped_through_but_a_dropped_class_label_still_shows():
+def test_dit_zero_gates_are_stepped_through_but_a_dropped_class_label_still_shows(doctor_on):
     """adaLN-Zero hides the conditioning for two steps (zero final layer, then zero gates); gradient_flow, update_ratio
     and input_dependence step through it. A DiT that passes the null class for every row ignores its labels for good."""
-    import gradient_flow
     import input_dependence
-    import update_ratio
-    case = healthy_own.make_dit()
-    assert gradient_flow.check_gradient_flow(case).status == "pass"
-    assert update_ratio.check_update_ratio(case).details["judged_step"] == 3
-    result = input_dependence.check_input_dependence(case)
+    case, healthy = healthy_own.make_dit(), doctor_on(healthy_own, "make_dit")
+    assert healthy["gradient_flow"].status == "pass"
+    assert healthy["update_ratio"].details["judged_step"] == 3
+    result = healthy["input_dependence"]
     assert result.status == "pass" and result.details["steps_taken"] == 2, result.summary
     with healthy_own.seeded(30):
         case["model"].net = UnconditionedDiT()
