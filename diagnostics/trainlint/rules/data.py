@@ -40,17 +40,17 @@ def check_torch_load_unsafe(src):
 
 @rule(
     "train-loader-no-shuffle",
-    "A DataLoader that feeds training is built without shuffle=True (shuffle=False or left out) and no sampler.",
+    "A DataLoader that this file shows feeding training is built without shuffle=True (shuffle=False or left out) and no sampler.",
     """Without shuffling every epoch sees the samples in the same order, often sorted by class,
     source or length (DataLoader's default is shuffle=False). The model then learns the order
     (the loss drops and rises in a pattern that repeats every epoch) and batches are not
     representative. Pass shuffle=True for training, or a sampler (a DistributedSampler shuffles
-    by default). A loader counts as a training loader when a loop of this file that calls
-    backward() or step() iterates it, when it is passed to trainer.fit or returned by
-    train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
-    train and that this file never evaluates with. Iterable and streaming datasets (which the
-    loader cannot shuffle) are left alone. If the order matters on purpose (a curriculum, time series),
-    silence this line.""",
+    by default). A loader counts as a training loader only when this file shows it feeding
+    training: a loop that calls backward() or step() iterates it, there or in a function of the
+    file it is passed to (`train_one_epoch(model, train_loader, ...)`), or it goes to trainer.fit
+    or is returned by train_dataloader(). A loader merely named train, with no such use in the
+    file, is left alone, and so are iterable and streaming datasets (which the loader cannot
+    shuffle). If the order matters on purpose (a curriculum, time series), silence this line.""",
     """
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
@@ -80,12 +80,7 @@ def check_train_loader_no_shuffle(src):
                 has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
                 iterable_dataset(src, argument(call, 0, "dataset")):
             continue
-        use = loader_use(src, call)
-        labels = [ast.unparse(t).lower() for t in getattr(src.parent.get(call), "targets", [])] + \
-                 [ast.unparse(a).lower() for a in [argument(call, 0, "dataset")] if a is not None]
-        named_train = any("train" in label for label in labels) and \
-            not any(w in label for label in labels for w in ("val", "test", "eval", "dev"))
-        if use == "train" or use is None and is_false(shuffle) and named_train:
+        if loader_use(src, call) == "train":
             how = "shuffle=False" if shuffle is not None else "no shuffle argument (the default is shuffle=False)"
             yield call, (f"this training DataLoader has {how}: every epoch sees the samples in the same order, and "
                          f"the model learns that order. Pass shuffle=True (or a sampler).")
@@ -126,10 +121,18 @@ def loader_use(src, call):
     if any((src.place(c, dotted(a)), dotted(a)) in places for c in src.calls_by_name.get("fit", []) if method_call(c, "fit")
            for a in [argument(c, 1, "train_dataloaders")] if dotted(a)):
         return "train"  # trainer.fit(model, train_loader)
-    loops = [l for key in places for l in src.loops_over().get(key, [])]
+    loops = fed_loops(src, places, depth=3)
     if not loops:
         return None
     return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
+
+
+def fed_loops(src, places, depth):
+    """The for loops that iterate the object these (place, name) keys denote: where it is, and in the functions of
+    this file it is passed to as an argument (`train_one_epoch(model, train_loader)`), `depth` calls deep."""
+    loops = [l for key in places for l in src.loops_over().get(key, [])]
+    handed = {param for key in places for param in src.passed().get(key, [])}
+    return loops + (fed_loops(src, handed, depth - 1) if handed and depth > 1 else [])
 
 
 def int_constant(node, default):
