@@ -1,0 +1,116 @@
+# eval-mode-missing: evaluation with autograd off while a trained model with dropout or batch norm is in train mode
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(1))
+        self.head = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.head(torch.flatten(self.body(x), 1))
+
+
+class Tiny(nn.Module):  # no dropout, no batch norm: the mode changes nothing
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def accuracy(model, loader):
+    correct = 0
+    with torch.no_grad():
+        for x, y in loader:
+            correct += (model(x).argmax(1) == y).sum().item()  # BUG: eval-mode-missing
+    return correct
+
+
+def accuracy_in_eval(model, loader):
+    model.eval()
+    with torch.no_grad():
+        return sum((model(x).argmax(1) == y).sum().item() for x, y in loader)
+
+
+def fit(train_loader, val_loader):
+    model = Classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        accuracy(model, val_loader)
+
+
+def fit_and_switch(train_loader, val_loader):
+    model = Classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        accuracy_in_eval(model, val_loader)
+        model.eval()
+        with torch.no_grad():
+            for x, y in val_loader:
+                model(x)
+
+
+def fit_tiny(train_loader, val_loader, mode):
+    model = Tiny()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    with torch.no_grad():
+        for x, y in val_loader:
+            model(x)
+    other = Classifier()
+    other.train(mode)  # a mode this file cannot read
+    with torch.no_grad():
+        for x, y in val_loader:
+            other(x)
+
+
+def seq2seq(train_loader, val_loader):
+    encoder = nn.Sequential(nn.Embedding(100, 32), nn.Dropout(0.1))
+    decoder = nn.Sequential(nn.Linear(32, 32), nn.Dropout(0.1), nn.Linear(32, 100))
+    optimizer = torch.optim.Adam(list(encoder.parameters()) + list(decoder.parameters()))
+    for epoch in range(5):
+        encoder.train()
+        decoder.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(decoder(encoder(x)).flatten(0, 1), y.flatten()).backward()
+            optimizer.step()
+        encoder.eval()
+        with torch.no_grad():
+            for x, y in val_loader:
+                decoder(encoder(x))  # BUG: eval-mode-missing the decoder was left in train mode
+
+
+def mc_dropout(model, loader, passes=20):  # a function no caller of this file shows: its mode is unknown
+    with torch.no_grad():
+        return [torch.stack([model(x) for _ in range(passes)]) for x, _ in loader]
+
+
+def pseudo_labels(train_loader, unlabeled_loader):
+    model = nn.Sequential(nn.Linear(8, 8), nn.Dropout(0.2), nn.Linear(8, 2))
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        with torch.no_grad():
+            model(x)  # inside the training loop: not an evaluation loop
