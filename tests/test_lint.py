@@ -127,6 +127,10 @@ PLANTED = [
      "val_loss, val_acc, _ = evaluate("),
     ("clean_image_classifier.py", "@torch.inference_mode()\n", "", "eval-without-no-grad", "outputs = model(images)\n"
      "        total_loss"),
+    ("clean_image_classifier.py", "    model.eval()\n    total_loss", "    total_loss", "eval-mode-missing",
+     "outputs = model(images)\n        total_loss"),
+    ("clean_image_classifier.py", "total_loss += criterion(outputs, labels).item() * images.size(0)",
+     "total_loss += F.cross_entropy(outputs, labels).item()", "loss-average-mismatch", "return total_loss / seen"),
     ("clean_image_classifier.py", "running_loss += loss.item()", "running_loss += loss", "loss-accumulated-with-graph",
      "running_loss += loss"),
     ("clean_image_classifier.py", "batch_size=128, shuffle=True", "batch_size=128, shuffle=False",

@@ -2,7 +2,7 @@
 import ast
 
 from ..registry import rule
-from ..syntax import argument, dotted, has_star_kwargs, keyword, place, position, terminal
+from ..syntax import argument, dotted, has_star_kwargs, keyword, method_call, place, position, terminal
 
 
 def activation_fed_to(src, call, loss_kind):
@@ -255,6 +255,23 @@ def divisor(node, total):
     return None
 
 
+def counter(src, loop, name):
+    """'samples' when name is a counter the loop increases by each batch's size (`seen += x.size(0)`,
+    `n += len(y)`, `+= x.shape[0]`), 'batches' when by 1, else None."""
+    steps = [n.value for n in src.local(loop) if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and
+             isinstance(n.target, ast.Name) and isinstance(name, ast.Name) and n.target.id == name.id]
+    if len(steps) != 1:
+        return None
+    step = steps[0]
+    if isinstance(step, ast.Constant) and step.value == 1:
+        return "batches"
+    sized = method_call(step, "size") and len(step.args) == 1 and isinstance(step.args[0], ast.Constant) and \
+        step.args[0].value == 0 or isinstance(step, ast.Call) and terminal(step.func) == "len" or \
+        isinstance(step, ast.Subscript) and isinstance(step.value, ast.Attribute) and step.value.attr == "shape" and \
+        isinstance(step.slice, ast.Constant) and step.slice.value == 0
+    return "samples" if sized else None
+
+
 @rule(
     "loss-average-mismatch",
     "A loss summed over the batches of a loop is divided by the wrong count: per-batch means by the number of samples, or per-batch sums by the number of batches.",
@@ -266,7 +283,8 @@ def divisor(node, total):
     small (the old `size_average=False` of the MNIST example, dropped in an update, does this). Nothing
     fails: the curve just has the wrong scale, and comparisons across batch sizes are wrong. Only a
     total of the plain loss value (no `* x.size(0)` weighting) of a torch loss with a literal reduction
-    in a loop over `loader`, divided after the loop by `len(loader.dataset)` or `len(loader)`, is checked.""",
+    in a loop over `loader`, divided after the loop by `len(loader.dataset)` or `len(loader)` (or by a
+    counter the loop increases by each batch's size, or by 1), is checked.""",
     """
     import torch
     import torch.nn.functional as F
@@ -310,13 +328,15 @@ def check_loss_average_mismatch(src):
                 continue
             of = count.args[0] if isinstance(count, ast.Call) and terminal(count.func) == "len" and \
                 len(count.args) == 1 else None
-            samples = isinstance(of, ast.Attribute) and of.attr == "dataset" and dotted(of.value) == loader
-            batches = isinstance(of, ast.Name) and of.id == loader
+            counted = counter(src, loop, count)
+            samples = isinstance(of, ast.Attribute) and of.attr == "dataset" and dotted(of.value) == loader or \
+                counted == "samples"
+            batches = isinstance(of, ast.Name) and of.id == loader or counted == "batches"
             if reduction == "mean" and samples:
                 yield after, (f"{total} sums one mean per batch (the loss's default reduction='mean'), but is divided "
-                              f"by the number of samples, len({loader}.dataset): the average comes out batch-size "
+                              f"by the number of samples ({ast.unparse(count)}): the average comes out batch-size "
                               f"times too small. Divide by len({loader}), or sum with reduction='sum'.")
             elif reduction == "sum" and batches:
                 yield after, (f"{total} sums the losses of every sample (reduction='sum'), but is divided by the number "
-                              f"of batches, len({loader}): the average comes out batch-size times too large. Divide "
-                              f"by len({loader}.dataset).")
+                              f"of batches ({ast.unparse(count)}): the average comes out batch-size times too large. "
+                              f"Divide by the number of samples, len({loader}.dataset).")

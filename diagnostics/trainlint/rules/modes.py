@@ -227,8 +227,8 @@ def training_dropout(src, call):
 
 def in_train_mode(src, scope, expr, before, depth=0):
     """The model expr names is provably in train mode at position `before` of scope: the last switch there is target.train()
-    (or train(True)); or none, no helper called before it switches modes, and the scope is the module that built
-    it (a new module trains) or a function whose every caller in this file has it in train mode."""
+    (or train(True)); or none, no helper called before it switches modes, and the scope built it (a new module
+    trains) or is a function whose every caller in this file has it in train mode."""
     target = ast.unparse(expr)
     switch = last_switch(src, scope, target, before)
     if switch is not None:
@@ -237,8 +237,10 @@ def in_train_mode(src, scope, expr, before, depth=0):
     if any(position(c) < before and any("eval" in src.kinds(f) for f in src.helpers(c))
            for c in src.local(scope) if isinstance(c, ast.Call)):
         return False  # a helper of this file switches some model's mode: unsure which
+    if isinstance(expr, ast.Name) and expr.id in src.bindings(scope) and src.origin(expr) is not None:
+        return True  # built in this scope and never switched since: a new module is in train mode
     if isinstance(scope, ast.Module):
-        return isinstance(expr, ast.Name) and src.origin(expr) is not None
+        return False
     callers = [c for c in src.calls_by_name.get(getattr(scope, "name", ""), []) if scope in src.helpers(c)]
     if not callers or depth > 2 or isinstance(src.parent.get(scope), ast.ClassDef):
         return False

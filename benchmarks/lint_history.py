@@ -1,0 +1,94 @@
+"""lint.py on historical bug fixes: for each (repository, fix commit, file, rule) of CASES, the file as it was just
+before the fix (the commit's parent) and as the fix left it are linted; a case is caught when the parent has more
+findings of that rule than the fix, silent otherwise. (Not run in CI.)
+
+    python benchmarks/lint_history.py MIRRORS [--candidates OWNER/NAME SHA...]
+
+MIRRORS is a folder of git directories laid out as the `fetch` tool leaves them, MIRRORS/<owner>+<name>/repo
+(full history): the code is read with `git show`, linted in this process from memory, and never enters this
+repository. The cases are commits whose message or diff says what they fix, each read by a person before it was
+listed (`why`); a rule's count dropping in an unrelated rewrite would not be a catch, so a commit is listed only
+when fixing that bug is what it does. With --candidates, the rules whose count drops in each changed .py file of
+the given commits are printed instead: how new cases are found (search a repository's log for a fix, then try it).
+
+The figures are counts of cases, not times, and do not depend on the machine.
+"""
+import argparse
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "diagnostics"))
+
+from trainlint.run import lint_source, notebook_source  # noqa: E402
+
+# (repository, fix commit, file, rule whose finding on the parent the fix removes, what was wrong)
+CASES = [
+    ("pytorch/examples", "c053f31a0577517c85136faf41802598d551a519", "mnist/main.py", "dropout-missing-training",
+     "F.dropout without training=self.training: dropout on at test time"),
+]
+
+
+def git(gitdir, *args):
+    done = subprocess.run(["git", "--git-dir", str(gitdir), *args], capture_output=True, text=True, errors="replace")
+    return done.stdout if done.returncode == 0 else None
+
+
+def rules_in(text, path):
+    """Counter of rule ids lint finds in one file's text (a notebook's cells when path ends in .ipynb); None when
+    it is not Python 3."""
+    try:
+        source = notebook_source(text)[0] if path.endswith(".ipynb") else text
+        return Counter(f.rule for f in lint_source(source, path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def before_after(gitdir, sha, path):
+    """(rules on the parent, rules on the fix) of one file, or None when either version is missing or unreadable."""
+    before, after = git(gitdir, "show", f"{sha}^:{path}"), git(gitdir, "show", f"{sha}:{path}")
+    if before is None or after is None:
+        return None
+    found = rules_in(before, path), rules_in(after, path)
+    return found if None not in found else None
+
+
+def mirror(root, repo):
+    return root / repo.replace("/", "+") / "repo"
+
+
+def candidates(root, repo, shas):
+    gitdir = mirror(root, repo)
+    for sha in shas:
+        subject = (git(gitdir, "log", "-1", "--format=%s", sha) or "").strip()
+        for path in (git(gitdir, "diff", "--name-only", f"{sha}^", sha) or "").split():
+            if path.endswith((".py", ".ipynb")):
+                pair = before_after(gitdir, sha, path)
+                drops = {r: n - pair[1][r] for r, n in pair[0].items() if n > pair[1][r]} if pair else {}
+                if drops:
+                    print(f"{repo} {sha[:10]} {path}: {drops}  ({subject})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mirrors", type=Path)
+    parser.add_argument("--candidates", nargs="+", metavar="OWNER/NAME SHA")
+    args = parser.parse_args()
+    if args.candidates:
+        candidates(args.mirrors, args.candidates[0], args.candidates[1:])
+        return
+    tally = Counter()
+    print("| repository | fix | file | rule | what was wrong | parent | fix | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for repo, sha, path, rule_id, why in CASES:
+        pair = before_after(mirror(args.mirrors, repo), sha, path)
+        verdict = "not in the mirrors" if pair is None else "caught" if pair[0][rule_id] > pair[1][rule_id] else "silent"
+        tally[verdict] += 1
+        counts = f"{pair[0][rule_id]} | {pair[1][rule_id]}" if pair else "- | -"
+        print(f"| {repo} | {sha[:10]} | {path} | {rule_id} | {why} | {counts} | {verdict} |")
+    print(f"\ncaught {tally['caught']} of {len(CASES)}; silent {tally['silent']}; not in the mirrors {tally['not in the mirrors']}")
+
+
+if __name__ == "__main__":
+    main()
