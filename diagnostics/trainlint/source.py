@@ -593,9 +593,9 @@ class Source:
 
     @memo
     def passed(self):
-        """{(place, name or attribute as written): [(call, parameter)]} for each call to a function of this file
-        that takes the object as an argument (`train_one_epoch(model, train_loader)`); the parameter is the
-        function's name for it, and its (place, name) key holds what the function does with it."""
+        """{(place, name or attribute as written): [(call, function, parameter)]} for each call to a function of
+        this file that takes the object as an argument (`train_one_epoch(model, train_loader)`); (function,
+        parameter) is the key of the object's name inside the function."""
         found = {}
         for call in self.calls:
             slots = [(i, a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
@@ -612,7 +612,7 @@ class Source:
                     else:
                         param = slot if slot in params + [a.arg for a in helper.args.kwonlyargs] else None
                     if param is not None:
-                        found.setdefault((self.place(call, name), name), []).append((helper, param))
+                        found.setdefault((self.place(call, name), name), []).append((call, helper, param))
         return found
 
     def place(self, node, name):

@@ -225,20 +225,27 @@ def training_dropout(src, call):
         isinstance(argument(call, 2, "training"), ast.Attribute) and argument(call, 2, "training").attr == "training"
 
 
+def trained_between(src, scope, start, end):
+    return any(e.kind in ("backward", "step") and start < e.pos < end for e in src.events(scope))
+
+
 def in_train_mode(src, scope, expr, before, depth=0):
-    """The model expr names is provably in train mode at position `before` of scope: the last switch there is target.train()
-    (or train(True)); or none, no helper called before it switches modes, and the scope built it (a new module
-    trains) or is a function whose every caller in this file has it in train mode."""
+    """The model expr names is provably in train mode at position `before` of scope, and has trained since it got
+    there: the last switch there is target.train() (or train(True)), or there is none, no helper called before
+    switches modes and the scope built it (a new module trains), with a backward() or step() of this scope (or of
+    a helper it calls) in between; or the scope is a function every caller of which has it so. A forward pass
+    right after model.train() with no training before it (recalibrating batch norm) is not evaluation."""
     target = ast.unparse(expr)
     switch = last_switch(src, scope, target, before)
     if switch is not None:
         mode = argument(switch.node, 0, "mode")
-        return switch.kind == "train" and (mode is None or isinstance(mode, ast.Constant) and mode.value is True)
+        return switch.kind == "train" and (mode is None or isinstance(mode, ast.Constant) and mode.value is True) \
+            and trained_between(src, scope, switch.pos, before)
     if any(position(c) < before and any("eval" in src.kinds(f) for f in src.helpers(c))
            for c in src.local(scope) if isinstance(c, ast.Call)):
         return False  # a helper of this file switches some model's mode: unsure which
     if isinstance(expr, ast.Name) and expr.id in src.bindings(scope) and src.origin(expr) is not None:
-        return True  # built in this scope and never switched since: a new module is in train mode
+        return trained_between(src, scope, position(src.definition(expr)), before)
     if isinstance(scope, ast.Module):
         return False
     callers = [c for c in src.calls_by_name.get(getattr(scope, "name", ""), []) if scope in src.helpers(c)]
@@ -255,7 +262,7 @@ def in_train_mode(src, scope, expr, before, depth=0):
 
 @rule(
     "eval-mode-missing",
-    "An evaluation loop (autograd off, no backward) runs a model this file trains while it is still in train mode, and the model has dropout or batch norm.",
+    "A loop that runs a model after training it, with no backward(), while it is still in train mode, and the model has dropout or batch norm.",
     """torch.no_grad() turns off autograd; it does not switch dropout and batch norm to their
     inference behaviour. A model that trains, then is evaluated without model.eval(), still drops
     units at random and normalises each batch with that batch's own statistics (and moves its
@@ -263,10 +270,12 @@ def in_train_mode(src, scope, expr, before, depth=0):
     model, and differ with the batch size. Call model.eval() before the evaluation loop and
     model.train() before training resumes. Flagged only when the file proves all of it: the
     model's parameters go to an optimizer of this file (or it is set to train()), its class or
-    Sequential holds a dropout or a batch norm, the loop runs it with autograd off and no
-    backward(), and the last switch before it is model.train() (or none, in the script that
-    built it, or in a function every caller of which has it in train mode). A second model
-    trained beside the first (a decoder beside an encoder) is checked on its own.""",
+    Sequential holds a dropout or a batch norm, a loop without backward() or step() calls it,
+    and the last switch before that loop is model.train() (or none, where the model was built)
+    with training in between, in the same function or in every caller of it. A forward loop right
+    after model.train() with no training before it (recalibrating batch norm, as SWA does) is
+    left alone, and so is a function no caller of this file shows. A second model trained beside
+    the first (a decoder beside an encoder) is checked on its own.""",
     """
     import torch
     import torch.nn as nn
@@ -311,7 +320,7 @@ def check_eval_mode_missing(src):
         scope = src.function(loop) or src.tree
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call)):
             target = ast.unparse(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
-            if target not in trained or target in reported or not src.grad_off(call, True) or \
+            if target not in trained or target in reported or \
                     not in_train_mode(src, scope, call.func, position(call)) or \
                     not all_mode_layers(src, built_by(src, call.func)):
                 continue

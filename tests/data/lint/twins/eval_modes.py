@@ -114,3 +114,26 @@ def pseudo_labels(train_loader, unlabeled_loader):
         optimizer.step()
         with torch.no_grad():
             model(x)  # inside the training loop: not an evaluation loop
+
+
+def script_style(train_loader, test_loader):
+    net = Classifier()
+    optimizer = torch.optim.Adam(net.parameters())
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(net(x), y).backward()
+        optimizer.step()
+    correct = 0
+    for x, y in test_loader:  # the 2018 style: no no_grad either
+        correct += (net(x).argmax(1) == y).sum().item()  # BUG: eval-mode-missing
+    return correct
+
+
+def recalibrate_batch_norm(loader):
+    model = Classifier()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.train()
+    with torch.no_grad():
+        for x, _ in loader:  # forward passes in train mode on purpose: new running statistics
+            model(x)
+    return optimizer
