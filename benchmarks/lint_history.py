@@ -26,8 +26,26 @@ from trainlint.run import lint_source, notebook_source  # noqa: E402
 
 # (repository, fix commit, file, rule whose finding on the parent the fix removes, what was wrong)
 CASES = [
+    ("huggingface/diffusers", "1b1d6444c69d8a8a9f037500bc54da735fd547d5",
+     "examples/unconditional_image_generation/train_unconditional.py", "accumulate-without-steps",
+     "accelerator.accumulate() with no gradient_accumulation_steps given to Accelerator (#308)"),
+    ("huggingface/diffusers", "14f4af8f5b9b2c097f3ce9cc082525e03d49e318", "examples/dreambooth/train_dreambooth.py",
+     "clip-every-micro-batch", "gradients clipped on every accumulation micro-step (#686)"),
+    ("huggingface/diffusers", "14b97549230ce4a40c0775e075a11c3891dc0446",
+     "examples/unconditional_image_generation/train_unconditional.py", "clip-every-micro-batch",
+     "gradients clipped on every accumulation micro-step (#721)"),
+    ("lucidrains/denoising-diffusion-pytorch", "698227ae13c196b465506fdc8f84a5711459e800",
+     "denoising_diffusion_pytorch/denoising_diffusion_pytorch.py", "accumulated-loss-not-scaled",
+     "the loss of each accumulated micro-batch not divided by the number of steps"),
+    ("pytorch/torchtitan", "da230bbb205cd60ea30d485cb359bed2830adb84", "torchtitan/experiments/rl/actors/trainer.py",
+     "zero-grad-every-micro-batch", "zero_grad on every micro-batch (#3575; zero_grad and step in two methods)"),
     ("pytorch/examples", "c053f31a0577517c85136faf41802598d551a519", "mnist/main.py", "dropout-missing-training",
-     "F.dropout without training=self.training: dropout on at test time"),
+     "F.dropout without training=self.training: dropout still on at test time"),
+    ("Cuber-Wei/Fast-SCNN-pytorch-for-Silicon-M", "e0c8148563aafc713e2199ac07d732c9792013fa", "train.py",
+     "eval-mode-not-restored", "model.train() once before the epochs, validation leaves the model in eval mode"),
+    ("yunjey/pytorch-tutorial", "20aed908f24c3b79b67facf187ef580e1ef7c232",
+     "tutorials/02-intermediate/deep_residual_network/main.py", "eval-mode-missing",
+     "a trained ResNet (batch norm) tested without resnet.eval()"),
 ]
 
 

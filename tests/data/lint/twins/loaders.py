@@ -103,3 +103,13 @@ def throughput(model, optimizer, dataset, num_steps):
         optimizer.step()
         if step == num_steps:
             break
+
+
+def run_epochs(model, optimizer, loader, epochs):
+    for epoch in range(epochs):
+        train_epoch(model, optimizer, loader)
+
+
+def fit_two_calls_deep(model, optimizer, train_set):
+    loader = DataLoader(train_set, batch_size=64, drop_last=True)  # BUG: train-loader-no-shuffle
+    run_epochs(model, optimizer, loader, epochs=10)
