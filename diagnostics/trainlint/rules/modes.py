@@ -154,10 +154,12 @@ def check_eval_mode_not_restored(src):
         kinds = src.reach_kinds(loop)
         if not {"backward", "step"} <= kinds or "train" in kinds:
             continue
+        fresh = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} if isinstance(loop, ast.For) else set()
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call) and n not in reported):
             target = eval_target(src, call)
-            if target in trained and not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) \
-                    and not frozen_with(src, call, target):
+            if target in trained and target not in fresh and \
+                    not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) and \
+                    not frozen_with(src, call, target):  # `for model in models:` trains a new one each time
                 reported.add(call)
                 yield call, (f"this leaves {target} in eval mode and the training loop never calls {target}.train() "
                              f"again: later steps train with dropout off and frozen batch-norm statistics. Call "

@@ -137,3 +137,19 @@ def recalibrate_batch_norm(loader):
         for x, _ in loader:  # forward passes in train mode on purpose: new running statistics
             model(x)
     return optimizer
+
+
+def train_and_score(model, train_loader, val_loader):
+    optimizer = torch.optim.Adam(model.parameters())
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        return sum((model(x).argmax(1) == y).sum().item() for x, y in val_loader)
+
+
+def compare_initialisations(models, train_loader, val_loader):
+    for model in models:  # a new model each time: the last one's eval mode does not carry over
+        train_and_score(model, train_loader, val_loader)
