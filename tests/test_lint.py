@@ -389,6 +389,23 @@ def test_a_model_factory_in_another_file_is_followed_too(tmp_path):
     assert "models.py line 5" in findings[0].message
 
 
+@pytest.mark.parametrize("layer, flagged", [("nn.Dropout(0.5)", True), ("nn.BatchNorm1d(16)", True),
+                                           ("nn.Dropout(0.0)", False), ("nn.LayerNorm(16)", False)])
+def test_eval_mode_missing_reads_an_imported_model_class_of_another_file(tmp_path, layer, flagged):
+    (tmp_path / "models.py").write_text(
+        f"import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        f"        self.fc = nn.Linear(16, 16)\n        self.mid = {layer}\n\n    def forward(self, x):\n"
+        f"        return self.mid(self.fc(x))\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom models import Net\n\nmodel = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in train_loader:\n"
+        "    optimizer.zero_grad()\n    F.mse_loss(model(x), y).backward()\n    optimizer.step()\n"
+        "with torch.no_grad():\n    for x, y in val_loader:\n        model(x)\n")
+    findings, errors, _ = lint.lint_paths([str(tmp_path)])
+    assert errors == []
+    assert [(Path(f.path).name, f.rule, f.line) for f in findings] == ([("train.py", "eval-mode-missing", 13)] if flagged else [])
+
+
 def notebook(*cells):
     return json.dumps({"cells": [{"cell_type": kind, "metadata": {}, "source": text.splitlines(True)}
                                  for kind, text in cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})

@@ -153,3 +153,27 @@ def train_and_score(model, train_loader, val_loader):
 def compare_initialisations(models, train_loader, val_loader):
     for model in models:  # a new model each time: the last one's eval mode does not carry over
         train_and_score(model, train_loader, val_loader)
+
+
+def build_mlp(hidden):
+    return nn.Sequential(nn.Linear(8, hidden), nn.ReLU(), nn.Dropout(0.3), nn.Linear(hidden, 2))
+
+
+def build_linear():
+    return nn.Sequential(nn.Linear(8, 2))
+
+
+def fit_built(train_loader, val_loader):
+    mlp = build_mlp(64)
+    linear = build_linear()
+    plain = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.Adam([*mlp.parameters(), *linear.parameters(), *plain.parameters()])
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        (F.cross_entropy(mlp(x), y) + F.cross_entropy(linear(x), y) + F.cross_entropy(plain(x), y)).backward()
+        optimizer.step()
+    with torch.no_grad():
+        for x, y in val_loader:
+            linear(x)  # neither has dropout nor batch norm: the mode changes nothing
+            plain(x)
+            mlp(x)  # BUG: eval-mode-missing the factory's model has dropout
