@@ -46,6 +46,16 @@ CASES = [
     ("yunjey/pytorch-tutorial", "20aed908f24c3b79b67facf187ef580e1ef7c232",
      "tutorials/02-intermediate/deep_residual_network/main.py", "eval-mode-missing",
      "a trained ResNet (batch norm) tested without resnet.eval()"),
+    ("udacity/deep-learning-v2-pytorch", "b5c2c2fc49baa0bffc2787a4263f02552af0e3ec",
+     "convolutional-neural-networks/mnist-mlp/mnist_mlp_solution.ipynb", "eval-mode-missing",
+     "an MLP with dropout tested without model.eval() (the same fix in three more notebooks)"),
+    ("udacity/deep-learning-v2-pytorch", "9a4dbeca", "weight-initialization/helpers.py", "eval-mode-missing",
+     "validation without model.eval() in a helper; the models come from notebooks, so lint cannot see their layers"),
+    ("udacity/deep-learning-v2-pytorch", "e8eec7d1a0", "sentiment-rnn/Sentiment_RNN_Solution.ipynb",
+     "train-loader-no-shuffle", "the training DataLoader built without shuffle=True"),
+    ("udacity/deep-learning-v2-pytorch", "c0f521637d", "transfer-learning/Transfer_Learning_Solution.ipynb",
+     "optimizer-param-subset", "`param.require_grad = False` (a typo): VGG's features never frozen, only the "
+     "classifier optimised, gradients computed for all of it"),
 ]
 
 
