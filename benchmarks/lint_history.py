@@ -56,6 +56,16 @@ CASES = [
     ("udacity/deep-learning-v2-pytorch", "c0f521637d", "transfer-learning/Transfer_Learning_Solution.ipynb",
      "optimizer-param-subset", "`param.require_grad = False` (a typo): VGG's features never frozen, only the "
      "classifier optimised, gradients computed for all of it"),
+    ("rasbt/deeplearning-models", "936d53db3ec240700b4055ed461c928c87e09546",
+     "pytorch-lightning_ipynb/cnn/cnn-vgg19.ipynb", "eval-without-no-grad",
+     "a confusion matrix computed in eval mode with autograd on (the same fix in three more notebooks)"),
+    ("rasbt/deeplearning-models", "51e549597ba225e377bb4e9dca9a48ad65763abb",
+     "pytorch-lightning_ipynb/cnn/cnn-vgg16.ipynb", "eval-without-no-grad",
+     "evaluation with autograd on, fixed \"to reduce memory consumption\" (six more notebooks)"),
+    ("rasbt/deeplearning-models", "3bbf99c7ae0ae38f52c5baabdfe27b57fd2a5cdb", "pytorch-lightning_ipynb/mlp/mlp-dropout.ipynb",
+     "eval-without-no-grad", "the final evaluation loop with autograd on (ten more notebooks)"),
+    ("sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning", "ca674e1f6ab81779d97cccc3854556d0e9f138c5", "train.py",
+     "eval-without-no-grad", "validation of the encoder and decoder with autograd on (issue #57)"),
 ]
 
 
