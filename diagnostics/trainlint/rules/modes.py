@@ -322,11 +322,11 @@ def check_eval_mode_missing(src):
         scope = src.function(loop) or src.tree
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call)):
             target = ast.unparse(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
-            if target not in trained or target in reported or \
+            if target not in trained or (scope, target) in reported or \
                     not in_train_mode(src, scope, call.func, position(call)) or \
                     not all_mode_layers(src, built_by(src, call.func)):
                 continue
-            reported.add(target)
+            reported.add((scope, target))
             yield call, (f"{target} is still in train mode in this evaluation loop: its dropout keeps dropping units "
                          f"and its batch norm uses each batch's statistics (and updates its running ones), so the "
                          f"scores are noisy and wrong. Call {target}.eval() before the loop and {target}.train() "
