@@ -66,6 +66,14 @@ CASES = [
      "eval-without-no-grad", "the final evaluation loop with autograd on (ten more notebooks)"),
     ("sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning", "ca674e1f6ab81779d97cccc3854556d0e9f138c5", "train.py",
      "eval-without-no-grad", "validation of the encoder and decoder with autograd on (issue #57)"),
+    ("weiaicunzai/pytorch-cifar100", "a0ef4128b6314dd8025f9edc0f17ea5381700514", "test.py", "eval-without-no-grad",
+     "the test loop with autograd on, fixed \"to reduce memory consumption and computations\""),
+    ("eriklindernoren/PyTorch-YOLOv3", "6fe90105be83fda60221bb381428db72643e9064", "test.py", "eval-without-no-grad",
+     "evaluation with autograd on (detect.py too)"),
+    ("eriklindernoren/PyTorch-YOLOv3", "2ee8ac1546400645908b61ef015cdf5d71aa34cc", "train.py", "train-loader-no-shuffle",
+     "the training DataLoader with shuffle=False"),
+    ("Shawn1993/cnn-text-classification-pytorch", "5e11c712d34bfc105931678168443d393e31a37c", "train.py",
+     "eval-mode-not-restored", "model.train() once before the loop; the periodic evaluation leaves the model in eval mode"),
 ]
 
 
