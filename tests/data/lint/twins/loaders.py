@@ -113,3 +113,14 @@ def run_epochs(model, optimizer, loader, epochs):
 def fit_two_calls_deep(model, optimizer, train_set):
     loader = DataLoader(train_set, batch_size=64, drop_last=True)  # BUG: train-loader-no-shuffle
     run_epochs(model, optimizer, loader, epochs=10)
+
+
+def show(batches, *rest):
+    print(batches, rest)
+
+
+def fit_and_show(model, optimizer, train_set):
+    loader = DataLoader(train_set, batch_size=64, shuffle=True)
+    show(loader, 1, 2)  # more arguments than named parameters
+    for epoch in range(2):
+        train_epoch(model, optimizer, loader)

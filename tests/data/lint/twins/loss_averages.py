@@ -68,3 +68,27 @@ def evaluate_counted(model, loader):
             seen += x.size(0)
             batches += 1
     return total / batches, total / seen  # BUG: loss-average-mismatch the second divides batch means by samples
+
+
+def test_legacy_batches(model, test_loader):
+    test_loss = 0
+    for data, target in test_loader:
+        test_loss += float(F.nll_loss(model(data), target, size_average=False))
+    return test_loss / len(test_loader)  # BUG: loss-average-mismatch the old size_average=False sums per sample
+
+
+
+def evaluate_sizes(model, loader):
+    total, summed_total, by_len, by_shape, batches = 0.0, 0.0, 0, 0, 0
+    summed = nn.CrossEntropyLoss(reduction="sum")
+    with torch.no_grad():
+        for x, y in loader:
+            total += F.cross_entropy(model(x), y).item()
+            summed_total += summed(model(x), y).item()
+            by_len += len(y)
+            by_shape += x.shape[0]
+            batches += 1
+    per_len = total / by_len  # BUG: loss-average-mismatch batch means over a count of samples
+    per_shape = total / by_shape  # BUG: loss-average-mismatch the same count, kept with shape[0]
+    per_batch = summed_total / batches  # BUG: loss-average-mismatch sums per sample over a count of batches
+    return per_len, per_shape, per_batch, summed_total / by_len, total / batches
