@@ -121,6 +121,6 @@ def show(batches, *rest):
 
 def fit_and_show(model, optimizer, train_set):
     loader = DataLoader(train_set, batch_size=64, shuffle=True)
-    show(loader, 1, 2)  # more arguments than named parameters
+    show(loader, model, optimizer)  # more arguments than named parameters
     for epoch in range(2):
         train_epoch(model, optimizer, loader)
