@@ -127,6 +127,10 @@ PLANTED = [
      "val_loss, val_acc, _ = evaluate("),
     ("clean_image_classifier.py", "@torch.inference_mode()\n", "", "eval-without-no-grad", "outputs = model(images)\n"
      "        total_loss"),
+    ("clean_image_classifier.py", "    model.eval()\n    total_loss", "    total_loss", "eval-mode-missing",
+     "outputs = model(images)\n        total_loss"),
+    ("clean_image_classifier.py", "total_loss += criterion(outputs, labels).item() * images.size(0)",
+     "total_loss += F.cross_entropy(outputs, labels).item()", "loss-average-mismatch", "return total_loss / seen"),
     ("clean_image_classifier.py", "running_loss += loss.item()", "running_loss += loss", "loss-accumulated-with-graph",
      "running_loss += loss"),
     ("clean_image_classifier.py", "batch_size=128, shuffle=True", "batch_size=128, shuffle=False",
@@ -383,6 +387,23 @@ def test_a_model_factory_in_another_file_is_followed_too(tmp_path):
     findings, errors, _ = lint.lint_paths([str(tmp_path)])
     assert errors == [] and [(Path(f.path).name, f.rule, f.line) for f in findings] == [("train.py", "softmax-into-ce", 6)]
     assert "models.py line 5" in findings[0].message
+
+
+@pytest.mark.parametrize("layer, flagged", [("nn.Dropout(0.5)", True), ("nn.BatchNorm1d(16)", True),
+                                           ("nn.Dropout(0.0)", False), ("nn.LayerNorm(16)", False)])
+def test_eval_mode_missing_reads_an_imported_model_class_of_another_file(tmp_path, layer, flagged):
+    (tmp_path / "models.py").write_text(
+        f"import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        f"        self.fc = nn.Linear(16, 16)\n        self.mid = {layer}\n\n    def forward(self, x):\n"
+        f"        return self.mid(self.fc(x))\n")
+    (tmp_path / "train.py").write_text(
+        "import torch\nimport torch.nn.functional as F\nfrom models import Net\n\nmodel = Net()\n"
+        "optimizer = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in train_loader:\n"
+        "    optimizer.zero_grad()\n    F.mse_loss(model(x), y).backward()\n    optimizer.step()\n"
+        "with torch.no_grad():\n    for x, y in val_loader:\n        model(x)\n")
+    findings, errors, _ = lint.lint_paths([str(tmp_path)])
+    assert errors == []
+    assert [(Path(f.path).name, f.rule, f.line) for f in findings] == ([("train.py", "eval-mode-missing", 13)] if flagged else [])
 
 
 def notebook(*cells):

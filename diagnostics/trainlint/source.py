@@ -591,6 +591,30 @@ class Source:
                     found.setdefault((self.place(loop, name), name), []).append(loop)
         return found
 
+    @memo
+    def passed(self):
+        """{(place, name or attribute as written): [(call, function, parameter)]} for each call to a function of
+        this file that takes the object as an argument (`train_one_epoch(model, train_loader)`); (function,
+        parameter) is the key of the object's name inside the function."""
+        found = {}
+        for call in self.calls:
+            slots = [(i, a) for i, a in enumerate(call.args)] + [(k.arg, k.value) for k in call.keywords if k.arg]
+            for slot, value in slots:
+                name = dotted(value)
+                if name is None or type(slot) is int and any(isinstance(a, ast.Starred) for a in call.args[:slot]):
+                    continue
+                for helper in self.helpers(call):
+                    params = [a.arg for a in helper.args.posonlyargs + helper.args.args]
+                    if isinstance(call.func, ast.Attribute):  # self.method(...): the first parameter is self
+                        params = params[1:]
+                    if type(slot) is int:
+                        param = params[slot] if slot < len(params) else None
+                    else:
+                        param = slot if slot in params + [a.arg for a in helper.args.kwonlyargs] else None
+                    if param is not None:
+                        found.setdefault((self.place(call, name), name), []).append((call, helper, param))
+        return found
+
     def place(self, node, name):
         """Where `name` used at node means one object: its class for `self.x`, else its function."""
         method = self.method(node) if name.startswith("self.") else None

@@ -40,36 +40,40 @@ def check_torch_load_unsafe(src):
 
 @rule(
     "train-loader-no-shuffle",
-    "A DataLoader that feeds training is built without shuffle=True (shuffle=False or left out) and no sampler.",
+    "A DataLoader that this file shows feeding training epoch after epoch is built without shuffle=True (shuffle=False or left out) and no sampler.",
     """Without shuffling every epoch sees the samples in the same order, often sorted by class,
     source or length (DataLoader's default is shuffle=False). The model then learns the order
     (the loss drops and rises in a pattern that repeats every epoch) and batches are not
     representative. Pass shuffle=True for training, or a sampler (a DistributedSampler shuffles
-    by default). A loader counts as a training loader when a loop of this file that calls
-    backward() or step() iterates it, when it is passed to trainer.fit or returned by
-    train_dataloader(); an explicit shuffle=False is also flagged on a loader whose name says
-    train and that this file never evaluates with. Iterable and streaming datasets (which the
-    loader cannot shuffle) are left alone. If the order matters on purpose (a curriculum, time series),
-    silence this line.""",
+    by default). A loader counts as a training loader only when this file shows it feeding
+    training epoch after epoch: a loop that calls backward() or step() iterates it, inside an
+    epoch loop, there or in a function of the file it is passed to in a loop
+    (`for epoch ...: train_one_epoch(model, train_loader, ...)`), or it goes to trainer.fit or is
+    returned by train_dataloader(). A loader merely named train, with no such use in the file, is
+    left alone, and so is a single pass (a benchmark of a few hundred steps, where no order
+    repeats), and so are iterable and streaming datasets (which the loader cannot shuffle). If
+    the order matters on purpose (a curriculum, time series), silence this line.""",
     """
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
     train_loader = DataLoader(train_set, batch_size=64)  # BUG: shuffle defaults to False: same order every epoch
-    for x, y in train_loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
     """,
     """
     import torch.nn.functional as F
     from torch.utils.data import DataLoader
 
     train_loader = DataLoader(train_set, batch_size=64, shuffle=True)
-    for x, y in train_loader:
-        optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
     """,
 )
 def check_train_loader_no_shuffle(src):
@@ -80,12 +84,7 @@ def check_train_loader_no_shuffle(src):
                 has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
                 iterable_dataset(src, argument(call, 0, "dataset")):
             continue
-        use = loader_use(src, call)
-        labels = [ast.unparse(t).lower() for t in getattr(src.parent.get(call), "targets", [])] + \
-                 [ast.unparse(a).lower() for a in [argument(call, 0, "dataset")] if a is not None]
-        named_train = any("train" in label for label in labels) and \
-            not any(w in label for label in labels for w in ("val", "test", "eval", "dev"))
-        if use == "train" or use is None and is_false(shuffle) and named_train:
+        if loader_use(src, call) == "train":
             how = "shuffle=False" if shuffle is not None else "no shuffle argument (the default is shuffle=False)"
             yield call, (f"this training DataLoader has {how}: every epoch sees the samples in the same order, and "
                          f"the model learns that order. Pass shuffle=True (or a sampler).")
@@ -111,9 +110,9 @@ def iterable_dataset(src, dataset):
 
 
 def loader_use(src, call):
-    """'train' when a training loop of this file iterates the loader built by call (or it goes to trainer.fit,
-    or train_dataloader() returns it); 'other' when only loops without backward() or step() do; None when
-    this file does not show."""
+    """'train' when a training loop of this file iterates the loader built by call epoch after epoch (or it goes
+    to trainer.fit, or train_dataloader() returns it); 'other' when only loops without backward() or step(), or
+    a single pass, do; None when this file does not show."""
     parent = src.parent.get(call)
     function = src.function(call)
     if isinstance(parent, ast.Return) and getattr(function, "name", "") == "train_dataloader":
@@ -126,10 +125,22 @@ def loader_use(src, call):
     if any((src.place(c, dotted(a)), dotted(a)) in places for c in src.calls_by_name.get("fit", []) if method_call(c, "fit")
            for a in [argument(c, 1, "train_dataloaders")] if dotted(a)):
         return "train"  # trainer.fit(model, train_loader)
-    loops = [l for key in places for l in src.loops_over().get(key, [])]
+    loops = fed_loops(src, places, 3, False)
     if not loops:
         return None
-    return "train" if any({"backward", "step"} & src.reach_kinds(l) for l in loops) else "other"
+    return "train" if any(again and {"backward", "step"} & src.reach_kinds(l) for l, again in loops) else "other"
+
+
+def fed_loops(src, places, depth, again):
+    """[(loop, again)] for the for loops that iterate the object these (place, name) keys denote, where it is and
+    in the functions of this file it is passed to as an argument (`train_one_epoch(model, train_loader)`), `depth`
+    calls deep; again: the loop runs more than once (a loop around it, or around a call that hands it the object)."""
+    found = [(l, again or bool(src.enclosing_loops(l))) for key in places for l in src.loops_over().get(key, [])]
+    if depth > 1:
+        for key in places:
+            for call, function, param in src.passed().get(key, []):
+                found += fed_loops(src, {(function, param)}, depth - 1, again or bool(src.enclosing_loops(call)))
+    return found
 
 
 def int_constant(node, default):

@@ -2,7 +2,7 @@
 import ast
 
 from ..registry import rule
-from ..syntax import argument, has_star_kwargs, keyword, place, terminal
+from ..syntax import argument, dotted, has_star_kwargs, keyword, method_call, place, position, terminal
 
 
 def activation_fed_to(src, call, loss_kind):
@@ -205,3 +205,138 @@ def check_softmax_no_dim(src):
                 and not call.args and keyword(call, "dim") is None:
             yield call, (f"nn.{last}() without dim picks the dimension from the input's rank (dim 0 for 3-D input, "
                          f"across the batch). Pass dim explicitly, e.g. nn.{last}(dim=-1).")
+
+
+def summed_loss_reduction(src, term):
+    """'mean' or 'sum' when the term added to a running total is one torch loss value per batch
+    (`crit(out, y).item()`, `loss.item()` with loss such a call, `float(loss)`), by its reduction; else None."""
+    while True:
+        if isinstance(term, ast.Call) and isinstance(term.func, ast.Attribute) and term.func.attr in (
+                "item", "detach", "cpu") and not term.args:
+            term = term.func.value
+        elif isinstance(term, ast.Call) and isinstance(term.func, ast.Name) and term.func.id == "float" and \
+                len(term.args) == 1:
+            term = term.args[0]
+        else:
+            break
+    if isinstance(term, ast.Name):
+        term = src.definition(term)
+    loss = src.loss_call(term) if isinstance(term, ast.Call) and not has_star_kwargs(term) else None
+    if loss is None or loss[0] == "other":
+        return None
+    holders = [h for h in (term, src.origin(term.func)) if isinstance(h, ast.Call)]
+    if any(keyword(h, "reduce") is not None for h in holders):
+        return None  # the old reduce=False: one loss per sample
+    size_average = next((keyword(h, "size_average") for h in holders if keyword(h, "size_average") is not None), None)
+    if size_average is not None:  # the old API: size_average=False sums
+        return ("mean" if size_average.value else "sum") if isinstance(size_average, ast.Constant) else None
+    reduction = src.loss_reduction(term)
+    if reduction is None and any(keyword(h, "reduction") is not None for h in holders):
+        return None  # reduction=args.reduction: unknown
+    return reduction or "mean"
+
+
+def iterated_loader(loop):
+    """The name a for loop draws its batches from: `loader` in `for x, y in loader`, `enumerate(loader)`, `tqdm(loader)`."""
+    it = loop.iter
+    if isinstance(it, ast.Call) and it.args and not it.keywords and terminal(it.func) in ("enumerate", "tqdm"):
+        it = it.args[0]
+    return it.id if isinstance(it, ast.Name) else None
+
+
+def divisor(node, total):
+    """The expression total is divided by at node: `total / len(x)`, `total /= len(x)`; else None."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.left, ast.Name) and \
+            node.left.id == total:
+        return node.right
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Div) and isinstance(node.target, ast.Name) and \
+            node.target.id == total:
+        return node.value
+    return None
+
+
+def counter(src, loop, name):
+    """'samples' when name is a counter the loop increases by each batch's size (`seen += x.size(0)`,
+    `n += len(y)`, `+= x.shape[0]`), 'batches' when by 1, else None."""
+    steps = [n.value for n in src.local(loop) if isinstance(n, ast.AugAssign) and isinstance(n.op, ast.Add) and
+             isinstance(n.target, ast.Name) and isinstance(name, ast.Name) and n.target.id == name.id]
+    if len(steps) != 1:
+        return None
+    step = steps[0]
+    if isinstance(step, ast.Constant) and step.value == 1:
+        return "batches"
+    sized = method_call(step, "size") and len(step.args) == 1 and isinstance(step.args[0], ast.Constant) and \
+        step.args[0].value == 0 or isinstance(step, ast.Call) and terminal(step.func) == "len" or \
+        isinstance(step, ast.Subscript) and isinstance(step.value, ast.Attribute) and step.value.attr == "shape" and \
+        isinstance(step.slice, ast.Constant) and step.slice.value == 0
+    return "samples" if sized else None
+
+
+@rule(
+    "loss-average-mismatch",
+    "A loss summed over the batches of a loop is divided by the wrong count: per-batch means by the number of samples, or per-batch sums by the number of batches.",
+    """A running total of a loss is turned into an average by dividing by a count, and the count must
+    match the reduction: a mean-reduced loss (the default) gives one value per batch, so divide its
+    sum by the number of batches, len(loader); a reduction='sum' loss gives one value per sample
+    summed, so divide by the number of samples, len(loader.dataset). Mixed up, the reported loss is
+    off by the batch size: a mean divided by the number of samples looks batch-size times too
+    small (the old `size_average=False` of the MNIST example, dropped in an update, does this). Nothing
+    fails: the curve just has the wrong scale, and comparisons across batch sizes are wrong. Only a
+    total of the plain loss value (no `* x.size(0)` weighting) of a torch loss with a literal reduction
+    in a loop over `loader`, divided after the loop by `len(loader.dataset)` or `len(loader)` (or by a
+    counter the loop increases by each batch's size, or by 1), is checked.""",
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def test(model, test_loader):
+        model.eval()
+        test_loss = 0
+        with torch.no_grad():
+            for data, target in test_loader:
+                test_loss += F.nll_loss(model(data), target).item()  # the mean over the batch
+        test_loss /= len(test_loader.dataset)  # BUG: a sum of batch means, divided by the number of samples
+        return test_loss
+    """,
+    """
+    import torch
+    import torch.nn.functional as F
+
+    def test(model, test_loader):
+        model.eval()
+        test_loss = 0
+        with torch.no_grad():
+            for data, target in test_loader:
+                test_loss += F.nll_loss(model(data), target, reduction='sum').item()  # sum over the batch
+        test_loss /= len(test_loader.dataset)
+        return test_loss
+    """,
+)
+def check_loss_average_mismatch(src):
+    for node in src.of_type(ast.AugAssign):
+        if not isinstance(node.op, ast.Add) or not isinstance(node.target, ast.Name):
+            continue
+        loops = [l for l in src.enclosing_loops(node) if isinstance(l, (ast.For, ast.AsyncFor))]
+        loader = iterated_loader(loops[0]) if loops else None
+        reduction = summed_loss_reduction(src, node.value) if loader else None
+        if reduction is None:
+            continue
+        loop, total = loops[0], node.target.id
+        for after in src.local(src.function(loop) or src.tree):
+            count = divisor(after, total)
+            if count is None or position(after) <= (loop.end_lineno, loop.end_col_offset):
+                continue
+            of = count.args[0] if isinstance(count, ast.Call) and terminal(count.func) == "len" and \
+                len(count.args) == 1 else None
+            counted = counter(src, loop, count)
+            samples = isinstance(of, ast.Attribute) and of.attr == "dataset" and dotted(of.value) == loader or \
+                counted == "samples"
+            batches = isinstance(of, ast.Name) and of.id == loader or counted == "batches"
+            if reduction == "mean" and samples:
+                yield after, (f"{total} sums one mean per batch (the loss's default reduction='mean'), but is divided "
+                              f"by the number of samples ({ast.unparse(count)}): the average comes out batch-size "
+                              f"times too small. Divide by len({loader}), or sum with reduction='sum'.")
+            elif reduction == "sum" and batches:
+                yield after, (f"{total} sums the losses of every sample (reduction='sum'), but is divided by the number "
+                              f"of batches ({ast.unparse(count)}): the average comes out batch-size times too large. "
+                              f"Divide by the number of samples, len({loader}.dataset).")

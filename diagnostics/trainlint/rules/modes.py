@@ -154,14 +154,183 @@ def check_eval_mode_not_restored(src):
         kinds = src.reach_kinds(loop)
         if not {"backward", "step"} <= kinds or "train" in kinds:
             continue
+        fresh = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} if isinstance(loop, ast.For) else set()
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call) and n not in reported):
             target = eval_target(src, call)
-            if target in trained and not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) \
-                    and not frozen_with(src, call, target):
+            if target in trained and target not in fresh and \
+                    not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) and \
+                    not frozen_with(src, call, target):  # `for model in models:` trains a new one each time
                 reported.add(call)
                 yield call, (f"this leaves {target} in eval mode and the training loop never calls {target}.train() "
                              f"again: later steps train with dropout off and frozen batch-norm statistics. Call "
                              f"{target}.train() at the start of each epoch or right after evaluating.")
+
+
+MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train")  # return the module they are called on
+
+
+def mode_layers(src, made, depth=0):
+    """The module the call `made` builds behaves differently in train and eval mode: it is, or holds, an
+    nn.Dropout with a rate that is not a literal 0, a batch norm, or F.dropout(..., training=self.training); a
+    Sequential of such, a class of this file (or of another file of the run) or a factory of this file that
+    builds one. False when unsure."""
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MOVES:
+        made = made.func.value  # Net().to(device)
+    if not isinstance(made, ast.Call) or depth > 6:
+        return False
+    name = src.qualname(made.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    if name.startswith("torch.nn."):
+        if "Dropout" in last:
+            rate = argument(made, 0, "p")
+            return not (isinstance(rate, ast.Constant) and rate.value == 0)
+        return "BatchNorm" in last or last in ("Sequential", "ModuleList") and any(
+            mode_layers(src, a, depth + 1) for a in made.args)
+    if isinstance(made.func, ast.Name) and not name:
+        classes = src.classes.get(made.func.id, [])
+        if len(classes) == 1:
+            return any(mode_layers(src, n, depth + 1) or training_dropout(src, n)
+                       for n in ast.walk(classes[0]) if isinstance(n, ast.Call))
+        returns = [r.value for f in src.helpers(made) for r in src.local(f) if isinstance(r, ast.Return) and r.value]
+        return bool(returns) and all(mode_layers(src, src.resolve(r), depth + 1) for r in returns)
+    imported = src.project.find(src.path, name) if src.project and name and not name.startswith("torch") else None
+    if imported is not None and isinstance(imported[1], ast.ClassDef):
+        other, cls = imported
+        return any(mode_layers(other, n, depth + 1) or training_dropout(other, n)
+                   for n in ast.walk(cls) if isinstance(n, ast.Call))
+    return False
+
+
+def all_mode_layers(src, made):
+    return bool(made) and all(mode_layers(src, m) for m in made)
+
+
+def built_by(src, expr, depth=0):
+    """The calls that build the module expr names: its own origin, or for a parameter of a function of this file,
+    what each caller passes (an empty list when unsure)."""
+    made = src.origin(expr) if expr is not None else None
+    if made is not None or not isinstance(expr, ast.Name) or depth > 2:
+        return [made] if made is not None else []
+    function = src.function(expr)
+    params = [a.arg for a in function.args.posonlyargs + function.args.args] if isinstance(function, ast.FunctionDef) else []
+    callers = [c for c in src.calls_by_name.get(getattr(function, "name", ""), []) if function in src.helpers(c)]
+    if expr.id not in params or not callers:
+        return []
+    found = [built_by(src, argument(c, params.index(expr.id), expr.id), depth + 1) for c in callers]
+    return [] if any(not f for f in found) else [m for f in found for m in f]
+
+
+def training_dropout(src, call):
+    """F.dropout(x, p, training=self.training): a dropout that follows the module's mode."""
+    name = src.qualname(call.func) or ""
+    return name.startswith("torch.nn.functional.") and name.rsplit(".", 1)[-1] in DROPOUTS and \
+        isinstance(argument(call, 2, "training"), ast.Attribute) and argument(call, 2, "training").attr == "training"
+
+
+def trained_between(src, scope, start, end):
+    return any(e.kind in ("backward", "step") and start < e.pos < end for e in src.events(scope))
+
+
+def in_train_mode(src, scope, expr, before, depth=0):
+    """The model expr names is provably in train mode at position `before` of scope, and has trained since it got
+    there: the last switch there is target.train() (or train(True)), or there is none, no helper called before
+    switches modes and the scope built it (a new module trains), with a backward() or step() of this scope (or of
+    a helper it calls) in between; or the scope is a function every caller of which has it so. A forward pass
+    right after model.train() with no training before it (recalibrating batch norm) is not evaluation."""
+    target = ast.unparse(expr)
+    switch = last_switch(src, scope, target, before)
+    if switch is not None:
+        mode = argument(switch.node, 0, "mode")
+        return switch.kind == "train" and (mode is None or isinstance(mode, ast.Constant) and mode.value is True) \
+            and trained_between(src, scope, switch.pos, before)
+    if any(position(c) < before and any("eval" in src.kinds(f) for f in src.helpers(c))
+           for c in src.local(scope) if isinstance(c, ast.Call)):
+        return False  # a helper of this file switches some model's mode: unsure which
+    if isinstance(expr, ast.Name) and expr.id in src.bindings(scope) and src.origin(expr) is not None:
+        return trained_between(src, scope, position(src.definition(expr)), before)
+    if isinstance(scope, ast.Module):
+        return False
+    callers = [c for c in src.calls_by_name.get(getattr(scope, "name", ""), []) if scope in src.helpers(c)]
+    if not callers or depth > 2 or isinstance(src.parent.get(scope), ast.ClassDef):
+        return False
+    params = [a.arg for a in scope.args.posonlyargs + scope.args.args]
+    for call in callers:
+        given = argument(call, params.index(target), target) if target in params else None
+        if not isinstance(given, (ast.Name, ast.Attribute)) or \
+                not in_train_mode(src, src.function(call) or src.tree, given, position(call), depth + 1):
+            return False
+    return True
+
+
+@rule(
+    "eval-mode-missing",
+    "A loop that runs a model after training it, with no backward(), while it is still in train mode, and the model has dropout or batch norm.",
+    """torch.no_grad() turns off autograd; it does not switch dropout and batch norm to their
+    inference behaviour. A model that trains, then is evaluated without model.eval(), still drops
+    units at random and normalises each batch with that batch's own statistics (and moves its
+    running statistics toward the validation data): validation scores are noisy, worse than the
+    model, and differ with the batch size. Call model.eval() before the evaluation loop and
+    model.train() before training resumes. Flagged only when the file proves all of it: the
+    model's parameters go to an optimizer of this file (or it is set to train()), its class or
+    Sequential holds a dropout or a batch norm, a loop without backward() or step() calls it,
+    and the last switch before that loop is model.train() (or none, where the model was built)
+    with training in between, in the same function or in every caller of it. A forward loop right
+    after model.train() with no training before it (recalibrating batch norm, as SWA does) is
+    left alone, and so is a function no caller of this file shows. A second model trained beside
+    the first (a decoder beside an encoder) is checked on its own.""",
+    """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct = (model(x).argmax(1) == y).sum().item()  # BUG: dropout still on
+    """,
+    """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        model.eval()
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct = (model(x).argmax(1) == y).sum().item()
+    """,
+)
+def check_eval_mode_missing(src):
+    trained, reported = trained_models(src), set()
+    for loop in src.loops():
+        if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or {"backward", "step"} & src.reach_kinds(loop):
+            continue
+        scope = src.function(loop) or src.tree
+        for call in (n for n in src.local(loop) if isinstance(n, ast.Call)):
+            target = ast.unparse(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+            if target not in trained or (scope, target) in reported or \
+                    not in_train_mode(src, scope, call.func, position(call)) or \
+                    not all_mode_layers(src, built_by(src, call.func)):
+                continue
+            reported.add((scope, target))
+            yield call, (f"{target} is still in train mode in this evaluation loop: its dropout keeps dropping units "
+                         f"and its batch norm uses each batch's statistics (and updates its running ones), so the "
+                         f"scores are noisy and wrong. Call {target}.eval() before the loop and {target}.train() "
+                         f"before training resumes.")
 
 
 def under_training_test(src, call):

@@ -227,10 +227,11 @@ def head_only(loader):
         opt.step()
 
 
-def loaders(dataset):
+def loaders(model, dataset, opt):
     train_data, val_data = torch.utils.data.random_split(dataset, [0.9, 0.1])
     train_dl = torch.utils.data.DataLoader(train_data, 32, False)  # BUG: train-loader-no-shuffle
-    return train_dl
+    for epoch in range(10):
+        one_epoch(model, train_dl, opt)
 
 
 def predict_all(model, loader):

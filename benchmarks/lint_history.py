@@ -1,0 +1,140 @@
+"""lint.py on historical bug fixes: for each (repository, fix commit, file, rule) of CASES, the file as it was just
+before the fix (the commit's parent) and as the fix left it are linted; a case is caught when the parent has more
+findings of that rule than the fix, silent otherwise. (Not run in CI.)
+
+    python benchmarks/lint_history.py MIRRORS [--candidates OWNER/NAME SHA...]
+
+MIRRORS is a folder of git directories laid out as the `fetch` tool leaves them, MIRRORS/<owner>+<name>/repo
+(full history): the code is read with `git show`, linted in this process from memory, and never enters this
+repository. The cases are commits whose message or diff says what they fix, each read by a person before it was
+listed (`why`); a rule's count dropping in an unrelated rewrite would not be a catch, so a commit is listed only
+when fixing that bug is what it does. With --candidates, the rules whose count drops in each changed .py file of
+the given commits are printed instead: how new cases are found (search a repository's log for a fix, then try it).
+
+The figures are counts of cases, not times, and do not depend on the machine.
+"""
+import argparse
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "diagnostics"))
+
+from trainlint.run import lint_source, notebook_source  # noqa: E402
+
+# (repository, fix commit, file, rule whose finding on the parent the fix removes, what was wrong)
+CASES = [
+    ("huggingface/diffusers", "1b1d6444c69d8a8a9f037500bc54da735fd547d5",
+     "examples/unconditional_image_generation/train_unconditional.py", "accumulate-without-steps",
+     "accelerator.accumulate() with no gradient_accumulation_steps given to Accelerator (#308)"),
+    ("huggingface/diffusers", "14f4af8f5b9b2c097f3ce9cc082525e03d49e318", "examples/dreambooth/train_dreambooth.py",
+     "clip-every-micro-batch", "gradients clipped on every accumulation micro-step (#686)"),
+    ("huggingface/diffusers", "14b97549230ce4a40c0775e075a11c3891dc0446",
+     "examples/unconditional_image_generation/train_unconditional.py", "clip-every-micro-batch",
+     "gradients clipped on every accumulation micro-step (#721)"),
+    ("lucidrains/denoising-diffusion-pytorch", "698227ae13c196b465506fdc8f84a5711459e800",
+     "denoising_diffusion_pytorch/denoising_diffusion_pytorch.py", "accumulated-loss-not-scaled",
+     "the loss of each accumulated micro-batch not divided by the number of steps"),
+    ("pytorch/torchtitan", "da230bbb205cd60ea30d485cb359bed2830adb84", "torchtitan/experiments/rl/actors/trainer.py",
+     "zero-grad-every-micro-batch", "zero_grad on every micro-batch (#3575; zero_grad and step in two methods)"),
+    ("pytorch/examples", "c053f31a0577517c85136faf41802598d551a519", "mnist/main.py", "dropout-missing-training",
+     "F.dropout without training=self.training: dropout still on at test time"),
+    ("Cuber-Wei/Fast-SCNN-pytorch-for-Silicon-M", "e0c8148563aafc713e2199ac07d732c9792013fa", "train.py",
+     "eval-mode-not-restored", "model.train() once before the epochs, validation leaves the model in eval mode"),
+    ("yunjey/pytorch-tutorial", "20aed908f24c3b79b67facf187ef580e1ef7c232",
+     "tutorials/02-intermediate/deep_residual_network/main.py", "eval-mode-missing",
+     "a trained ResNet (batch norm) tested without resnet.eval()"),
+    ("udacity/deep-learning-v2-pytorch", "b5c2c2fc49baa0bffc2787a4263f02552af0e3ec",
+     "convolutional-neural-networks/mnist-mlp/mnist_mlp_solution.ipynb", "eval-mode-missing",
+     "an MLP with dropout tested without model.eval() (the same fix in three more notebooks)"),
+    ("udacity/deep-learning-v2-pytorch", "9a4dbeca", "weight-initialization/helpers.py", "eval-mode-missing",
+     "validation without model.eval() in a helper; the models come from notebooks, so lint cannot see their layers"),
+    ("udacity/deep-learning-v2-pytorch", "e8eec7d1a0", "sentiment-rnn/Sentiment_RNN_Solution.ipynb",
+     "train-loader-no-shuffle", "the training DataLoader built without shuffle=True"),
+    ("udacity/deep-learning-v2-pytorch", "c0f521637d", "transfer-learning/Transfer_Learning_Solution.ipynb",
+     "optimizer-param-subset", "`param.require_grad = False` (a typo): VGG's features never frozen, only the "
+     "classifier optimised, gradients computed for all of it"),
+    ("rasbt/deeplearning-models", "936d53db3ec240700b4055ed461c928c87e09546",
+     "pytorch-lightning_ipynb/cnn/cnn-vgg19.ipynb", "eval-without-no-grad",
+     "a confusion matrix computed in eval mode with autograd on (the same fix in three more notebooks)"),
+    ("rasbt/deeplearning-models", "51e549597ba225e377bb4e9dca9a48ad65763abb",
+     "pytorch-lightning_ipynb/cnn/cnn-vgg16.ipynb", "eval-without-no-grad",
+     "evaluation with autograd on, fixed \"to reduce memory consumption\" (six more notebooks)"),
+    ("rasbt/deeplearning-models", "3bbf99c7ae0ae38f52c5baabdfe27b57fd2a5cdb", "pytorch-lightning_ipynb/mlp/mlp-dropout.ipynb",
+     "eval-without-no-grad", "the final evaluation loop with autograd on (ten more notebooks)"),
+    ("sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning", "ca674e1f6ab81779d97cccc3854556d0e9f138c5", "train.py",
+     "eval-without-no-grad", "validation of the encoder and decoder with autograd on (issue #57)"),
+    ("weiaicunzai/pytorch-cifar100", "a0ef4128b6314dd8025f9edc0f17ea5381700514", "test.py", "eval-without-no-grad",
+     "the test loop with autograd on, fixed \"to reduce memory consumption and computations\""),
+    ("eriklindernoren/PyTorch-YOLOv3", "6fe90105be83fda60221bb381428db72643e9064", "test.py", "eval-without-no-grad",
+     "evaluation with autograd on (detect.py too)"),
+    ("eriklindernoren/PyTorch-YOLOv3", "2ee8ac1546400645908b61ef015cdf5d71aa34cc", "train.py", "train-loader-no-shuffle",
+     "the training DataLoader with shuffle=False"),
+    ("Shawn1993/cnn-text-classification-pytorch", "5e11c712d34bfc105931678168443d393e31a37c", "train.py",
+     "eval-mode-not-restored", "model.train() once before the loop; the periodic evaluation leaves the model in eval mode"),
+]
+
+
+def git(gitdir, *args):
+    done = subprocess.run(["git", "--git-dir", str(gitdir), *args], capture_output=True, text=True, errors="replace")
+    return done.stdout if done.returncode == 0 else None
+
+
+def rules_in(text, path):
+    """Counter of rule ids lint finds in one file's text (a notebook's cells when path ends in .ipynb); None when
+    it is not Python 3."""
+    try:
+        source = notebook_source(text)[0] if path.endswith(".ipynb") else text
+        return Counter(f.rule for f in lint_source(source, path))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def before_after(gitdir, sha, path):
+    """(rules on the parent, rules on the fix) of one file, or None when either version is missing or unreadable."""
+    before, after = git(gitdir, "show", f"{sha}^:{path}"), git(gitdir, "show", f"{sha}:{path}")
+    if before is None or after is None:
+        return None
+    found = rules_in(before, path), rules_in(after, path)
+    return found if None not in found else None
+
+
+def mirror(root, repo):
+    return root / repo.replace("/", "+") / "repo"
+
+
+def candidates(root, repo, shas):
+    gitdir = mirror(root, repo)
+    for sha in shas:
+        subject = (git(gitdir, "log", "-1", "--format=%s", sha) or "").strip()
+        for path in (git(gitdir, "diff", "--name-only", f"{sha}^", sha) or "").split():
+            if path.endswith((".py", ".ipynb")):
+                pair = before_after(gitdir, sha, path)
+                drops = {r: n - pair[1][r] for r, n in pair[0].items() if n > pair[1][r]} if pair else {}
+                if drops:
+                    print(f"{repo} {sha[:10]} {path}: {drops}  ({subject})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("mirrors", type=Path)
+    parser.add_argument("--candidates", nargs="+", metavar="OWNER/NAME SHA")
+    args = parser.parse_args()
+    if args.candidates:
+        candidates(args.mirrors, args.candidates[0], args.candidates[1:])
+        return
+    tally = Counter()
+    print("| repository | fix | file | rule | what was wrong | parent | fix | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for repo, sha, path, rule_id, why in CASES:
+        pair = before_after(mirror(args.mirrors, repo), sha, path)
+        verdict = "not in the mirrors" if pair is None else "caught" if pair[0][rule_id] > pair[1][rule_id] else "silent"
+        tally[verdict] += 1
+        counts = f"{pair[0][rule_id]} | {pair[1][rule_id]}" if pair else "- | -"
+        print(f"| {repo} | {sha[:10]} | {path} | {rule_id} | {why} | {counts} | {verdict} |")
+    print(f"\ncaught {tally['caught']} of {len(CASES)}; silent {tally['silent']}; not in the mirrors {tally['not in the mirrors']}")
+
+
+if __name__ == "__main__":
+    main()
