@@ -50,7 +50,7 @@ CALC = Path(calc.__file__)
 
 
 def test_verdict():
-    assert calc.verdict(12) == "fail"
+    assert calc.verdict(11) == "fail"
     assert calc.verdict(3) == "pass"
 
 
@@ -127,9 +127,9 @@ def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_p
         f"{test}: `<` -> `<=` (no test runs this line)", f"{test}: 0 -> 1 (no test runs this line)",
         f"{skip}: drop the `return` that ends this if-branch (no test runs this line)",
         f"{skip}: 'skip' -> 'pass' (no test runs this line)"]
-    # LIMIT's line runs at import, outside any test: the map cannot say which tests depend on it, so its mutant
-    # falls back to the tests that import calc, where test_source kills it
-    assert result["map"] == "1 mutant(s) on lines run outside any test: import-level tests"
+    # LIMIT's line runs at import, outside any test: the map cannot say which tests depend on it, so its mutant runs
+    # the tests that run any line of calc.py (not test_source), where test_verdict's 11 kills it
+    assert result["map"] == "1 mutant(s) on lines also run outside any test: the tests that run any line of the file"
     assert f"diagnostics/calc.py:{line_of('LIMIT = 10')}: 10 -> 11" in result["killed"]
 
 

@@ -41,8 +41,8 @@ each file under diagnostics/, ml_debug/ and tools/, which test ids ran it, and i
 of the tests (--tests, default tests/; -n 2 spreads it over two pytest-xdist workers) under coverage.py with one
 context per test, children followed (`python diagnostics/x.py` run by a test, and the forked child that runs user
 code). A mutant no test reaches survives unrun ("no test runs this line"); one on a line that also ran outside any
-test (at import: an UPPER_CASE constant) or in a file the map has no entry for, or that changed since, falls back to
-the tests that import the file, and the file's line says so. Its time limit is three times the mapped tests'
+test (at import: an UPPER_CASE constant) runs the tests that run any line of its file; in a file the map has no
+entry for, or that changed since, it falls back to the tests that import the file. The file's line says so. Its time limit is three times the mapped tests'
 seconds plus 30 s; the tests that failed while the map was built are left out. --build-map never writes over a file
 it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
 file: `--build-map MAP --tests tests/test_new.py`).
@@ -501,16 +501,18 @@ class LineMap:
         return entry["lines"], None
 
     def tests_for(self, lines, mutant):
-        """(test ids, seconds) that run the mutant's lines, fastest first, those that failed when the map was built
-        left out; None when a line also ran outside any test (the map cannot say which tests depend on it)."""
+        """(test ids, seconds, whole file): the tests that run the mutant's lines, fastest first, those that failed when
+        the map was built left out. When a line also ran outside any test (at import: a constant) the map cannot say
+        which tests depend on it: then the tests that run any line of the file (whole file: True)."""
         found = set()
         for line in range(mutant.line, mutant.last + 1):
             found.update(lines.get(str(line), ()))
-        if UNATTRIBUTED in found:  # run at import (a constant) or by a child that lost the test's id
-            return None
+        whole = UNATTRIBUTED in found
+        if whole:
+            found = {i for ids in lines.values() for i in ids}
         chosen = sorted((self.tests[i] for i in found if i != UNATTRIBUTED and not self.tests[i][2]),
                         key=lambda t: (t[1], t[0]))
-        return [t[0] for t in chosen], sum(t[1] for t in chosen)
+        return [t[0] for t in chosen], sum(t[1] for t in chosen), whole
 
 
 # --- the git side -------------------------------------------------------------------------------------
@@ -613,20 +615,23 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
     if why:
         result["map"] = f"{why}: import-level tests"
     plan = []  # (mutant, tests, time limit or None: the file's tests, with the baseline's limit)
+    wholes = 0
     for mutant in mutants:
         if equivalent is not None and equivalent.holds(copy, mutant):
             result["equivalent"].append(mutant.label())
             continue
-        picked = line_map.tests_for(lines, mutant) if lines is not None else None
-        if picked is None:
+        if lines is None:
             plan.append((mutant, None, None))
-        elif not picked[0]:
+            continue
+        chosen, seconds, whole = line_map.tests_for(lines, mutant)
+        wholes += whole
+        if not chosen:
             result["survived"].append(mutant.label() + UNRUN)
         else:
-            plan.append((mutant, picked[0], timeout if timeout is not None else 3 * picked[1] + GRACE))
+            plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
+    if wholes:
+        result["map"] = f"{wholes} mutant(s) on lines also run outside any test: the tests that run any line of the file"
     file_level = [item for item in plan if item[1] is None]
-    if lines is not None and file_level:
-        result["map"] = f"{len(file_level)} mutant(s) on lines run outside any test: import-level tests"
     left_out, limit = [], timeout
     if file_level and not tests:
         result["note"] = "no test file covers it"
