@@ -69,6 +69,7 @@ import argparse
 import ast
 import base64
 import bisect
+import functools
 import hashlib
 import json
 import os
@@ -310,14 +311,13 @@ def references(root, rel, source):
     return names, named
 
 
-def covering_tests(root, files, target):
-    """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
-    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
-    files = [rel for rel in files if rel.endswith(".py")]
+@functools.lru_cache(maxsize=4)
+def reference_graph(root, files):
+    """file -> the files that reference it (import it, or name it in a string), over `files`: parsed once per run."""
     names = {}
     for rel in files:
         names.setdefault(module_name(root, rel), []).append(rel)
-    users = {}  # file -> the files that reference it
+    users = {}
     for rel in files:
         try:
             imported, named = references(root, rel, (root / rel).read_bytes())
@@ -329,6 +329,13 @@ def covering_tests(root, files, target):
         for used in found:
             if used != rel:
                 users.setdefault(used, set()).add(rel)
+    return users
+
+
+def covering_tests(root, files, target):
+    """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
+    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
+    users = reference_graph(root, tuple(rel for rel in files if rel.endswith(".py")))
     depth, layer, level = {target: 0}, [target], 0
     while layer:
         level += 1
