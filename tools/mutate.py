@@ -1,7 +1,8 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
     python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N]
-                           [--timeout S] [--json OUT [--force]]
+                           [--timeout S] [--json OUT [--force]] [--map MAP] [--equivalent LIST]
+    python tools/mutate.py --build-map MAP [-n WORKERS] [--tests TEST ...]
 
 Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
 this branch left --base (committed or not, new files included). In each file it finds the decision
@@ -35,8 +36,24 @@ fails there would kill every mutant, so it is left out (and named); a file whose
 is skipped. A mutant whose tests run past --timeout (default three times that first run, plus 30 s)
 is killed with its whole process group and counted as timed out.
 
-Prints, per file: mutants generated, killed, survived (each with file:line and the mutation) and timed
-out. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
+With --map MAP each mutant runs only the tests that ran its lines, fastest first: MAP says, for each line of
+each file under diagnostics/, ml_debug/ and tools/, which test ids ran it, and is built once by --build-map, a run
+of the tests (--tests, default tests/; -n 2 spreads it over two pytest-xdist workers) under coverage.py with one
+context per test, children followed (`python diagnostics/x.py` run by a test, and the forked child that runs user
+code). A mutant no test reaches survives unrun ("no test runs this line"); one on a line that also ran outside any
+test (at import: an UPPER_CASE constant) runs the tests that run any line of its file; in a file the map has no
+entry for, or that changed since, it falls back to the tests that import the file. The file's line says so. Its time limit is three times the mapped tests'
+seconds plus 30 s; the tests that failed while the map was built are left out. --build-map never writes over a file
+it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
+file: `--build-map MAP --tests tests/test_new.py`).
+
+The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
+can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
+reason: one a line, file, the mutation as printed, the stripped text of its line and why, tab-separated. They are
+counted as equivalent and not run.
+
+Prints, per file: mutants generated, killed, survived (each with file:line and the mutation), timed out and
+equivalent. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
 writes the results (never over a file this tool did not write, unless --force). Exit 0 when no mutant
 survived, 1 when one did, 2 on bad usage (one line on stderr), 130 on Ctrl-C.
 
@@ -50,7 +67,10 @@ CONTRIBUTING.md, "Tests".
 """
 import argparse
 import ast
+import base64
 import bisect
+import functools
+import hashlib
 import json
 import os
 import re
@@ -67,6 +87,7 @@ if str(Path(__file__).resolve().parents[1] / "diagnostics") not in sys.path:  # 
 from ml_debug_contract import OutputRefused, output_file  # noqa: E402
 
 SOURCE_DIRS = ("diagnostics", "ml_debug", "tools")  # where the default file list comes from
+EQUIVALENT = Path(__file__).with_name("mutate_equivalent.txt")  # the mutants judged equivalent, and why
 RESULTS_KIND = "ml-debug mutate results"  # marks a JSON file this tool wrote, so it may write over it
 VERDICT_DOWN = {"fail": "warn", "warn": "pass", "skip": "pass"}
 COMPARE_SWAP = {ast.Lt: (ast.LtE, "<="), ast.LtE: (ast.Lt, "<"), ast.Gt: (ast.GtE, ">="), ast.GtE: (ast.Gt, ">"),
@@ -290,14 +311,13 @@ def references(root, rel, source):
     return names, named
 
 
-def covering_tests(root, files, target):
-    """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
-    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
-    files = [rel for rel in files if rel.endswith(".py")]
+@functools.lru_cache(maxsize=4)
+def reference_graph(root, files):
+    """file -> the files that reference it (import it, or name it in a string), over `files`: parsed once per run."""
     names = {}
     for rel in files:
         names.setdefault(module_name(root, rel), []).append(rel)
-    users = {}  # file -> the files that reference it
+    users = {}
     for rel in files:
         try:
             imported, named = references(root, rel, (root / rel).read_bytes())
@@ -309,12 +329,201 @@ def covering_tests(root, files, target):
         for used in found:
             if used != rel:
                 users.setdefault(used, set()).add(rel)
+    return users
+
+
+def covering_tests(root, files, target):
+    """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
+    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
+    users = reference_graph(root, tuple(rel for rel in files if rel.endswith(".py")))
     depth, layer, level = {target: 0}, [target], 0
     while layer:
         level += 1
         layer = sorted({user for rel in layer for user in users.get(rel, ()) if user not in depth})
         depth.update((rel, level) for rel in layer)
     return sorted((rel for rel in depth if Path(rel).name.startswith("test_")), key=lambda rel: (depth[rel], rel))
+
+
+# --- the line map: which test runs which line -------------------------------------------------------------
+#
+# --build-map runs the tests under coverage.py with one context per test: this module is loaded into pytest as a
+# plugin (-p mutate) and, at the start of each test, switches coverage's context to the test's id; a child process
+# (`python diagnostics/x.py` run by a test) is measured with the test's id as its static context, through the
+# config coverage hands its children (patch = subprocess), and a forked child (the supervised user code) switches
+# to it as it starts (patch = fork, _exit).
+
+MAP_KIND = "ml-debug mutate line map"  # marks a map file this tool wrote, so it may write over it
+RCFILE = """[run]
+parallel = true
+data_file = {data}
+source = {sources}
+patch = subprocess, fork, _exit
+"""
+UNRUN = " (no test runs this line)"  # said of a mutant no test could kill: the map has no test for its lines
+UNATTRIBUTED = -1  # a line run outside any test (at import, during collection, in a child that lost the test's id)
+_current_test = None  # the test id this process runs now (the plugin's state)
+_outcomes = {}  # test id -> [seconds, failed], in the process that reports them
+
+
+def _coverage():
+    try:
+        import coverage
+    except ImportError:
+        return None
+    return coverage.Coverage.current()
+
+
+def _enter_test(test_id):
+    """Coverage's context, here and in every child started from now on, becomes `test_id` (None: no test)."""
+    global _current_test
+    _current_test = test_id
+    cov = _coverage()
+    if cov is not None:
+        cov.switch_context(test_id or "")
+    config = os.environ.get("COVERAGE_PROCESS_CONFIG")
+    if config:
+        data = json.loads(base64.b64decode(config))
+        data["context"] = test_id
+        os.environ["COVERAGE_PROCESS_CONFIG"] = base64.b64encode(json.dumps(data).encode()).decode()
+
+
+def _after_fork():
+    cov = _coverage()
+    if cov is not None and _current_test:
+        cov.switch_context(_current_test)
+
+
+def _runs_tests(config):
+    """Not xdist's controller, which only hands the tests out."""
+    return hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None)
+
+
+def pytest_configure(config):
+    if os.environ.get("MUTATE_MAP_OUTCOMES") and _runs_tests(config):
+        os.register_at_fork(after_in_child=_after_fork)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if os.environ.get("MUTATE_MAP_OUTCOMES") and _current_test != nodeid:
+        _enter_test(nodeid)
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if os.environ.get("MUTATE_MAP_OUTCOMES") and _current_test == nodeid:
+        _enter_test(None)
+
+
+def pytest_runtest_logreport(report):
+    if os.environ.get("MUTATE_MAP_OUTCOMES"):
+        seconds, failed = _outcomes.get(report.nodeid, (0.0, False))
+        _outcomes[report.nodeid] = [seconds + report.duration, failed or report.failed]
+
+
+def pytest_sessionfinish(session):
+    out = os.environ.get("MUTATE_MAP_OUTCOMES")
+    if out and not hasattr(session.config, "workerinput"):  # xdist relays its workers' reports to the controller
+        Path(out).write_text(json.dumps(_outcomes), encoding="utf-8")
+
+
+def file_digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def build_map(root, path, tests, workers, out):
+    """Run `tests` (default: tests/) under coverage with a context per test and write the map to `path`: for each
+    file under SOURCE_DIRS, its digest and, per line, the tests that ran it; per test, its seconds and whether it
+    failed. An existing map of ours is updated: the tests run now replace what it said of them."""
+    try:
+        import coverage
+    except ImportError:
+        raise UsageError("--build-map needs coverage.py: pip install -r requirements-test.txt") from None
+    with tempfile.TemporaryDirectory(prefix="mutate-map-") as scratch:
+        scratch = Path(scratch)
+        rcfile = scratch / "coveragerc"
+        rcfile.write_text(RCFILE.format(data=scratch / "data", sources=", ".join(str(root / d) for d in SOURCE_DIRS)))
+        outcomes = scratch / "outcomes.json"
+        env = dict(os.environ, MUTATE_MAP_OUTCOMES=str(outcomes), PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parent)]
+                                              + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+        env.pop("COVERAGE_PROCESS_CONFIG", None)
+        command = [sys.executable, "-m", "coverage", "run", f"--rcfile={rcfile}", "-m", "pytest", "-q",
+                   "-p", "no:cacheprovider", "-p", "mutate", *(["-n", str(workers), "--dist", "loadfile"] if workers else []),
+                   *(tests or ["tests"])]
+        before = {rel: file_digest(root / rel) for rel in repository_files(root)
+                  if rel.endswith(".py") and rel.split("/", 1)[0] in SOURCE_DIRS}
+        start = time.monotonic()
+        proc = subprocess.run(command, cwd=root, env=env, stdin=subprocess.DEVNULL)
+        seconds = time.monotonic() - start
+        if proc.returncode not in (0, 1) or not outcomes.is_file():
+            raise UsageError(f"the tests under coverage ended with exit status {proc.returncode}: no map written")
+        cov = coverage.Coverage(config_file=str(rcfile))
+        cov.combine(strict=True)
+        data = cov.get_data()
+        ran = json.loads(outcomes.read_text(encoding="utf-8"))
+        old = written_by_us(path, MAP_KIND) if path.is_file() else None
+        tests_now = sorted(ran)
+        kept = [t for t in (old or {}).get("tests", ()) if t[0] not in ran]  # [id, seconds, failed]
+        table = kept + [[t, round(ran[t][0], 3), ran[t][1]] for t in tests_now]
+        index = {t[0]: i for i, t in enumerate(table)}
+        files = {}
+        for measured in data.measured_files():
+            try:
+                rel = Path(measured).resolve().relative_to(root).as_posix()
+            except ValueError:
+                continue
+            if rel not in before or not (root / rel).is_file() or file_digest(root / rel) != before[rel]:
+                continue  # edited while the tests ran: its lines may have moved
+            lines = {}
+            for line, contexts in data.contexts_by_lineno(measured).items():
+                lines[str(line)] = sorted({index.get(c, UNATTRIBUTED) for c in contexts})
+            files[rel] = {"digest": before[rel], "lines": lines}
+        for rel, entry in ((old or {}).get("files") or {}).items():
+            if rel not in files:
+                files[rel] = entry
+                continue
+            if entry.get("digest") != files[rel]["digest"]:
+                continue  # the file changed: only what the tests run now says of it holds
+            renumber = {i: index[t[0]] for i, t in enumerate(old["tests"]) if t[0] in index and t[0] not in ran}
+            for line, ids in entry["lines"].items():
+                merged = set(files[rel]["lines"].get(line, ())) | {renumber[i] for i in ids if i in renumber}
+                files[rel]["lines"][line] = sorted(merged)
+        write_json(path, {"kind": MAP_KIND, "seconds": round(seconds, 1), "tests": table, "files": files}, indent=None)
+        failed = [t[0] for t in table if t[2]]
+        print(f"line map: {len(tests_now)} tests run in {seconds:.0f} s, {len(files)} files, written to {path}"
+              + (f"; {len(failed)} failed and will be left out: {', '.join(failed)}" if failed else ""), file=out)
+
+
+class LineMap:
+    """A map --build-map wrote: the tests that run each line of each file."""
+
+    def __init__(self, path):
+        data = written_by_us(path, MAP_KIND)
+        if data is None:
+            raise UsageError(f"--map {path}: not a line map this tool wrote (build one with --build-map)")
+        self.tests, self.files = data["tests"], data["files"]
+
+    def entry(self, root, rel):
+        """(lines, why not): the file's line -> test indices, or None and the reason the map cannot say."""
+        entry = self.files.get(rel)
+        if entry is None:
+            return None, "the line map has no entry for it"
+        if entry["digest"] != file_digest(root / rel):
+            return None, "it changed since the line map was built"
+        return entry["lines"], None
+
+    def tests_for(self, lines, mutant):
+        """(test ids, seconds, whole file): the tests that run the mutant's lines, fastest first, those that failed when
+        the map was built left out. When a line also ran outside any test (at import: a constant) the map cannot say
+        which tests depend on it: then the tests that run any line of the file (whole file: True)."""
+        found = set()
+        for line in range(mutant.line, mutant.last + 1):
+            found.update(lines.get(str(line), ()))
+        whole = UNATTRIBUTED in found
+        if whole:
+            found = {i for ids in lines.values() for i in ids}
+        chosen = sorted((self.tests[i] for i in found if i != UNATTRIBUTED and not self.tests[i][2]),
+                        key=lambda t: (t[1], t[0]))
+        return [t[0] for t in chosen], sum(t[1] for t in chosen), whole
 
 
 # --- the git side -------------------------------------------------------------------------------------
@@ -405,35 +614,98 @@ def make_copy(root, files, into):
     return copy
 
 
-def mutate_file(copy, rel, generated, mutants, tests, timeout, out):
-    """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result."""
+def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None):
+    """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
+
+    `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
+    that ran its lines (none: it survives unrun), and falls back to `tests` when the map has no entry for the file or
+    its line ran outside any test. A mutant `equivalent` lists is counted as such and not run."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
-              "timed_out": []}
-    if not tests:
+              "timed_out": [], "equivalent": []}
+    lines, why = line_map.entry(copy, rel) if line_map is not None else (None, None)
+    if why:
+        result["map"] = f"{why}: import-level tests"
+    plan = []  # (mutant, tests, time limit or None: the file's tests, with the baseline's limit)
+    wholes = 0
+    for mutant in mutants:
+        if equivalent is not None and equivalent.holds(copy, mutant):
+            result["equivalent"].append(mutant.label())
+            continue
+        if lines is None:
+            plan.append((mutant, None, None))
+            continue
+        chosen, seconds, whole = line_map.tests_for(lines, mutant)
+        wholes += whole
+        if not chosen:
+            result["survived"].append(mutant.label() + UNRUN)
+        else:
+            plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
+    if wholes:
+        result["map"] = f"{wholes} mutant(s) on lines also run outside any test: the tests that run any line of the file"
+    file_level = [item for item in plan if item[1] is None]
+    left_out, limit = [], timeout
+    if file_level and not tests:
         result["note"] = "no test file covers it"
-        result["survived"] = [m.label() for m in mutants]
-        return result
-    state, seconds, failed = run_tests(copy, tests, timeout, every=True)
-    result["baseline_seconds"] = round(seconds, 1)
-    if state == "timeout" or state == "failed" and not failed:
-        result["note"] = f"its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: skipped"
-        return result
-    if failed:  # broken before any mutant: they would kill every mutant and prove nothing
-        result["left_out"] = failed
-        result["note"] = f"{len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}"
-    limit = timeout if timeout is not None else 3 * seconds + GRACE
+        result["survived"] += [item[0].label() for item in file_level]
+        plan = [item for item in plan if item[1] is not None]
+    elif file_level:
+        state, seconds, failed = run_tests(copy, tests, timeout, every=True)
+        result["baseline_seconds"] = round(seconds, 1)
+        if state == "timeout" or state == "failed" and not failed:
+            result["note"] = f"its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: skipped"
+            plan = [item for item in plan if item[1] is not None]
+        elif failed:  # broken before any mutant: they would kill every mutant and prove nothing
+            left_out = failed
+            result["left_out"] = failed
+            result["note"] = f"{len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}"
+        limit = timeout if timeout is not None else 3 * seconds + GRACE
     target = copy / rel
     original = target.read_bytes()
-    for i, mutant in enumerate(mutants, 1):
+    for i, (mutant, chosen, own_limit) in enumerate(plan, 1):
         try:
             target.write_bytes(mutant.apply(original))
-            state, _, _ = run_tests(copy, tests, limit, failed)
+            if chosen is None:
+                state, _, _ = run_tests(copy, tests, limit, left_out)
+            else:
+                try:
+                    state, _, _ = run_tests(copy, chosen, own_limit)
+                except UsageError:  # pytest found no test of some id (a parameter id it cannot parse back): their files
+                    state, _, _ = run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in chosen)), own_limit)
         finally:
             target.write_bytes(original)
         bucket = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[state]
         result[bucket].append(mutant.label())
-        print(f"  [{i}/{len(mutants)}] {bucket.replace('_', ' ')}: {mutant.label()}", file=out, flush=True)
+        print(f"  [{i}/{len(plan)}] {bucket.replace('_', ' ')}: {mutant.label()}", file=out, flush=True)
+    rank = {mutant.label(): i for i, mutant in enumerate(mutants)}
+    for bucket in ("killed", "survived", "timed_out", "equivalent"):
+        result[bucket].sort(key=lambda label: rank[label.removesuffix(UNRUN)])
     return result
+
+
+class Equivalents:
+    """The mutants judged equivalent (they change no output): not run, counted apart. One a line, four fields
+    separated by tabs: the file, the mutation as this tool prints it (`` `<` -> `<=` ``), the text of the line it
+    edits (stripped), and why it is equivalent. Lines starting with # are comments."""
+
+    def __init__(self, path):
+        self.entries, self.sources = set(), {}
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip() or line.startswith("#"):
+                continue
+            fields = line.split("\t")
+            if len(fields) != 4 or not all(f.strip() for f in fields):
+                raise UsageError(f"{path}:{number}: want four tab-separated fields: file, mutation, line text, reason")
+            self.entries.add(tuple(f.strip() for f in fields[:3]))
+
+    def holds(self, root, mutant):
+        if mutant.path not in self.sources:
+            self.sources[mutant.path] = (root / mutant.path).read_bytes().decode("utf-8", "replace").splitlines()
+        text = self.sources[mutant.path][mutant.line - 1].strip()
+        return (mutant.path, mutant.what, text) in self.entries
 
 
 def summary_lines(result):
@@ -441,29 +713,34 @@ def summary_lines(result):
     if "in_file" in result:
         sampled += f" (on changed lines, of {result['in_file']} in the file)"
     lines = [f"{result['file']}: generated {result['generated']}{sampled}, killed {len(result['killed'])}, "
-             f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}"
-             + (f" ({result['note']})" if "note" in result else "")]
+             f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}, "
+             f"equivalent {len(result['equivalent'])}" + "".join(f" ({result[k]})" for k in ("map", "note") if k in result)]
     lines += [f"  survived {label}" for label in result["survived"]]
     return lines
 
 
-def check_output(path, force, inputs):
+def written_by_us(path, kind):
+    """The JSON object in `path` when this tool wrote it (its "kind" is `kind`), else None."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == kind else None
+
+
+def check_output(path, force, inputs, kind=RESULTS_KIND, option="--json"):
     """Refuse what the contract's output_file refuses (a folder, an input also through a link, an existing file
-    without force), except that a results file this tool wrote may be replaced without force."""
+    without force), except that a file this tool wrote (of this `kind`) may be replaced without force."""
+    ours = path.is_file() and written_by_us(path, kind) is not None
     try:
-        ours = path.is_file() and json.loads(path.read_text(encoding="utf-8")).get("kind") == RESULTS_KIND
-    except (OSError, ValueError, AttributeError):
-        ours = False
-    try:
-        output_file(path, force or ours, inputs=inputs, option="--json")
+        output_file(path, force or ours, inputs=inputs, option=option)
     except OutputRefused as exc:
         raise UsageError(str(exc)) from None
 
 
-def write_json(path, results, settings):
-    data = {"kind": RESULTS_KIND, **settings, "files": results}
+def write_json(path, data, indent=1):
     temporary = path.with_name(f".{path.name}.partial")
-    temporary.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    temporary.write_text(json.dumps(data, indent=indent) + "\n", encoding="utf-8")
     os.replace(temporary, path)
 
 
@@ -486,6 +763,13 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the unmutated run + 30)")
     parser.add_argument("--json", type=Path, help="write the results to this JSON file")
     parser.add_argument("--force", action="store_true", help="let --json replace a file this tool did not write")
+    parser.add_argument("--build-map", type=Path, metavar="MAP",
+                        help="run the tests (--tests, default tests/) under coverage and write the line map to MAP; "
+                             "an existing map of ours is updated with those tests")
+    parser.add_argument("-n", type=int, default=0, metavar="WORKERS", help="--build-map: pytest-xdist workers (default 0)")
+    parser.add_argument("--map", type=Path, help="run each mutant's tests from this line map (made by --build-map)")
+    parser.add_argument("--equivalent", type=Path, default=EQUIVALENT,
+                        help="the list of equivalent mutants, not run (default tools/mutate_equivalent.txt)")
     args = parser.parse_args(argv)
     try:
         if args.max is not None and args.max < 1:
@@ -493,6 +777,16 @@ def main(argv=None):
         if args.timeout is not None and not args.timeout > 0:
             raise UsageError("--timeout must be more than 0 seconds")
         root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
+        if args.build_map is not None:
+            if args.files or args.map or args.list:
+                raise UsageError("--build-map takes no FILE, --map or --list: it only runs the tests and writes the map")
+            if args.n < 0:
+                raise UsageError("-n must be 0 or more")
+            check_output(args.build_map, args.force, [], kind=MAP_KIND, option="--build-map")
+            build_map(root, args.build_map.resolve(), args.tests, args.n, sys.stdout)
+            return 0
+        line_map = LineMap(args.map) if args.map is not None else None
+        equivalent = Equivalents(args.equivalent) if args.equivalent.exists() or args.equivalent != EQUIVALENT else None
         files = [os.path.relpath(Path(f).resolve(), root) for f in args.files] if args.files else changed_files(root, args.base)
         for rel in files:
             if rel.startswith("..") or not (root / rel).is_file() or not rel.endswith(".py"):
@@ -522,17 +816,17 @@ def main(argv=None):
             return 0
         results = []
         settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
-                    "timeout": args.timeout}
+                    "timeout": args.timeout, "map": None if args.map is None else str(args.map)}
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
             for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
-                result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout)
+                result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent)
                 if fork is not None:
                     result["in_file"] = in_file
                 results.append(result)
                 if args.json is not None:
-                    write_json(args.json, results, settings)
+                    write_json(args.json, {"kind": RESULTS_KIND, **settings, "files": results})
         for result in results:
             print("\n".join(summary_lines(result)))
         return 1 if any(result["survived"] for result in results) else 0

@@ -1,0 +1,199 @@
+"""tools/mutate.py's line map (--build-map, --map) and its list of equivalent mutants, on a tiny repository of its own."""
+import hashlib
+import json
+import shutil
+
+import pytest
+
+from test_mutate import files, git, mutate
+
+CALC = '''"""A verdict with a threshold, and a command."""
+import sys
+
+LIMIT = 10
+
+
+def verdict(x):
+    if x > LIMIT:
+        return "fail"
+    return "pass"
+
+
+def unused(x):
+    if x < 0:
+        return "skip"
+    return "pass"
+
+
+def main(argv):
+    return 1 if verdict(int(argv[1])) == "fail" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
+'''
+CONFTEST = '''import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "diagnostics"))
+'''
+# test_source fails on any edit of calc.py without running a line of it (as the docstring tests read the sources):
+# chosen by import, it kills every mutant; chosen by the lines a test runs, it is never picked
+TESTS = '''import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import calc
+
+CALC = Path(calc.__file__)
+
+
+def test_verdict():
+    assert calc.verdict(11) == "fail"
+    assert calc.verdict(3) == "pass"
+
+
+def test_cli():
+    assert subprocess.run([sys.executable, str(CALC), "12"]).returncode == 1
+
+
+def test_source():
+    assert hashlib.sha256(CALC.read_bytes()).hexdigest() == "{digest}"
+'''
+
+
+def write(root, calc):
+    """calc.py, and the tests with its digest."""
+    (root / "diagnostics" / "calc.py").write_text(calc)
+    (root / "tests" / "test_calc.py").write_text(TESTS.replace("{digest}", hashlib.sha256(calc.encode()).hexdigest()))
+
+
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory):
+    """The tiny repository and the line map built from its tests."""
+    root = tmp_path_factory.mktemp("mapped") / "repo"
+    (root / "diagnostics").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "tests" / "conftest.py").write_text(CONFTEST)
+    write(root, CALC)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "add", ".")
+    git(root, "commit", "-q", "-m", "calc")
+    line_map = root.parent / "map.json"
+    proc = mutate(root, "--build-map", line_map)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    return root, line_map
+
+
+@pytest.fixture
+def repo(mapped, tmp_path):
+    """A copy of the mapped repository a test may change."""
+    shutil.copytree(mapped[0], tmp_path / "repo", symlinks=True)
+    return tmp_path / "repo", mapped[1]
+
+
+def line_of(text):
+    return CALC.splitlines().index(text) + 1
+
+
+def test_the_map_names_the_tests_that_run_each_line_also_in_a_child_process(mapped):
+    data = json.loads(mapped[1].read_text())
+    tests = [t[0] for t in data["tests"]]
+    assert sorted(tests) == ["tests/test_calc.py::test_cli", "tests/test_calc.py::test_source",
+                             "tests/test_calc.py::test_verdict"]
+    lines = data["files"]["diagnostics/calc.py"]["lines"]
+
+    def ran(text):
+        return sorted(tests[i] for i in lines.get(str(line_of(text)), ()) if i >= 0)
+
+    assert ran('        return "fail"') == ["tests/test_calc.py::test_cli", "tests/test_calc.py::test_verdict"]
+    assert ran('    return 1 if verdict(int(argv[1])) == "fail" else 0') == ["tests/test_calc.py::test_cli"]  # in the child
+    assert ran("    if x < 0:") == []
+
+
+def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_path):
+    root, line_map = repo
+    before = files(root)
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--json", out)
+    assert proc.returncode == 1, proc.stderr
+    assert files(root) == before
+    (result,) = json.loads(out.read_text())["files"]
+    gate, test, skip = (f"diagnostics/calc.py:{line_of(text)}" for text in ("    if x > LIMIT:", "    if x < 0:",
+                                                                            '        return "skip"'))
+    assert result["survived"] == [
+        f"{gate}: `>` -> `>=`",  # test_verdict and test_cli run this line; neither pins the boundary
+        f"{test}: `<` -> `<=` (no test runs this line)", f"{test}: 0 -> 1 (no test runs this line)",
+        f"{skip}: drop the `return` that ends this if-branch (no test runs this line)",
+        f"{skip}: 'skip' -> 'pass' (no test runs this line)"]
+    # LIMIT's line runs at import, outside any test: the map cannot say which tests depend on it, so its mutant runs
+    # the tests that run any line of calc.py (not test_source), where test_verdict's 11 kills it
+    assert result["map"] == "1 mutant(s) on lines also run outside any test: the tests that run any line of the file"
+    assert f"diagnostics/calc.py:{line_of('LIMIT = 10')}: 10 -> 11" in result["killed"]
+
+
+def test_without_the_map_the_tests_that_import_the_file_kill_every_mutant(repo):
+    proc = mutate(repo[0], "diagnostics/calc.py", "--max", "3")
+    assert proc.returncode == 0, proc.stdout
+    assert "diagnostics/calc.py: generated 11 (ran 3, --max), killed 3, survived 0" in proc.stdout
+
+
+def test_a_file_changed_since_the_map_was_built_falls_back_to_the_tests_that_import_it(repo, tmp_path):
+    root, line_map = repo
+    write(root, CALC + "\n")
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--max", "2", "--json", out)
+    (result,) = json.loads(out.read_text())["files"]
+    assert (proc.returncode, len(result["killed"])) == (0, 2), proc.stdout  # test_source now runs, and kills
+    assert result["map"] == "it changed since the line map was built: import-level tests"
+
+
+def test_a_listed_equivalent_mutant_is_counted_and_not_run(repo, tmp_path):
+    root, line_map = repo
+    listed = tmp_path / "equivalent.txt"
+    listed.write_text("# file, mutation, line, why\n"
+                      "diagnostics/calc.py\t`>` -> `>=`\tif x > LIMIT:\tno caller passes exactly LIMIT (the test says why)\n")
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--equivalent", listed, "--json", out)
+    (result,) = json.loads(out.read_text())["files"]
+    label = f"diagnostics/calc.py:{line_of('    if x > LIMIT:')}: `>` -> `>=`"
+    assert result["equivalent"] == [label]
+    assert label not in result["survived"] + result["killed"]
+    assert proc.returncode == 1  # the unrun mutants of unused() still survive
+    assert "survived 4, timed out 0, equivalent 1" in proc.stdout
+
+
+def test_a_map_of_ours_is_updated_by_a_later_build_on_some_tests(repo):
+    root, line_map = repo
+    own = root.parent / "map.json"
+    shutil.copy(line_map, own)
+    proc = mutate(root, "--build-map", own, "--tests", "tests/test_calc.py::test_cli")  # no --force: it is ours
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(own.read_text())
+    tests = [t[0] for t in data["tests"]]
+    lines = data["files"]["diagnostics/calc.py"]["lines"]
+    assert len(tests) == 3  # the other two kept from the first build
+    assert sorted(tests[i] for i in lines[str(line_of('        return "fail"'))]) == [
+        "tests/test_calc.py::test_cli", "tests/test_calc.py::test_verdict"]
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("args, says", [
+    (["diagnostics/calc.py", "--map", "notes.json"], "not a line map this tool wrote"),
+    (["--build-map", "notes.json"], "exists; pass --force"),
+    (["--build-map", "new.json", "diagnostics/calc.py"], "--build-map takes no FILE"),
+    (["diagnostics/calc.py", "--equivalent", "bad.txt"], "want four tab-separated fields"),
+    (["diagnostics/calc.py", "--equivalent", "missing.txt"], "cannot read it"),
+])
+def test_bad_map_or_list_exits_2_with_one_line_and_writes_nothing(repo, args, says):
+    root = repo[0]
+    (root / "notes.json").write_text('{"mine": true}\n')
+    (root / "bad.txt").write_text("diagnostics/calc.py\tonly two fields\n")
+    before = files(root)
+    proc = mutate(root, *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert says in lines[0], lines[0]
+    assert files(root) == before
