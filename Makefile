@@ -5,26 +5,18 @@
 VENV   := .venv
 PYTHON := $(VENV)/bin/python
 DEST   ?= $(HOME)/.claude/skills
-PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt
-# pip byte-compiles what it installs on one core; compileall -j 0 does it on every core (the test venv's 15,565 files:
-# 53 s wall on the 2-core dev VM). The .pyc files must be made here: where PYTHONDONTWRITEBYTECODE is set (the dev VM
-# sets it) Python never writes them, and every test process compiles torch from source again (the suite took 636 s
-# without them, 463 s with them, measured). A file that does not compile (a Python 2 test in a package) is skipped,
-# as pip skips it: hence `|| true`.
-COMPILE = $(PYTHON) -m compileall -qq -j 0 $(VENV)/lib || true
+PIP    := $(PYTHON) -m pip install --quiet --disable-pip-version-check -c constraints.txt
 
 .PHONY: demo test check docs install-skill browser clean
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	python3 -m venv $(VENV)
 	$(PIP) -r requirements.txt
-	$(COMPILE)
 	touch $@
 
 # A venv made by `make demo` gets the test set added, not rebuilt.
 $(VENV)/.installed-test: $(VENV)/.installed requirements-test.txt
 	$(PIP) -r requirements-test.txt
-	$(COMPILE)
 	touch $@
 
 demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model with a planted bug)
