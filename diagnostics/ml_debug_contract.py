@@ -182,25 +182,28 @@ def validate_case(case, where="case"):
     return case
 
 
-def one_graph(inputs):
-    """Whether the batch is one graph whose rows are its nodes (node classification): an input is an adjacency
-    matrix (N, N), dense or sparse, or an integer edge list (2, E) of node numbers below N, where N is the rows of
-    another input, the node features. Message passing mixes those rows by design: they are not independent examples."""
+def graph_edges(inputs):
+    """(N, the inputs holding the edges) when the batch is one graph whose rows are its nodes (node classification):
+    an adjacency matrix (N, N), dense or sparse, or an integer edge list (2, E) of node numbers below N, where N is the
+    rows of another input, the node features; (0, []) when it is not."""
     import torch
 
     tensors = [t for t in (inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list))
                            else [inputs]) if isinstance(t, torch.Tensor)]
     for nodes in (t for t in tensors if t.dim() == 2 and t.is_floating_point() and not t.is_sparse):
         n = nodes.shape[0]
-        for other in tensors:
-            if other is nodes or other.dim() != 2:
-                continue
-            if other.shape == (n, n) and n > 1:
-                return True
-            if other.shape[0] == 2 and other.shape[1] > 0 and not other.is_floating_point() and other.dtype != torch.bool \
-                    and not other.is_sparse and 0 <= int(other.min()) and int(other.max()) < n:
-                return True
-    return False
+        edges = [other for other in tensors if other is not nodes and other.dim() == 2 and (
+            other.shape == (n, n) and n > 1 or other.shape[0] == 2 and other.shape[1] > 0 and not other.is_floating_point()
+            and other.dtype != torch.bool and not other.is_sparse and 0 <= int(other.min()) and int(other.max()) < n)]
+        if edges:
+            return n, edges
+    return 0, []
+
+
+def one_graph(inputs):
+    """Whether the batch is one graph (graph_edges): message passing mixes its rows by design, so they are not
+    independent examples."""
+    return bool(graph_edges(inputs)[1])
 
 
 def to_device(obj, device):

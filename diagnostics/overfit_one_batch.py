@@ -101,8 +101,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, named_tensors, needs_closure, preserved,
-                               replace_tensor, step_optimizer, validate_case)
+from ml_debug_contract import (CheckResult, cli_main, forward, graph_edges, loss_closure, named_tensors, needs_closure,
+                               preserved, replace_tensor, step_optimizer, validate_case)
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -167,20 +167,12 @@ def _rows(obj, n, start, count, bdim, flattened=False):
     return obj
 
 
-def _edge_inputs(inputs, n):
-    """The inputs that hold a graph's edges over its n nodes: an adjacency (n, n), dense or sparse, or an integer edge
-    list (2, E) of node numbers (ml_debug_contract.one_graph says which batches are graphs)."""
-    return [t for _, t in named_tensors(inputs) if t.dim() == 2 and (
-        tuple(t.shape) == (n, n) or t.shape[0] == 2 and not t.is_sparse and not t.is_floating_point()
-        and t.dtype != torch.bool and t.numel() > 0 and 0 <= int(t.min()) and int(t.max()) < n)]
-
-
-def _edge_list(edges):
-    """The (2, E) node pairs of an edge input; an adjacency's non-zero entries."""
+def _edge_list(edges, n):
+    """The (2, E) node pairs of an edge input (ml_debug_contract.graph_edges): an adjacency's non-zero entries."""
     if edges.is_sparse:
         edges = edges.coalesce()
         return edges.indices()[:, edges.values() != 0]
-    return edges.nonzero().t() if edges.shape[0] != 2 or edges.is_floating_point() else edges
+    return edges.nonzero().t() if tuple(edges.shape) == (n, n) else edges
 
 
 def _rows_read(case, model, inputs, targets, n):
@@ -198,15 +190,17 @@ def _rows_read(case, model, inputs, targets, n):
 def _subgraph(case, model, inputs, targets, n, rows):
     """One graph batch cut to the first `rows` nodes the loss reads and every node within GRAPH_HOPS hops of them, each
     edge input cut to those nodes and renumbered: (inputs, targets, {nodes, of, read}), or None where it cannot be cut
-    (no edge input, the loss reads no row of an (n, ...) output, the cut leaves every node, or the cut graph's loss
+    (no edge input over n nodes, the loss reads no row of an (n, ...) output, the cut leaves every node, or the cut graph's loss
     fails, as a loss that indexes with a mask of the full graph's size does)."""
-    edges = _edge_inputs(inputs, n)
+    nodes, edges = graph_edges(inputs)
+    if nodes != n:  # the node features are not the rows the batch dimension counts
+        return None
     try:
         with preserved(model):
-            read = _rows_read(case, model, inputs, targets, n) if edges else None
+            read = _rows_read(case, model, inputs, targets, n)
             if read is None or read.numel() == 0:
                 return None
-            pairs = [_edge_list(e) for e in edges]
+            pairs = [_edge_list(e, n) for e in edges]
             keep = torch.zeros(n, dtype=torch.bool, device=read.device)
             keep[read[:rows]] = True
             for _ in range(GRAPH_HOPS):
