@@ -297,7 +297,34 @@ def _stalled(losses, noisy=False):
     if len(losses) < span:
         return False
     earlier, recent = losses[-span:-STALL_WINDOW], losses[-NOISE_WINDOW:]
-    return (sum(earlier) - sum(recent)) / NOISE_WINDOW < FLAT * abs(losses[0])
+    return (sum(earlier) - sum(recent)) / NOISE_WINDOW < FLAT * abs(_began(losses, noisy))
+
+
+def _now(losses, noisy=False):
+    """Where a run stands: its last loss; for an objective that samples noise, the mean of its last NOISE_WINDOW draws.
+    One draw is no verdict: under logits drowned in noise, one draw of 0.69 in a run whose mean stayed near 45 passed a
+    model trained at lr 0, and one low first draw made later ordinary draws look 4x larger, a runaway (measured)."""
+    return sum(losses[-NOISE_WINDOW:]) / len(losses[-NOISE_WINDOW:]) if noisy else losses[-1]
+
+
+def _began(losses, noisy=False):
+    """Where a run started: its first loss; for an objective that samples noise, the mean of its first NOISE_WINDOW draws."""
+    return sum(losses[:NOISE_WINDOW]) / len(losses[:NOISE_WINDOW]) if noisy else losses[0]
+
+
+def _ran_away(losses, noisy=False):
+    """A loss turned NaN/inf, or the run stands at RUNAWAY x its start (noisy: the last window's mean against the
+    first's, once they do not overlap)."""
+    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+        return True
+    if noisy and len(losses) < 2 * NOISE_WINDOW:
+        return False
+    return not abs(_now(losses, noisy)) < RUNAWAY * abs(_began(losses, noisy))
+
+
+def _reached(losses, target, noisy=False):
+    """The run stands at or below the target (noisy: its last NOISE_WINDOW draws' mean, once it has that many)."""
+    return (len(losses) >= NOISE_WINDOW or not noisy) and abs(_now(losses, noisy)) <= target
 
 
 def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
@@ -316,10 +343,8 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
     for step in range(steps + 1):
         model.zero_grad(set_to_none=True)
         loss = case["loss_fn"](forward(model, inputs), targets)
-        value = float(loss.detach())
-        losses.append(value)
-        start = abs(losses[0])
-        stop = ("target" if abs(value) <= target else "runaway" if not abs(value) < RUNAWAY * start  # NaN fails `<` too
+        losses.append(float(loss.detach()))
+        stop = ("target" if _reached(losses, target, noisy) else "runaway" if _ran_away(losses, noisy)
                 else "stalled" if _stalled(losses, noisy) else "budget" if step == steps else None)
         if stop:
             return losses, optimizer, stop
@@ -335,8 +360,8 @@ def _classify(losses, noisy=False):
     A run that stopped on a runaway (NaN/inf, or 4x its start) is diverging, noise or not. noisy: the objective samples
     noise, so single steps jump about: compare means over NOISE_WINDOW steps; "flat" when every such mean stays within
     twice the last window's spread of the first one, "diverging" when the last mean rose that far above the lowest."""
-    start = abs(losses[0])
-    if not abs(losses[-1]) < RUNAWAY * start or not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+    start = abs(_began(losses, noisy))
+    if _ran_away(losses, noisy):
         return "diverging"
     if noisy:
         means = _window_means(losses)
@@ -361,7 +386,7 @@ def _window_means(losses):
 def _settled_low(losses, stop):
     """A sampling objective's run ended with its recent mean under FLOOR x its start (and did not run away)."""
     tail = losses[-NOISE_WINDOW:]
-    return stop != "runaway" and 0 <= sum(tail) / len(tail) < FLOOR * abs(losses[0])
+    return stop != "runaway" and 0 <= sum(tail) / len(tail) < FLOOR * abs(_began(losses, noisy=True))
 
 
 def _every_10(losses):
@@ -393,6 +418,17 @@ def _at_floor(losses, k, floor, details, not_optimised, missing, where=""):
                        f"{not_optimised}", details)
 
 
+def _hidden_by_noise(losses, how, details, steps):
+    """Noisy, missed the target, and the control (its own first predictions at RETRY_LR x the lr) missed too, while the
+    steps moved the weights: no harm is shown, as the objective's noise can hide any fall a short sprint makes."""
+    details.update(failure="inconclusive", next="rerun with more steps, or with the noise fixed (a seeded sampler): "
+                   f"check_overfit_one_batch(case, steps={4 * steps})")
+    return CheckResult("overfit_one_batch", "skip", f"inconclusive: {how} within the noise its objective samples "
+                       f"({_trace(losses, True)}), and at {RETRY_LR:g}x lr it did not memorise its own first predictions "
+                       f"either ({_trace(details['control_losses'], True)} every 10 steps), while the steps moved the "
+                       "weights: the noise hides any fall these steps could show", details)
+
+
 def _own_targets(case, inputs, targets, output):
     """The batch relabelled with the model's own first predictions (argmax), which it can surely represent; None
     unless the targets are class indices that the output scores along its last dim (in order, also when flattened). Masked positions stay masked;
@@ -418,7 +454,7 @@ def _memorises_own(case, model, initial, relabelled, steps, details, noisy):
             tensor.copy_(value)
     control, _, _ = _train(case, model, *relabelled, RETRY_LR, RETRY_STEPS * steps, details["target"], noisy)
     details["control_losses"] = _every_10(control)
-    if not abs(control[-1]) <= details["target"]:
+    if not _reached(control, details["target"], noisy):
         return None
     details.update(failure="targets_out_of_reach", next="check that the targets follow from what the model sees (the "
                    "same context with different targets, a model that sees one token) before looking for a bug in the code")
@@ -536,7 +572,10 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             output = forward(model, inputs)
             start = case["loss_fn"](output, targets)
             start_value = float(start.detach())
-        reference = abs(start_value)
+            torch.manual_seed(1)
+            with torch.no_grad():
+                again = float(case["loss_fn"](forward(model, inputs), targets))
+        reference = (abs(start_value) + abs(again)) / 2 if samples else abs(start_value)  # noisy: two draws, not one
         classes = case["task"].get("num_classes") or case["task"].get("vocab_size")
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
             reference = min(reference, float(torch.tensor(float(classes)).log()))
@@ -563,24 +602,26 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                          if missing else "")
         if missing:
             details["next"] = "build the optimizer from model.parameters() (after any layer is replaced)"
-        if abs(losses[-1]) <= details["target"]:
+        if _reached(losses, details["target"], samples):
             return CheckResult("overfit_one_batch", "warn" if missing else "pass",
                                f"memorised {k} rows: loss {_trace(losses)}{not_optimised}", details)
         floor = _loss_floor(case, output, targets) if torch.is_tensor(targets) else None
         if floor is not None and floor > details["target"]:  # the targets keep the loss above zero: near its floor is memorised
             details.update(loss_floor=floor, target=floor + TARGET * max(reference - floor, 0.0))
-            if abs(losses[-1]) <= details["target"]:
+            if _reached(losses, details["target"], samples):
                 return _at_floor(losses, k, floor, details, not_optimised, missing)
         if samples and _settled_low(losses, stop):
             return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses, samples)
+        if samples and not moved and all(abs(v) < float("inf") for v in losses):
+            failure = "flat"  # through the noise the losses show little; the weights show that no step changed one
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
             retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"],
                                            samples)
             details.update(retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
-            if abs(retry[-1]) <= details["target"] and "loss_floor" in details:
+            if _reached(retry, details["target"], samples) and "loss_floor" in details:
                 return _at_floor(retry, k, details["loss_floor"], details, not_optimised, missing, f" at {RETRY_LR:g}x your lr")
-            if abs(retry[-1]) <= details["target"]:
+            if _reached(retry, details["target"], samples):
                 return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
                                    f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses, samples)}{not_optimised}",
                                    details)
@@ -599,7 +640,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
                                    f"but {missed} above the target, and diverged at {RETRY_LR:g}x: this sprint cannot tell "
                                    f"a slow lr from a bug{not_optimised}", details)
-        if failure == "diverging" and losses[-1] < 0 and details["probabilities_into_nll"]:
+        if failure == "diverging" and _now(losses, samples) < 0 and details["probabilities_into_nll"]:
             failure = "probabilities_into_nll"  # not a runaway: -mean(p[target]) is bounded by -1
         details["failure"] = failure
         own = None if missing or not samples or failure != "flat" or details["outputs_are_probabilities"] \
@@ -612,12 +653,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                                "as F.dropout, a sampled objective) hides whether these targets follow from what the model sees",
                                details)
         if own is not None and moved:  # noisy and flat, the control flat too, yet the steps moved the weights
-            details.update(failure="inconclusive", next="rerun with more steps, or with the noise fixed (a seeded "
-                           f"sampler): check_overfit_one_batch(case, steps={4 * steps})")
-            return CheckResult("overfit_one_batch", "skip", f"inconclusive: flat within the noise its objective samples "
-                               f"({_trace(losses, True)}), and at {RETRY_LR:g}x lr it did not memorise its own first "
-                               f"predictions either ({_trace(details['control_losses'], True)} every 10 steps), while the "
-                               "steps moved the weights: the noise hides any fall these steps could show", details)
+            return _hidden_by_noise(losses, "flat", details, steps)
         if failure == "flat":
             hint = ("the optimizer holds none of the model's parameters" if missing and len(missing) == len(trainable)
                     else f"{len(missing)} of {len(trainable)} trainable parameters are not in the optimizer" if missing
@@ -630,7 +666,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             summary = (f"the loss heads to -1, not 0 ({_trace(losses, samples)}): the outputs are probabilities (a softmax) "
                        f"fed to NLLLoss, which expects log-probabilities, so the loss is -mean(p[target])")
             details["next"] = "use log_softmax before NLLLoss, or return the logits to CrossEntropyLoss"
-        elif failure == "diverging" and losses[-1] < 0:
+        elif failure == "diverging" and _now(losses, samples) < 0:
             summary = f"diverging: the loss heads to -inf ({_trace(losses)}): is its sign flipped (maximising)?"
             details["next"] = "check the sign of the loss (and of any term added to it)"
         elif failure == "diverging":
@@ -644,13 +680,15 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             details["blocked_rows"] = blocked
             control = _memorises_own(case, model, initial, relabelled, steps, details, samples) if relabelled is not None and not blocked else None
             if control:
-                return CheckResult("overfit_one_batch", "warn", f"stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, "
+                return CheckResult("overfit_one_batch", "warn", f"stalled at {_now(retry, samples):.4g} (from {_began(losses, samples):.4g}, "
                                    f"target {details['target']:.3g}) even at {RETRY_LR:g}x lr, yet it memorises targets it "
                                    f"can represent (its own first predictions: {_trace(control)}): loss, gradients "
                                    "and optimizer work, and these targets do not follow from what the model sees, by design (the "
                                    "same context with different targets, a bigram's one-token view, label noise) or because "
                                    f"something hides the inputs (a bottleneck, dead units: gradient_flow){not_optimised}",
                                    details)
+            if samples and moved and relabelled is not None and not blocked and not details["outputs_are_probabilities"]:
+                return _hidden_by_noise(losses, "stalled above the target", details, steps)
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
                      if details["outputs_are_probabilities"] else
                      f"rows {', '.join(map(str, blocked[:5]))} stay above the target with almost no gradient reaching the "
@@ -658,7 +696,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                      "a capacity bug (dead units, a bottleneck) or label smoothing: it cannot memorise even its own first "
                      "predictions" if relabelled is not None else
                      "a capacity bug (dead units, a bottleneck), label smoothing, or targets the inputs cannot explain")
-            summary = (f"plateau: stalled at {retry[-1]:.4g} (from {losses[0]:.4g}, target {details['target']:.3g}) "
+            summary = (f"plateau: stalled at {_now(retry, samples):.4g} (from {_began(losses, samples):.4g}, target {details['target']:.3g}) "
                        f"even at {RETRY_LR:g}x lr: {cause}")
             details["next"] = ("return logits, not softmax outputs, to CrossEntropyLoss" if details["outputs_are_probabilities"] else
                                "run gradient_flow (dead or blocked layers); remove bottlenecks and label smoothing; check the labels")

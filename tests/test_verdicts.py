@@ -624,11 +624,15 @@ class _SwampedByNoise(torch.nn.Module):
         return self.lin(x) + 50 * torch.randn(x.shape[0], 3)
 
 
+@pytest.mark.parametrize("seed", [0, 3, 4, 6])
 @pytest.mark.parametrize("lr, status", [(1e-3, "skip"), (0.0, "fail")])
-def test_overfit_flat_in_noise_it_cannot_beat_is_inconclusive_unless_the_weights_never_moved(lr, status):
+def test_overfit_flat_in_noise_it_cannot_beat_is_inconclusive_unless_the_weights_never_moved(lr, status, seed):
     """Flat within its noise at the lr and at 10x on its own predictions: inconclusive while the steps moved the weights
-    (one batch cannot show a fall through that noise); at lr 0 they never moved, which is the harm shown."""
-    torch.manual_seed(0)
+    (one batch cannot show a fall through that noise); at lr 0 they never moved, which is the harm shown. The verdict
+    must not hang on one draw: judged on single draws, seeds 3 and 6 failed "diverging" (a low first draw made later
+    ordinary ones look 4x larger), seed 4 passed on one draw of 0.69 in a run whose mean stayed near 45 (at lr 0 too),
+    and other seeds failed "plateau" at lr 0 (measured)."""
+    torch.manual_seed(seed)
     case = {"model": _SwampedByNoise(), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
             "loss_fn": torch.nn.functional.cross_entropy, "optimizer": lambda params: torch.optim.Adam(params, lr=lr)}
     result = overfit(case)
