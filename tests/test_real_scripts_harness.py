@@ -154,3 +154,17 @@ def test_the_totals_line_counts_what_done_when_counts():
     ]
     assert run.totals(results) == ("3 entries, 2 with verdicts: 1 false FAILs in 1 scripts, 2 false WARNs; real bugs "
                                    "caught 1/1; twins caught 1/2; SAFETY: s1")
+
+
+def test_the_cpu_seconds_count_the_doctors_child_and_not_the_wait(tmp_path):
+    """The doctor runs the script in a supervised child: its CPU time counts; time spent asleep does not (a loaded
+    machine adds wall seconds, not CPU seconds)."""
+    fake = tmp_path / "doctor.py"
+    fake.write_text("import json, subprocess, sys, time\n"
+                    "subprocess.run([sys.executable, '-c', 'import time\\nend = time.process_time() + 0.4\\n"
+                    "while time.process_time() < end: pass'])\n"
+                    "time.sleep(0.5)\n"
+                    "print(json.dumps({'checks': [{'id': 'a', 'status': 'pass', 'summary': 's'}]}))\n")
+    result = run.run_doctor(fake, tmp_path, tmp_path / "t.py", [], 60, None)
+    assert result["checks"] == {"a": "pass"} and result["seconds"] >= 0.9, result
+    assert 0.4 <= result["cpu_seconds"] < result["seconds"] - 0.4, result

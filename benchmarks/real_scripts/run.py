@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -110,8 +111,10 @@ def judge(entry, run):
 
 
 def run_doctor(doctor, workdir, script, args, timeout, env):
-    """Run the doctor on script from workdir: {rc, seconds, checks {id: status}, summaries, error, check_seconds}."""
-    start = time.perf_counter()
+    """Run the doctor on script from workdir: {rc, seconds, cpu_seconds, checks {id: status}, summaries, error,
+    check_seconds}. cpu_seconds: user + system time of the doctor and every process it waited for (the script's
+    supervised child): close to the wall seconds of a quiet machine with one torch thread, also under load."""
+    start, used = time.perf_counter(), _children_cpu()
     proc = subprocess.Popen([sys.executable, str(doctor), "--script", os.path.relpath(script, workdir), "--json", "--",
                              *args], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -122,18 +125,24 @@ def run_doctor(doctor, workdir, script, args, timeout, env):
         proc.communicate()
         if not isinstance(exc, subprocess.TimeoutExpired):
             raise
-        return {"rc": None, "seconds": round(time.perf_counter() - start, 1), "checks": None, "summaries": {},
-                "error": f"timed out after {timeout:g} s"}
-    seconds = round(time.perf_counter() - start, 1)
+        return {"rc": None, "seconds": round(time.perf_counter() - start, 1), "cpu_seconds": None, "checks": None,
+                "summaries": {}, "error": f"timed out after {timeout:g} s"}
+    seconds, cpu_seconds = round(time.perf_counter() - start, 1), round(_children_cpu() - used, 1)
     try:
         checks = json.loads(out)["checks"]
     except (json.JSONDecodeError, KeyError, TypeError):
         lines = err.strip().splitlines()
-        return {"rc": proc.returncode, "seconds": seconds, "checks": None, "summaries": {},
+        return {"rc": proc.returncode, "seconds": seconds, "cpu_seconds": cpu_seconds, "checks": None, "summaries": {},
                 "error": lines[-1] if lines else f"exit {proc.returncode}, no output"}
-    return {"rc": proc.returncode, "seconds": seconds, "checks": {c["id"]: c["status"] for c in checks},
+    return {"rc": proc.returncode, "seconds": seconds, "cpu_seconds": cpu_seconds,
+            "checks": {c["id"]: c["status"] for c in checks},
             "summaries": {c["id"]: c["summary"] for c in checks}, "error": None,
             "check_seconds": {c["id"]: (c.get("details") or {}).get("seconds") for c in checks}}
+
+
+def _children_cpu():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def run_one(entry, files, doctor, timeout, env, twin=None):
@@ -170,7 +179,7 @@ def row(name, healthy, verdict, twins):
     caught = sum(t["caught"] for t in twins)
     touched = healthy["files"]["changed"] + healthy["files"]["removed"]
     return (f"{name:24} {counts(healthy):13} {f'{caught}/{len(twins)}' if twins else '-':5} "
-            f"{healthy['seconds'] or 0:5.0f} {len(touched):3}/{len(healthy['files']['created']):<3} "
+            f"{healthy['seconds'] or 0:5.0f} {healthy.get('cpu_seconds') or 0:5.0f} {len(touched):3}/{len(healthy['files']['created']):<3} "
             f"{'ok' if healthy['safe'] and all(t['safe'] for t in twins) else 'SAFETY':6} "
             f"{','.join(verdict['false_fail']) or '-'} | {','.join(verdict['false_warn']) or '-'}")
 
@@ -220,7 +229,7 @@ def main(argv=None):
         return 2
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "shim"), str(args.site)]), MPLBACKEND="Agg")
     print(f"doctor {args.doctor}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
-    print(f"{'script':24} {'verdicts':13} twins {'s':>5} touch/new safety false FAIL | false WARN")
+    print(f"{'script':24} {'verdicts':13} twins {'s':>5} {'cpu s':>5} touch/new safety false FAIL | false WARN")
     results = []
     for entry in entries:
         healthy = run_one(entry, sources[entry["name"]], args.doctor, args.timeout, env)
