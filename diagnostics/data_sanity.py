@@ -18,8 +18,9 @@ What it checks
              shows the harm: 20 steps at the case's optimizer on the batch as given end at a
              loss at least 2x that of 20 steps from the same start with those inputs
              standardised, and above a hundredth of where they started (the standardised run
-             learns; two runs that both learn show no harm). Without that, a warn that says
-             what the experiment showed: a net that copes (BatchNorm first) is not failed.
+             learns; a run as given that falls under a hundredth has learned the batch and
+             ends there, no harm shown). Without that, a warn that says what the experiment
+             showed: a net that copes (BatchNorm first) is not failed.
       warn   |mean| or std between 3 and 10, or a std below 0.01 (divided by 255 twice?);
              the first input and the targets with different numbers of rows (targets of B x T
              rows for a (B, T) input are flattened, not different; other inputs such as an
@@ -160,8 +161,11 @@ def _standardised(t):
 def scale_trial(case, wild):
     """TRIAL_STEPS steps on the batch as given and as many from the same start with the `wild` inputs standardised.
 
-    Returns ((first, last) loss as given, (first, last) standardised): the experiment that shows whether the scale
-    harms training on this model, at the optimizer the case trains with.
+    Returns ((first, last, steps) as given, (first, last, steps) standardised or None): the experiment that shows whether
+    the scale harms training on this model, at the optimizer the case trains with. The run as given ends as soon as its
+    loss is under LEARNED x its start: it learned the batch, no harm can show, and the standardised run is not needed
+    (None). Each run is a training step per step of a model's full batch: siamese's resnet18 learned its batch as
+    given in 7 of the 40 (measured).
     """
     model, (inputs, targets) = case["model"], case["batch"]
     fixed = inputs
@@ -180,11 +184,15 @@ def scale_trial(case, wild):
             for step in range(TRIAL_STEPS + 1):
                 loss = case["loss_fn"](forward(model, batch_inputs), targets)
                 losses.append(float(loss.detach()))
-                if step < TRIAL_STEPS:
-                    optimizer.zero_grad()
-                    loss.backward()
-                    step_optimizer(optimizer, loss_closure(case, model, batch_inputs, targets))
-            runs.append((losses[0], losses[-1]))
+                learned = batch_inputs is inputs and losses[-1] < LEARNED * abs(losses[0])  # NaN fails `<`
+                if step == TRIAL_STEPS or learned:
+                    break
+                optimizer.zero_grad()
+                loss.backward()
+                step_optimizer(optimizer, loss_closure(case, model, batch_inputs, targets))
+            runs.append((losses[0], losses[-1], step))
+            if learned:
+                return runs + [None]
     return runs
 
 
@@ -263,18 +271,24 @@ def check_data_sanity(case):
         except Exception as exc:  # the model cannot train on the standardised copy: no harm shown either way
             shown, how = False, f"the experiment could not run ({type(exc).__name__}: {exc})"
         else:
-            (raw_first, raw_last), (fixed_first, fixed_last) = trial
-            # harm: as given it ends at 2x the standardised run's loss or more, and still above a hundredth of its start (two
-            # runs that both learn, 1e-5 against 1e-6, show none); NaN as given counts as shown
-            shown = not raw_last < 2 * fixed_last and not raw_last < LEARNED * abs(raw_first) and fixed_last < fixed_first
-            how = (f"{TRIAL_STEPS} steps at your optimizer's settings end at loss {raw_last:.3g} (from {raw_first:.3g}) "
-                   f"on the batch as given, at {fixed_last:.3g} (from {fixed_first:.3g}) with it standardised")
+            (raw_first, raw_last, raw_steps), fixed = trial
+            if fixed is None:  # as given it fell under a hundredth of its start: it learned the batch, no harm to show
+                shown, how = False, (f"at your optimizer's settings the batch as given is learned: loss {raw_last:.3g} "
+                                     f"(from {raw_first:.3g}) in {raw_steps} steps")
+            else:
+                fixed_first, fixed_last, _ = fixed
+                # harm: as given it ends at 2x the standardised run's loss or more (it never fell under a hundredth of its
+                # start, or it would have stopped there); NaN as given counts as shown
+                shown = not raw_last < 2 * fixed_last and fixed_last < fixed_first
+                how = (f"{TRIAL_STEPS} steps at your optimizer's settings end at loss {raw_last:.3g} (from {raw_first:.3g}) "
+                       f"on the batch as given, at {fixed_last:.3g} (from {fixed_first:.3g}) with it standardised")
         findings = [("fail" if shown else "warn", f"{message}: {how}" + ("" if shown else ": no harm shown here"))
                     if status == "wild" else (status, message) for status, message in findings]
     details = {"tensors": {name: stats(t) for name, t in input_tensors + target_tensors},
                "findings": [f"{status}: {message}" for status, message in findings]}
     if trial is not None:
-        details["scale_trial"] = {"as_given": list(trial[0]), "standardised": list(trial[1])}
+        details["scale_trial"] = {"as_given": list(trial[0][:2]), "steps_as_given": trial[0][2],
+                                  "standardised": list(trial[1][:2]) if trial[1] else None}
     fails = [message for status, message in findings if status == "fail"]
     warns = [message for status, message in findings if status == "warn"]
     if fails or warns:
