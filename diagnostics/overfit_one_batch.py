@@ -22,8 +22,9 @@ What it checks
 
       flat       the loss never moved: learning rate 0, an optimizer that holds none (or not
                  all) of the model's parameters, a loss detached from the parameters.
-      diverging  the loss turned NaN/inf or ran away from zero: learning rate far too high, or
-                 a flipped sign (maximising the loss: it heads to -inf).
+      diverging  the loss turned NaN/inf, or ran away from zero (4x its start for 5 steps in a
+                 row: a jump the next steps undo is none): learning rate far too high, or a
+                 flipped sign (maximising the loss: it heads to -inf).
       plateau    it went down and stalled above the target, and still does at 10x the learning
                  rate: probabilities fed to a logits loss (double softmax), a capacity bug (a
                  width-1 bottleneck), label smoothing, targets the inputs cannot explain.
@@ -114,6 +115,8 @@ STEPS = 300  # our assumption, tuned on the test zoo: healthy cases get there in
 TARGET = 0.05  # "near zero" = 5% of the start (or of ln C) — our assumption, tuned on the test zoo (cs231n asks for zero cost)
 FLAT = 0.01  # the loss never moved by more than 1% of its start: nothing is learning — our assumption
 RUNAWAY = 4.0  # |loss| at 4x its start, or NaN/inf: diverging, stop early — our assumption
+RUNAWAY_STEPS = 5  # ... for 5 steps in a row: a jump the next steps undo is no runaway (siamese_network's resnet18 under
+# Adadelta at lr 1 jumped 5.8x on its first step, then fell to 0.36 and memorised its rows 3 steps later, measured)
 STALL_WINDOW = 50  # a loss that fell by less than FLAT of its start over 50 steps has stalled — our assumption
 SAME_LOSS = 1e-4  # two draws whose losses differ by less are one deterministic objective (float noise, not sampling) — our assumption
 NOISE_WINDOW = 10  # steps averaged when the objective samples noise: one step's loss is one draw — our assumption
@@ -313,13 +316,13 @@ def _began(losses, noisy=False):
 
 
 def _ran_away(losses, noisy=False):
-    """A loss turned NaN/inf, or the run stands at RUNAWAY x its start (noisy: the last window's mean against the
-    first's, once they do not overlap)."""
+    """A loss turned NaN/inf, or the run has stood at RUNAWAY x its start for RUNAWAY_STEPS steps (noisy: the last
+    window's mean against the first's, once they do not overlap)."""
     if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
         return True
-    if noisy and len(losses) < 2 * NOISE_WINDOW:
-        return False
-    return not abs(_now(losses, noisy)) < RUNAWAY * abs(_began(losses, noisy))
+    if noisy:
+        return len(losses) >= 2 * NOISE_WINDOW and not abs(_now(losses, noisy)) < RUNAWAY * abs(_began(losses, noisy))
+    return len(losses) > RUNAWAY_STEPS and all(not abs(v) < RUNAWAY * abs(losses[0]) for v in losses[-RUNAWAY_STEPS:])
 
 
 def _reached(losses, target, noisy=False):
@@ -357,7 +360,7 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
 def _classify(losses, noisy=False):
     """How a run that missed the target failed: diverging, flat, or still-falling/stalled ("plateau").
 
-    A run that stopped on a runaway (NaN/inf, or 4x its start) is diverging, noise or not. noisy: the objective samples
+    A run that stopped on a runaway (NaN/inf, or 4x its start for RUNAWAY_STEPS steps) is diverging, noise or not. noisy: the objective samples
     noise, so single steps jump about: compare means over NOISE_WINDOW steps; "flat" when every such mean stays within
     twice the last window's spread of the first one, "diverging" when the last mean rose that far above the lowest."""
     start = abs(_began(losses, noisy))
