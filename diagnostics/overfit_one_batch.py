@@ -325,6 +325,16 @@ def _ran_away(losses, noisy=False):
     return len(losses) > RUNAWAY_STEPS and all(not abs(v) < RUNAWAY * abs(losses[0]) for v in losses[-RUNAWAY_STEPS:])
 
 
+def _jumped(losses, noisy=False):
+    """The run stood at RUNAWAY x its start at some step (noisy: a window's mean against the first's), or turned
+    NaN/inf: unstable, even where it came back down. A retry at RETRY_LR x that jumped is no reference for a slow lr:
+    super_resolution's at 10x jumped past 4x, came back and stalled, and was failed "plateau" (measured)."""
+    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+        return True
+    levels = _window_means(losses) if noisy else losses
+    return any(not abs(v) < RUNAWAY * abs(levels[0]) for v in levels)
+
+
 def _reached(losses, target, noisy=False):
     """The run stands at or below the target (noisy: its last NOISE_WINDOW draws' mean, once it has that many)."""
     return (len(losses) >= NOISE_WINDOW or not noisy) and abs(_now(losses, noisy)) <= target
@@ -636,12 +646,13 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: still falling when the {RETRY_STEPS * steps} "
                                    f"steps at {RETRY_LR:g}x ran out ({_trace(losses, samples)} at your lr, {_trace(retry, samples)} at "
                                    f"{RETRY_LR:g}x){not_optimised}", details)
-            if _classify(retry, samples) == "diverging":
+            if _classify(retry, samples) == "diverging" or _jumped(retry, samples):  # 10x is no reference: unstable
                 details.update(failure="inconclusive", next=f"rerun with more steps: check_overfit_one_batch(case, "
                                f"steps={4 * steps})")
                 missed = "stalled" if stop == "stalled" else f"ran out of its {steps} steps"
+                unstable = "diverged" if _classify(retry, samples) == "diverging" else f"jumped to {RUNAWAY:g}x its start"
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
-                                   f"but {missed} above the target, and diverged at {RETRY_LR:g}x: this sprint cannot tell "
+                                   f"but {missed} above the target, and {unstable} at {RETRY_LR:g}x: this sprint cannot tell "
                                    f"a slow lr from a bug{not_optimised}", details)
         if failure == "diverging" and _now(losses, samples) < 0 and details["probabilities_into_nll"]:
             failure = "probabilities_into_nll"  # not a runaway: -mean(p[target]) is bounded by -1

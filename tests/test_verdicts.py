@@ -650,3 +650,23 @@ def test_overfit_a_jump_the_next_steps_undo_is_no_runaway():
     assert overfit_one_batch._ran_away(stays) and not overfit_one_batch._ran_away(stays[:-1])
     assert not overfit_one_batch._ran_away(stays[:-1] + [3.9]) and overfit_one_batch._ran_away([1.0, float("nan")])
     assert overfit_one_batch._ran_away([1.0] + [-4.5] * overfit_one_batch.RUNAWAY_STEPS)  # heading to -inf: |loss|
+
+
+@pytest.mark.parametrize("retry_peak, status", [(4.5, "skip"), (3.5, "fail")])
+def test_overfit_a_retry_that_jumped_is_no_reference_for_a_slow_lr(monkeypatch, retry_peak, status):
+    """super_resolution (pytorch/examples): at your lr the loss fell 13x and stalled; at 10x it jumped past 4x its start,
+    came back and stalled, and was failed "plateau". An unstable retry cannot tell a slow lr from a bug: inconclusive.
+    A retry that stayed under 4x and stalled is the plateau shown."""
+    fell = [1.0 - 0.9 * min(i, 20) / 20 for i in range(71)]  # to 0.1 and stalled
+    retry = [1.0, retry_peak] + [0.12] * 60  # from the same start
+    runs = iter([(fell, "stalled"), (retry, "stalled")])
+
+    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
+        losses, stop = next(runs)
+        return losses, case["optimizer"](model.parameters()), stop
+
+    monkeypatch.setattr(overfit_one_batch, "_train", scripted)
+    case = healthy.make_regression_mlp()
+    result = overfit(case)
+    assert result.status == status and result.details["failure"] == ("inconclusive" if status == "skip" else "plateau"), \
+        result.summary
