@@ -607,6 +607,48 @@ ACCUMULATION = [
         (F.cross_entropy(model(x), y) / k).backward()
         if (i + 1) % k == 0:
             optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("a step while the remainder is not zero", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step while the remainder is not zero, said so", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k != 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step while the remainder is above zero, and more", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i > 0 and (i + 1) % k > 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step when the remainder is zero, said with not", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if not (i + 1) % k:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step in the else of a nonzero remainder", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if (i + 1) % k:
+            continue
+        else:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step at one remainder of k", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k == k - 1:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step at every remainder but one", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k != k - 1:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step past a remainder other than zero", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k > 1:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
     ("a zero between the micro-batches and the step", """
         for _ in range(k):
             (F.cross_entropy(model(x), y) / k).backward()
@@ -702,3 +744,55 @@ def test_accumulation_messages_say_how_often_the_optimizer_steps():
                                             ".backward()\noptimizer.step()", " " * 8))
     message = lint.lint_source(code)[0].message
     assert "once every k micro-batches (line 10)" in message
+
+
+ACTOR = """import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    async def forward_backward(self, micro_batch):
+        loss = F.cross_entropy(self.model(micro_batch[0]), micro_batch[1])
+{zero_here}        loss.backward()
+        return loss.item()
+
+    async def optim_step(self):
+        self.optimizer.step()
+{zero_there}"""
+CONTROLLER = """from actors.trainer import Trainer
+
+
+class Controller:
+    def __init__(self):
+        self.trainer = None
+
+    async def setup(self, mesh, model, optimizer):
+        self.trainer = mesh.spawn("trainer", Trainer, model, optimizer)
+
+    async def train(self, steps):
+        for micro_batches in steps:
+            for micro_batch in micro_batches:
+                await self.trainer.forward_backward.call(micro_batch)
+            await self.trainer.optim_step.call()
+"""
+
+
+@pytest.mark.parametrize("broken", [True, False], ids=["zero-in-forward-backward", "zero-after-step"])
+def test_a_controller_calling_a_trainer_of_another_file_per_micro_batch(tmp_path, broken):
+    """torchtitan #3575: an actor's forward_backward zeroes the gradients that the controller accumulates over
+    micro-batches before one optim_step (our look-alike; the trainer is spawned with its class as an argument)."""
+    zero = "        self.optimizer.zero_grad()\n"
+    (tmp_path / "actors").mkdir()
+    (tmp_path / "actors" / "trainer.py").write_text(ACTOR.format(zero_here=zero if broken else "",
+                                                                 zero_there="" if broken else zero))
+    (tmp_path / "controller.py").write_text(CONTROLLER)
+    found, errors, read = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and read == 2
+    assert [(f.rule, f.path.endswith("controller.py"), f.line) for f in found] == \
+        ([("zero-grad-every-micro-batch", True, 14)] if broken else [])
+    if broken:
+        assert "trainer.py line 10" in found[0].message and "(line 15)" in found[0].message
+        alone, _, _ = lint.lint_paths([str(tmp_path / "controller.py")])  # the trainer's file not given: no finding
+        assert alone == []
