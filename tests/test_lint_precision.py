@@ -211,6 +211,53 @@ SILENT = {
                 losses.append(loss)
             assert losses[-1] < losses[0]
         """,
+    "torch-load-unsafe: RNG states restored from a file the code wrote (LLaMA-Factory)": """
+        import random
+        import numpy as np
+        import torch
+
+        def load_rng_state(path):
+            rng_state = torch.load(path, map_location="cpu", weights_only=False)
+            random.setstate(rng_state["python"])
+            np.random.set_state(rng_state["numpy"])
+            torch.random.set_rng_state(rng_state["torch"])
+        """,
+    "torch-load-unsafe: a data pipeline's state (LLaMA-Factory)": """
+        import torch
+
+        def resume(self, path):
+            self.train_batch_generator.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+            self.model.load_state_dict(torch.load(path + ".model", map_location="cpu"))
+        """,
+    "torch-load-unsafe: a loader that returns whatever the file holds (OLMo)": """
+        import torch
+
+        def load_state_dict(checkpoint_dir, fname, map_location=None):
+            return torch.load(f"{checkpoint_dir}/{fname}", map_location=map_location, weights_only=False)
+        """,
+    "torch-load-unsafe: another project's checkpoint converted key by key (diffusers' and kohya's converters)": """
+        import torch
+
+        def convert(ckpt_path, num_layers):
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            mega = ckpt["model"]
+            return {k.replace("decoder.", "transformer_blocks."): v for k, v in mega.items()}
+        """,
+    "torch-load-unsafe: the unpickle explained in a comment above (AnyFlow's converter)": """
+        import torch
+
+        def convert(transformer, ckpt_path):
+            # these training checkpoints wrap metadata objects beside the tensors, so the unpickle is needed:
+            # run it only on checkpoints you trust
+            state_dict = torch.load(ckpt_path, map_location="cpu", weights_only=False)["ema"]
+            transformer.load_state_dict(state_dict, strict=False)
+        """,
+    "torch-load-unsafe: a load bandit was told about (lerobot's # nosec B614)": """
+        import torch
+
+        def restore(model, path):
+            model.load_state_dict(torch.load(path, weights_only=False))  # nosec B614
+        """,
 }
 
 
@@ -331,6 +378,29 @@ STILL_FOUND = [
                 y = torch.tanh(x)
                 y *= 2.0  # BUG
                 return y
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        class Adapter(torch.nn.Module):
+            def load_weights(self, weight_path):
+                state_dict = torch.load(weight_path, weights_only=False)  # BUG
+                self.load_state_dict(state_dict, strict=True)
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def resume(model, optimizer, path):
+            # load the checkpoint
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)  # BUG
+            model.load_state_dict(ckpt.get("model"))
+            optimizer.load_state_dict(ckpt["optimizer"])
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def restore(model, path):
+            model.load_state_dict(torch.load(path, weights_only=False)["ema"])  # BUG
         """),
 ]
 
@@ -796,3 +866,44 @@ def test_a_controller_calling_a_trainer_of_another_file_per_micro_batch(tmp_path
         assert "trainer.py line 10" in found[0].message and "(line 15)" in found[0].message
         alone, _, _ = lint.lint_paths([str(tmp_path / "controller.py")])  # the trainer's file not given: no finding
         assert alone == []
+
+
+ENGINE = """import torch.nn.functional as F
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def evaluate(model, loader):
+    return sum(float(model(x).argmax(1).eq(y).sum()) for x, y in loader)
+"""
+MAIN = """{import_line}
+
+
+def main(model, loader, optimizer, scheduler, epochs):
+    for epoch in range(epochs):
+{body}
+"""
+
+
+@pytest.mark.parametrize("import_line, body, line", [
+    ("from engine import train_one_epoch", "scheduler.step()\ntrain_one_epoch(model, loader, optimizer)", 6),
+    ("import engine as eng", "scheduler.step()\neng.train_one_epoch(model, loader, optimizer)", 6),
+    ("from engine import train_one_epoch", "train_one_epoch(model, loader, optimizer)\nscheduler.step()", None),
+    ("from engine import evaluate", "scheduler.step()\nevaluate(model, loader)", None),
+    ("from engine import train_one_epoch", "if epoch > 0:\n    scheduler.step()\ntrain_one_epoch(model, loader, optimizer)",
+     None),
+], ids=["before-imported-step", "before-module-alias", "after", "before-evaluation-only", "guarded"])
+def test_scheduler_order_across_files(tmp_path, import_line, body, line):
+    """scheduler.step() before a train_one_epoch of another file of the run that steps the optimizer (the DETR/DINO
+    layout: main.py steps the scheduler, engine.py the optimizer)."""
+    (tmp_path / "engine.py").write_text(ENGINE)
+    (tmp_path / "main.py").write_text(MAIN.format(import_line=import_line, body=textwrap.indent(body, " " * 8)))
+    found, errors, read = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and read == 2
+    assert [(f.rule, f.path.endswith("main.py"), f.line) for f in found] == \
+        ([("scheduler-before-optimizer", True, line)] if line else [])

@@ -568,6 +568,35 @@ class Source:
                 return (other, methods[0]) if len(methods) == 1 else None
         return None
 
+    @memo
+    def outside_callees(self, call):
+        """(Source, function) pairs, none or one, for what a call runs beyond the functions of this file it names:
+        the method of an object whose class this file or another file of the run defines
+        (`trainer.forward_backward(batch)`), or a function imported from another file of the run
+        (`from engine import train_one_epoch`)."""
+        method = self.object_method(call)
+        if method is not None:
+            return [method]
+        name = self.qualname(call.func) if self.project else None
+        found = self.project.find(self.path, name) if name and name.split(".")[0] != "torch" else None
+        return [found] if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+
+    def callees(self, call):
+        """(Source, function) for each function a call runs: one of this file (helpers), or outside_callees."""
+        return [(self, f) for f in self.helpers(call)] + self.outside_callees(call)
+
+    @memo
+    def run_events(self, container):
+        """events(container), where a call to a method of an object of a known class, or to a function of another
+        file of the run, also counts as the backward() or step() it runs (a trainer whose forward_backward() and
+        optim_step() a controller calls; a train_one_epoch imported from engine.py)."""
+        found = list(self.events(container))
+        for node in self.local(container):
+            for other, function in self.outside_callees(node) if isinstance(node, ast.Call) else ():
+                kinds = other.kinds(function)
+                found += [Event(kind, node, helper=True) for kind in ("backward", "step") if kind in kinds]
+        return sorted(found, key=lambda e: e.pos)
+
     def class_of(self, expr):
         """(Source, ClassDef) when expr names a class of this file or one imported from another file of the run."""
         if isinstance(expr, ast.Name) and expr.id not in self.imports:

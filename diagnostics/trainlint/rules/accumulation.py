@@ -19,7 +19,7 @@ import ast
 from dataclasses import dataclass
 
 from ..registry import rule
-from ..source import Event, memo
+from ..source import memo
 from ..syntax import dotted, terminal
 from ..torch_names import RESHAPES
 from .step_order import same_object
@@ -79,30 +79,10 @@ def innermost(src, node):
     return loops[0] if loops else None
 
 
-def callees(src, call):
-    """(Source, function) for what a call runs: a function of this file, or the method of an object whose class
-    this file or another file of the run defines (`trainer.forward_backward(batch)`)."""
-    method = src.object_method(call)
-    return [(src, f) for f in src.helpers(call)] + ([method] if method is not None else [])
-
-
-@memo
-def loop_events(src, container):
-    """src.events(container), where a call to a method of an object of a known class also counts as the backward()
-    or step() that method runs (a trainer whose forward_backward() and optim_step() a controller calls)."""
-    found = list(src.events(container))
-    for node in src.local(container):
-        method = src.object_method(node) if isinstance(node, ast.Call) else None
-        if method is not None:
-            kinds = method[0].kinds(method[1])
-            found += [Event(kind, node, helper=True) for kind in ("backward", "step") if kind in kinds]
-    return sorted(found, key=lambda e: e.pos)
-
-
 @memo
 def accumulation(src, loop):
     """The Accumulation loop runs, or None when it does not accumulate (or the code leaves a doubt)."""
-    own = [e for e in loop_events(src, loop) if innermost(src, e.node) is loop]
+    own = [e for e in src.run_events(loop) if innermost(src, e.node) is loop]
     steps = [e for e in own if e.kind == "step"]
     backwards = [e for e in own if e.kind == "backward"]
     if steps and backwards:
@@ -115,7 +95,7 @@ def accumulation(src, loop):
     if backwards and not steps and isinstance(loop, (ast.For, ast.AsyncFor)) and micro_batches(src, loop):
         outer = innermost(src, loop) or src.function(loop) or src.tree
         end = (loop.end_lineno, loop.end_col_offset)
-        after = [e for e in loop_events(src, outer) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
+        after = [e for e in src.run_events(outer) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
         if after and after[0].kind == "step":  # the next event after the micro-batches is the step
             counted = loop.iter.args[0] if ranged(loop) else None
             return Accumulation(loop, None, counted, after[0])
@@ -194,13 +174,13 @@ def check_zero_grad_every_micro_batch(src):
 def zeroing_calls(src, acc):
     """(call, where its zero_grad is) for each call in the micro-batch loop to a function or method that runs
     backward() and, whatever it is given, zero_grad() on the optimizer that steps, and never steps itself."""
-    stepped = {e.target for other, f in callees(src, acc.step.node) for n in other.local(f) for e in other.classify(n)
+    stepped = {e.target for other, f in src.callees(acc.step.node) for n in other.local(f) for e in other.classify(n)
                if e.kind == "step"} if acc.step.helper else {acc.step.target}
-    for event in loop_events(src, acc.micro):
+    for event in src.run_events(acc.micro):
         if not (event.helper and event.kind == "backward" and innermost(src, event.node) is acc.micro
                 and acc.in_micro_batch(src, event.node)):
             continue
-        for other, function in callees(src, event.node):
+        for other, function in src.callees(event.node):
             if "step" in other.kinds(function):
                 continue
             for node in other.local(function):
