@@ -907,3 +907,61 @@ def test_scheduler_order_across_files(tmp_path, import_line, body, line):
     assert errors == [] and read == 2
     assert [(f.rule, f.path.endswith("main.py"), f.line) for f in found] == \
         ([("scheduler-before-optimizer", True, line)] if line else [])
+
+
+EVALUATE_HELPER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def evaluate(model, loaders):
+    if not loaders:
+        return 0
+{recursion}    with torch.no_grad():
+        for x, y in loaders[0]:
+            print((model(x).argmax(1) == y).sum().item())
+
+
+def main(train_loader, val_loaders):
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+{switch}        evaluate(model, val_loaders)
+        model.train()
+"""
+
+
+@pytest.mark.parametrize("recursion, switch, found", [
+    ("", "        model.eval()\n", []),
+    ("", "", [("eval-mode-missing", 12)]),
+    ("    evaluate(model, loaders[1:])\n", "        model.eval()\n", []),
+], ids=["caller-switches-to-eval", "caller-leaves-train-mode", "recursive-helper"])
+def test_eval_mode_missing_follows_the_callers_of_a_helper(tmp_path, recursion, switch, found):
+    """eval-mode-missing judges a helper's model by the mode every caller leaves it in (a caller that calls
+    model.eval() first keeps it silent), and a helper that calls itself ends the search (a depth limit), with no
+    error."""
+    (tmp_path / "train.py").write_text(EVALUATE_HELPER.format(recursion=recursion, switch=switch))
+    findings_now, errors, _ = lint.lint_paths([str(tmp_path / "train.py")])
+    assert errors == [] and [(f.rule, f.line) for f in findings_now] == found
+
+
+def test_the_old_reduce_argument_leaves_the_reduction_unknown():
+    """`reduce=False` (PyTorch before 0.4.1) gives one loss per sample whatever size_average says: here one sample a
+    batch, so dividing by the number of batches is right, and loss-average-mismatch, which cannot tell, stays silent.
+    size_average=False alone sums, and the same division is then flagged."""
+    code = """
+        import torch.nn.functional as F
+
+        def test(model, test_loader):
+            test_loss = 0
+            for data, target in test_loader:
+                test_loss += F.nll_loss(model(data), target, size_average=False{}).item()
+            return test_loss / len(test_loader)
+        """
+    assert findings(code.format(", reduce=False")) == []
+    assert findings(code.format("")) == [("loss-average-mismatch", 8)]

@@ -560,7 +560,7 @@ class Source:
         if not isinstance(made, ast.Call):
             return None
         for candidate in (made.func, *made.args):
-            found = self.class_of(candidate)
+            found = self.class_of(candidate) if (terminal(candidate) or "a")[0].isupper() else None  # CapWords
             if found is not None:
                 other, cls = found
                 methods = [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -569,15 +569,15 @@ class Source:
         return None
 
     @memo
-    def outside_callees(self, call):
+    def outside_callees(self, call, imported=True):
         """(Source, function) pairs, none or one, for what a call runs beyond the functions of this file it names:
         the method of an object whose class this file or another file of the run defines
-        (`trainer.forward_backward(batch)`), or a function imported from another file of the run
+        (`trainer.forward_backward(batch)`), or with imported, a function imported from another file of the run
         (`from engine import train_one_epoch`)."""
         method = self.object_method(call)
         if method is not None:
             return [method]
-        name = self.qualname(call.func) if self.project else None
+        name = self.qualname(call.func) if self.project and imported else None
         found = self.project.find(self.path, name) if name and name.split(".")[0] != "torch" else None
         return [found] if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
 
@@ -586,16 +586,20 @@ class Source:
         return [(self, f) for f in self.helpers(call)] + self.outside_callees(call)
 
     @memo
-    def run_events(self, container):
-        """events(container), where a call to a method of an object of a known class, or to a function of another
-        file of the run, also counts as the backward() or step() it runs (a trainer whose forward_backward() and
-        optim_step() a controller calls; a train_one_epoch imported from engine.py)."""
+    def run_events(self, container, imported=True):
+        """events(container), where a call to a method of an object of a known class, or with imported to a function
+        of another file of the run, also counts as the backward() or step() it runs (a trainer whose
+        forward_backward() and optim_step() a controller calls; a train_one_epoch imported from engine.py)."""
         found = list(self.events(container))
         for node in self.local(container):
-            for other, function in self.outside_callees(node) if isinstance(node, ast.Call) else ():
-                kinds = other.kinds(function)
-                found += [Event(kind, node, helper=True) for kind in ("backward", "step") if kind in kinds]
+            found += self.outside_events(node, imported) if isinstance(node, ast.Call) else []
         return sorted(found, key=lambda e: e.pos)
+
+    @memo
+    def outside_events(self, call, imported=True):
+        """The backward() and step() that a call runs through outside_callees, as helper events at the call."""
+        kinds = set().union(*(other.kinds(function) for other, function in self.outside_callees(call, imported)))
+        return [Event(kind, call, helper=True) for kind in ("backward", "step") if kind in kinds]
 
     def class_of(self, expr):
         """(Source, ClassDef) when expr names a class of this file or one imported from another file of the run."""

@@ -82,7 +82,10 @@ def innermost(src, node):
 @memo
 def accumulation(src, loop):
     """The Accumulation loop runs, or None when it does not accumulate (or the code leaves a doubt)."""
-    own = [e for e in src.run_events(loop) if innermost(src, e.node) is loop]
+    own = [e for e in src.events(loop) if innermost(src, e.node) is loop]
+    if not {"step", "backward"} <= {e.kind for e in own} and may_accumulate(src, loop):  # what its calls run elsewhere
+        own = sorted(own + [e for n in src.local(loop) if isinstance(n, ast.Call) and innermost(src, n) is loop
+                            for e in src.outside_events(n, False)], key=lambda e: e.pos)
     steps = [e for e in own if e.kind == "step"]
     backwards = [e for e in own if e.kind == "backward"]
     if steps and backwards:
@@ -95,11 +98,18 @@ def accumulation(src, loop):
     if backwards and not steps and isinstance(loop, (ast.For, ast.AsyncFor)) and micro_batches(src, loop):
         outer = innermost(src, loop) or src.function(loop) or src.tree
         end = (loop.end_lineno, loop.end_col_offset)
-        after = [e for e in src.run_events(outer) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
+        after = [e for e in src.run_events(outer, False) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
         if after and after[0].kind == "step":  # the next event after the micro-batches is the step
             counted = loop.iter.args[0] if ranged(loop) else None
             return Accumulation(loop, None, counted, after[0])
     return None
+
+
+def may_accumulate(src, loop):
+    """What accumulation() needs to say yes, told cheaply before run_events reads other files: micro-batches by their
+    names, or an `if` on a remainder."""
+    return isinstance(loop, (ast.For, ast.AsyncFor)) and micro_batches(src, loop) or any(
+        isinstance(n, ast.If) and remainder(src, n.test) is not None for n in src.local(loop))
 
 
 def ranged(loop):
@@ -176,7 +186,7 @@ def zeroing_calls(src, acc):
     backward() and, whatever it is given, zero_grad() on the optimizer that steps, and never steps itself."""
     stepped = {e.target for other, f in src.callees(acc.step.node) for n in other.local(f) for e in other.classify(n)
                if e.kind == "step"} if acc.step.helper else {acc.step.target}
-    for event in src.run_events(acc.micro):
+    for event in src.run_events(acc.micro, False):
         if not (event.helper and event.kind == "backward" and innermost(src, event.node) is acc.micro
                 and acc.in_micro_batch(src, event.node)):
             continue
