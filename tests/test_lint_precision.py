@@ -965,3 +965,25 @@ def test_the_old_reduce_argument_leaves_the_reduction_unknown():
         """
     assert findings(code.format(", reduce=False")) == []
     assert findings(code.format("")) == [("loss-average-mismatch", 8)]
+
+
+def test_a_loader_passed_after_a_starred_argument_has_no_known_parameter():
+    """passed() maps an argument to a parameter by position only when no *args comes before it: `run(*parts,
+    eval_loader)` may put the loader in any slot, so it is not taken for run's training loader."""
+    code = """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        def run(model, loader, optimizer):
+            for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+        def main(parts, model, optimizer, eval_set):
+            eval_loader = DataLoader(eval_set, batch_size=64)
+            run({})
+        """
+    assert findings(code.format("*parts, eval_loader")) == []
+    assert findings(code.format("model, eval_loader, optimizer")) == [("train-loader-no-shuffle", 13)]
