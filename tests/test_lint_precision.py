@@ -719,6 +719,12 @@ ACCUMULATION = [
         if i % k > 1:
             optimizer.step()
             optimizer.zero_grad()""", set()),
+    ("a backward before the micro-batches, the step after them", """
+        F.cross_entropy(model(x), y).backward()
+        for _ in range(k):
+            optimizer.zero_grad()
+            (F.cross_entropy(model(x), y) / k).backward()
+        optimizer.step()""", {"zero-grad-every-micro-batch"}),
     ("a zero between the micro-batches and the step", """
         for _ in range(k):
             (F.cross_entropy(model(x), y) / k).backward()
@@ -987,3 +993,42 @@ def test_a_loader_passed_after_a_starred_argument_has_no_known_parameter():
         """
     assert findings(code.format("*parts, eval_loader")) == []
     assert findings(code.format("model, eval_loader, optimizer")) == [("train-loader-no-shuffle", 13)]
+
+
+TWO_METHODS = """
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, optimizer, critic_optimizer):
+        self.model, self.optimizer, self.critic_optimizer = model, optimizer, critic_optimizer
+
+    def forward_backward(self, micro_batch, first):
+{zero}        F.cross_entropy(self.model(micro_batch[0]), micro_batch[1]).backward()
+
+    def optim_step(self):
+        self.optimizer.step()
+
+
+def train(model, optimizer, critic_optimizer, steps):
+    trainer = Trainer(model, optimizer, critic_optimizer)
+    for micro_batches in steps:
+        for i, micro_batch in enumerate(micro_batches):
+            trainer.forward_backward(micro_batch, i == 0)
+        trainer.optim_step()
+"""
+
+
+@pytest.mark.parametrize("zero, found", [
+    ("        self.optimizer.zero_grad()\n", [("zero-grad-every-micro-batch", 21)]),
+    ("        self.model.zero_grad()\n", [("zero-grad-every-micro-batch", 21)]),
+    ("        self.critic_optimizer.zero_grad()\n", []),
+    ("        if first:\n            self.optimizer.zero_grad()\n", []),
+], ids=["the-stepped-optimizer", "the-model", "another-optimizer", "only-the-first-micro-batch"])
+def test_what_a_method_called_per_micro_batch_zeroes(zero, found):
+    """zero-grad-every-micro-batch through a method of an object of this file's class: the optimizer that steps, or
+    the model's every gradient, zeroed on every call; not another optimizer's, nor a zero under an if (the first
+    micro-batch only, which is how accumulation starts)."""
+    code = TWO_METHODS.format(zero=zero)
+    shift = zero.count("\n") - 1
+    assert findings(code) == [(rule, line + shift) for rule, line in found]
