@@ -19,7 +19,7 @@ from ..syntax import argument, dotted, has_star_kwargs, is_false, keyword, metho
     it, goes to a load_state_dict: weights, which weights_only=True loads. A checkpoint read in
     other ways (RNG states, a data pipeline's state, a whole pickled model, another project's
     format converted key by key) may need the unpickle, and a comment on the call or just above
-    it that says so (`# nosec`, or one that names pickle or trust) marks it as reviewed.""",
+    it that says so (`# nosec`, or one that names the unpickle or trust) marks it as reviewed.""",
     """
     import torch
 
@@ -67,10 +67,10 @@ def loads_weights(src, call):
 
 def reviewed(src, call):
     """A comment on the call's lines, or on the two lines above, says the unpickle was looked at: `# nosec` (bandit's
-    B614 is this check) or words about pickle or trust."""
+    B614 is this check) or words about the unpickle or trust."""
     lines = src.lines[max(call.lineno - 3, 0):call.end_lineno]
     comments = [line.partition("#")[2].lower() for line in lines if "#" in line]
-    return any(word in text for text in comments for word in ("nosec", "pickl", "trust"))
+    return any(word in text for text in comments for word in ("nosec", "unpickl", "trust"))
 
 
 @rule(
