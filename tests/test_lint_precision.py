@@ -402,6 +402,14 @@ STILL_FOUND = [
         def restore(model, path):
             model.load_state_dict(torch.load(path, weights_only=False)["ema"])  # BUG
         """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def restore(model, path):
+            ckpt = torch.load(path, weights_only=False)  # BUG
+            weights = ckpt["model"]
+            model.load_state_dict(weights)
+        """),
 ]
 
 
