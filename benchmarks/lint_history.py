@@ -6,7 +6,9 @@ findings of that rule than the fix, silent otherwise. (Not run in CI.)
 
 MIRRORS is a folder of git directories laid out as the `fetch` tool leaves them, MIRRORS/<owner>+<name>/repo
 (full history): the code is read with `git show`, linted in this process from memory, and never enters this
-repository. The cases are commits whose message or diff says what they fix, each read by a person before it was
+repository. A case whose bug spans files (a controller in one, the trainer it drives in another) names the other
+files too: each version's files are then written to a temporary folder outside the repository and linted as one
+run, the way `lint.py FOLDER` would see them. The cases are commits whose message or diff says what they fix, each read by a person before it was
 listed (`why`); a rule's count dropping in an unrelated rewrite would not be a catch, so a commit is listed only
 when fixing that bug is what it does. With --candidates, the rules whose count drops in each changed .py file of
 the given commits are printed instead: how new cases are found (search a repository's log for a fix, then try it).
@@ -16,15 +18,17 @@ The figures are counts of cases, not times, and do not depend on the machine.
 import argparse
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "diagnostics"))
 
-from trainlint.run import lint_source, notebook_source  # noqa: E402
+from trainlint.run import Project, lint_source, notebook_source  # noqa: E402
 
-# (repository, fix commit, file, rule whose finding on the parent the fix removes, what was wrong)
+# (repository, fix commit, file, rule whose finding on the parent the fix removes, what was wrong[, other files of
+# the commit's tree linted with it])
 CASES = [
     ("huggingface/diffusers", "1b1d6444c69d8a8a9f037500bc54da735fd547d5",
      "examples/unconditional_image_generation/train_unconditional.py", "accumulate-without-steps",
@@ -37,8 +41,9 @@ CASES = [
     ("lucidrains/denoising-diffusion-pytorch", "698227ae13c196b465506fdc8f84a5711459e800",
      "denoising_diffusion_pytorch/denoising_diffusion_pytorch.py", "accumulated-loss-not-scaled",
      "the loss of each accumulated micro-batch not divided by the number of steps"),
-    ("pytorch/torchtitan", "da230bbb205cd60ea30d485cb359bed2830adb84", "torchtitan/experiments/rl/actors/trainer.py",
-     "zero-grad-every-micro-batch", "zero_grad on every micro-batch (#3575; zero_grad and step in two methods)"),
+    ("pytorch/torchtitan", "da230bbb205cd60ea30d485cb359bed2830adb84", "torchtitan/experiments/rl/grpo.py",
+     "zero-grad-every-micro-batch", "zero_grad on every micro-batch (#3575): the trainer actor's forward_backward "
+     "zeroes, the controller calls it per micro-batch, then optim_step", ("torchtitan/experiments/rl/actors/trainer.py",)),
     ("pytorch/examples", "c053f31a0577517c85136faf41802598d551a519", "mnist/main.py", "dropout-missing-training",
      "F.dropout without training=self.training: dropout still on at test time"),
     ("Cuber-Wei/Fast-SCNN-pytorch-for-Silicon-M", "e0c8148563aafc713e2199ac07d732c9792013fa", "train.py",
@@ -72,6 +77,8 @@ CASES = [
      "evaluation with autograd on (detect.py too)"),
     ("eriklindernoren/PyTorch-YOLOv3", "2ee8ac1546400645908b61ef015cdf5d71aa34cc", "train.py", "train-loader-no-shuffle",
      "the training DataLoader with shuffle=False"),
+    ("eriklindernoren/PyTorch-YOLOv3", "65486c48b3af877fdfdb089eea37117c6afeb4fd", "train.py",
+     "accumulation-step-inverted", "`if batches_done % opt.gradient_accumulations:` stepped on k-1 of every k batches"),
     ("Shawn1993/cnn-text-classification-pytorch", "5e11c712d34bfc105931678168443d393e31a37c", "train.py",
      "eval-mode-not-restored", "model.train() once before the loop; the periodic evaluation leaves the model in eval mode"),
 ]
@@ -82,22 +89,36 @@ def git(gitdir, *args):
     return done.stdout if done.returncode == 0 else None
 
 
-def rules_in(text, path):
+def rules_in(text, path, project=None):
     """Counter of rule ids lint finds in one file's text (a notebook's cells when path ends in .ipynb); None when
-    it is not Python 3."""
+    it is not Python 3. project: the Project of the run the file is linted in."""
     try:
         source = notebook_source(text)[0] if path.endswith(".ipynb") else text
-        return Counter(f.rule for f in lint_source(source, path))
+        return Counter(f.rule for f in lint_source(source, path, project=project))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
 
-def before_after(gitdir, sha, path):
+def version(gitdir, rev, path, context):
+    """The rules lint finds in path at rev, linted with the context files of that tree when there are any."""
+    text = git(gitdir, "show", f"{rev}:{path}")
+    if text is None or not context:
+        return None if text is None else rules_in(text, path)
+    with tempfile.TemporaryDirectory() as folder:
+        files = []
+        for name in (path, *context):
+            other = git(gitdir, "show", f"{rev}:{name}")
+            if other is None:
+                return None
+            files.append(Path(folder, name))
+            files[-1].parent.mkdir(parents=True, exist_ok=True)
+            files[-1].write_text(other)
+        return rules_in(text, str(files[0]), Project(files))
+
+
+def before_after(gitdir, sha, path, context=()):
     """(rules on the parent, rules on the fix) of one file, or None when either version is missing or unreadable."""
-    before, after = git(gitdir, "show", f"{sha}^:{path}"), git(gitdir, "show", f"{sha}:{path}")
-    if before is None or after is None:
-        return None
-    found = rules_in(before, path), rules_in(after, path)
+    found = version(gitdir, f"{sha}^", path, context), version(gitdir, sha, path, context)
     return found if None not in found else None
 
 
@@ -127,8 +148,8 @@ def main():
         return
     tally = Counter()
     print("| repository | fix | file | rule | what was wrong | parent | fix | verdict |\n| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for repo, sha, path, rule_id, why in CASES:
-        pair = before_after(mirror(args.mirrors, repo), sha, path)
+    for repo, sha, path, rule_id, why, *context in CASES:
+        pair = before_after(mirror(args.mirrors, repo), sha, path, *context)
         verdict = "not in the mirrors" if pair is None else "caught" if pair[0][rule_id] > pair[1][rule_id] else "silent"
         tally[verdict] += 1
         counts = f"{pair[0][rule_id]} | {pair[1][rule_id]}" if pair else "- | -"

@@ -444,7 +444,8 @@ def test_python2_files_are_skipped_with_one_line_each_and_the_rest_is_linted(tmp
 
 
 def test_pyproject_settings_select_ignore_exclude_and_per_file_ignores(tmp_path, capsys):
-    buggy = SOFTMAX_BUG.format("") + "torch_load = __import__('torch').load\nimport torch\nstate = torch.load('c.pt', weights_only=False)\n"
+    buggy = SOFTMAX_BUG.format("") + "torch_load = __import__('torch').load\nimport torch\n" \
+        "model.load_state_dict(torch.load('c.pt', weights_only=False))\n"
     for name in ("train.py", "legacy/old.py", "scripts/probe.py", "notebooks/nb.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text(buggy)

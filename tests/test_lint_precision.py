@@ -211,6 +211,53 @@ SILENT = {
                 losses.append(loss)
             assert losses[-1] < losses[0]
         """,
+    "torch-load-unsafe: RNG states restored from a file the code wrote (LLaMA-Factory)": """
+        import random
+        import numpy as np
+        import torch
+
+        def load_rng_state(path):
+            rng_state = torch.load(path, map_location="cpu", weights_only=False)
+            random.setstate(rng_state["python"])
+            np.random.set_state(rng_state["numpy"])
+            torch.random.set_rng_state(rng_state["torch"])
+        """,
+    "torch-load-unsafe: a data pipeline's state (LLaMA-Factory)": """
+        import torch
+
+        def resume(self, path):
+            self.train_batch_generator.load_state_dict(torch.load(path, map_location="cpu", weights_only=False))
+            self.model.load_state_dict(torch.load(path + ".model", map_location="cpu"))
+        """,
+    "torch-load-unsafe: a loader that returns whatever the file holds (OLMo)": """
+        import torch
+
+        def load_state_dict(checkpoint_dir, fname, map_location=None):
+            return torch.load(f"{checkpoint_dir}/{fname}", map_location=map_location, weights_only=False)
+        """,
+    "torch-load-unsafe: another project's checkpoint converted key by key (diffusers' and kohya's converters)": """
+        import torch
+
+        def convert(ckpt_path, num_layers):
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            mega = ckpt["model"]
+            return {k.replace("decoder.", "transformer_blocks."): v for k, v in mega.items()}
+        """,
+    "torch-load-unsafe: the unpickle explained in a comment above (AnyFlow's converter)": """
+        import torch
+
+        def convert(transformer, ckpt_path):
+            # these training checkpoints wrap metadata objects beside the tensors, so the unpickle is needed:
+            # run it only on checkpoints you trust
+            state_dict = torch.load(ckpt_path, map_location="cpu", weights_only=False)["ema"]
+            transformer.load_state_dict(state_dict, strict=False)
+        """,
+    "torch-load-unsafe: a load bandit was told about (lerobot's # nosec B614)": """
+        import torch
+
+        def restore(model, path):
+            model.load_state_dict(torch.load(path, weights_only=False))  # nosec B614
+        """,
 }
 
 
@@ -331,6 +378,37 @@ STILL_FOUND = [
                 y = torch.tanh(x)
                 y *= 2.0  # BUG
                 return y
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        class Adapter(torch.nn.Module):
+            def load_weights(self, weight_path):
+                state_dict = torch.load(weight_path, weights_only=False)  # BUG
+                self.load_state_dict(state_dict, strict=True)
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def resume(model, optimizer, path):
+            # load the checkpoint
+            ckpt = torch.load(path, map_location="cpu", weights_only=False)  # BUG
+            model.load_state_dict(ckpt.get("model"))
+            optimizer.load_state_dict(ckpt["optimizer"])
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def restore(model, path):
+            model.load_state_dict(torch.load(path, weights_only=False)["ema"])  # BUG
+        """),
+    ("torch-load-unsafe", """
+        import torch
+
+        def restore(model, path):
+            ckpt = torch.load(path, weights_only=False)  # BUG
+            weights = ckpt["model"]
+            model.load_state_dict(weights)
         """),
 ]
 
@@ -607,6 +685,54 @@ ACCUMULATION = [
         (F.cross_entropy(model(x), y) / k).backward()
         if (i + 1) % k == 0:
             optimizer.step()""", {"zero-grad-every-micro-batch"}),
+    ("a step while the remainder is not zero", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step while the remainder is not zero, said so", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k != 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step while the remainder is above zero, and more", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i > 0 and (i + 1) % k > 0:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step when the remainder is zero, said with not", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if not (i + 1) % k:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step in the else of a nonzero remainder", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if (i + 1) % k:
+            continue
+        else:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step at one remainder of k", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k == k - 1:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a step at every remainder but one", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k != k - 1:
+            optimizer.step()
+            optimizer.zero_grad()""", {"accumulation-step-inverted"}),
+    ("a step past a remainder other than zero", """
+        (F.cross_entropy(model(x), y) / k).backward()
+        if i % k > 1:
+            optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a backward before the micro-batches, the step after them", """
+        F.cross_entropy(model(x), y).backward()
+        for _ in range(k):
+            optimizer.zero_grad()
+            (F.cross_entropy(model(x), y) / k).backward()
+        optimizer.step()""", {"zero-grad-every-micro-batch"}),
     ("a zero between the micro-batches and the step", """
         for _ in range(k):
             (F.cross_entropy(model(x), y) / k).backward()
@@ -702,3 +828,215 @@ def test_accumulation_messages_say_how_often_the_optimizer_steps():
                                             ".backward()\noptimizer.step()", " " * 8))
     message = lint.lint_source(code)[0].message
     assert "once every k micro-batches (line 10)" in message
+
+
+ACTOR = """import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, optimizer):
+        self.model, self.optimizer = model, optimizer
+
+    async def forward_backward(self, micro_batch):
+        loss = F.cross_entropy(self.model(micro_batch[0]), micro_batch[1])
+{zero_here}        loss.backward()
+        return loss.item()
+
+    async def optim_step(self):
+        self.optimizer.step()
+{zero_there}"""
+CONTROLLER = """from actors.trainer import Trainer
+
+
+class Controller:
+    def __init__(self):
+        self.trainer = None
+
+    async def setup(self, mesh, model, optimizer):
+        self.trainer = mesh.spawn("trainer", Trainer, model, optimizer)
+
+    async def train(self, steps):
+        for micro_batches in steps:
+            for micro_batch in micro_batches:
+                await self.trainer.forward_backward.call(micro_batch)
+            await self.trainer.optim_step.call()
+"""
+
+
+@pytest.mark.parametrize("broken", [True, False], ids=["zero-in-forward-backward", "zero-after-step"])
+def test_a_controller_calling_a_trainer_of_another_file_per_micro_batch(tmp_path, broken):
+    """torchtitan #3575: an actor's forward_backward zeroes the gradients that the controller accumulates over
+    micro-batches before one optim_step (our look-alike; the trainer is spawned with its class as an argument)."""
+    zero = "        self.optimizer.zero_grad()\n"
+    (tmp_path / "actors").mkdir()
+    (tmp_path / "actors" / "trainer.py").write_text(ACTOR.format(zero_here=zero if broken else "",
+                                                                 zero_there="" if broken else zero))
+    (tmp_path / "controller.py").write_text(CONTROLLER)
+    found, errors, read = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and read == 2
+    assert [(f.rule, f.path.endswith("controller.py"), f.line) for f in found] == \
+        ([("zero-grad-every-micro-batch", True, 14)] if broken else [])
+    if broken:
+        assert "trainer.py line 10" in found[0].message and "(line 15)" in found[0].message
+        alone, _, _ = lint.lint_paths([str(tmp_path / "controller.py")])  # the trainer's file not given: no finding
+        assert alone == []
+
+
+ENGINE = """import torch.nn.functional as F
+
+
+def train_one_epoch(model, loader, optimizer):
+    for x, y in loader:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def evaluate(model, loader):
+    return sum(float(model(x).argmax(1).eq(y).sum()) for x, y in loader)
+"""
+MAIN = """{import_line}
+
+
+def main(model, loader, optimizer, scheduler, epochs):
+    for epoch in range(epochs):
+{body}
+"""
+
+
+@pytest.mark.parametrize("import_line, body, line", [
+    ("from engine import train_one_epoch", "scheduler.step()\ntrain_one_epoch(model, loader, optimizer)", 6),
+    ("import engine as eng", "scheduler.step()\neng.train_one_epoch(model, loader, optimizer)", 6),
+    ("from engine import train_one_epoch", "train_one_epoch(model, loader, optimizer)\nscheduler.step()", None),
+    ("from engine import evaluate", "scheduler.step()\nevaluate(model, loader)", None),
+    ("from engine import train_one_epoch", "if epoch > 0:\n    scheduler.step()\ntrain_one_epoch(model, loader, optimizer)",
+     None),
+], ids=["before-imported-step", "before-module-alias", "after", "before-evaluation-only", "guarded"])
+def test_scheduler_order_across_files(tmp_path, import_line, body, line):
+    """scheduler.step() before a train_one_epoch of another file of the run that steps the optimizer (the DETR/DINO
+    layout: main.py steps the scheduler, engine.py the optimizer)."""
+    (tmp_path / "engine.py").write_text(ENGINE)
+    (tmp_path / "main.py").write_text(MAIN.format(import_line=import_line, body=textwrap.indent(body, " " * 8)))
+    found, errors, read = lint.lint_paths([str(tmp_path)])
+    assert errors == [] and read == 2
+    assert [(f.rule, f.path.endswith("main.py"), f.line) for f in found] == \
+        ([("scheduler-before-optimizer", True, line)] if line else [])
+
+
+EVALUATE_HELPER = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def evaluate(model, loaders):
+    if not loaders:
+        return 0
+{recursion}    with torch.no_grad():
+        for x, y in loaders[0]:
+            print((model(x).argmax(1) == y).sum().item())
+
+
+def main(train_loader, val_loaders):
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+{switch}        evaluate(model, val_loaders)
+        model.train()
+"""
+
+
+@pytest.mark.parametrize("recursion, switch, found", [
+    ("", "        model.eval()\n", []),
+    ("", "", [("eval-mode-missing", 12)]),
+    ("    evaluate(model, loaders[1:])\n", "        model.eval()\n", []),
+], ids=["caller-switches-to-eval", "caller-leaves-train-mode", "recursive-helper"])
+def test_eval_mode_missing_follows_the_callers_of_a_helper(tmp_path, recursion, switch, found):
+    """eval-mode-missing judges a helper's model by the mode every caller leaves it in (a caller that calls
+    model.eval() first keeps it silent), and a helper that calls itself ends the search (a depth limit), with no
+    error."""
+    (tmp_path / "train.py").write_text(EVALUATE_HELPER.format(recursion=recursion, switch=switch))
+    findings_now, errors, _ = lint.lint_paths([str(tmp_path / "train.py")])
+    assert errors == [] and [(f.rule, f.line) for f in findings_now] == found
+
+
+def test_the_old_reduce_argument_leaves_the_reduction_unknown():
+    """`reduce=False` (PyTorch before 0.4.1) gives one loss per sample whatever size_average says: here one sample a
+    batch, so dividing by the number of batches is right, and loss-average-mismatch, which cannot tell, stays silent.
+    size_average=False alone sums, and the same division is then flagged."""
+    code = """
+        import torch.nn.functional as F
+
+        def test(model, test_loader):
+            test_loss = 0
+            for data, target in test_loader:
+                test_loss += F.nll_loss(model(data), target, size_average=False{}).item()
+            return test_loss / len(test_loader)
+        """
+    assert findings(code.format(", reduce=False")) == []
+    assert findings(code.format("")) == [("loss-average-mismatch", 8)]
+
+
+def test_a_loader_passed_after_a_starred_argument_has_no_known_parameter():
+    """passed() maps an argument to a parameter by position only when no *args comes before it: `run(*parts,
+    eval_loader)` may put the loader in any slot, so it is not taken for run's training loader."""
+    code = """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        def run(model, loader, optimizer):
+            for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+        def main(parts, model, optimizer, eval_set):
+            eval_loader = DataLoader(eval_set, batch_size=64)
+            run({})
+        """
+    assert findings(code.format("*parts, eval_loader")) == []
+    assert findings(code.format("model, eval_loader, optimizer")) == [("train-loader-no-shuffle", 13)]
+
+
+TWO_METHODS = """
+import torch.nn.functional as F
+
+
+class Trainer:
+    def __init__(self, model, optimizer, critic_optimizer):
+        self.model, self.optimizer, self.critic_optimizer = model, optimizer, critic_optimizer
+
+    def forward_backward(self, micro_batch, first):
+{zero}        F.cross_entropy(self.model(micro_batch[0]), micro_batch[1]).backward()
+
+    def optim_step(self):
+        self.optimizer.step()
+
+
+def train(model, optimizer, critic_optimizer, steps):
+    trainer = Trainer(model, optimizer, critic_optimizer)
+    for micro_batches in steps:
+        for i, micro_batch in enumerate(micro_batches):
+            trainer.forward_backward(micro_batch, i == 0)
+        trainer.optim_step()
+"""
+
+
+@pytest.mark.parametrize("zero, found", [
+    ("        self.optimizer.zero_grad()\n", [("zero-grad-every-micro-batch", 21)]),
+    ("        self.model.zero_grad()\n", [("zero-grad-every-micro-batch", 21)]),
+    ("        self.critic_optimizer.zero_grad()\n", []),
+    ("        if first:\n            self.optimizer.zero_grad()\n", []),
+], ids=["the-stepped-optimizer", "the-model", "another-optimizer", "only-the-first-micro-batch"])
+def test_what_a_method_called_per_micro_batch_zeroes(zero, found):
+    """zero-grad-every-micro-batch through a method of an object of this file's class: the optimizer that steps, or
+    the model's every gradient, zeroed on every call; not another optimizer's, nor a zero under an if (the first
+    micro-batch only, which is how accumulation starts)."""
+    code = TWO_METHODS.format(zero=zero)
+    shift = zero.count("\n") - 1
+    assert findings(code) == [(rule, line + shift) for rule, line in found]

@@ -4,7 +4,7 @@ import bisect
 import collections
 from dataclasses import dataclass
 
-from .syntax import (BINDERS, COMPREHENSIONS, FUNCTIONS, LOOPS, NESTED, SCOPES, Elsewhere, argument, dotted,
+from .syntax import (ACTOR_CALLS, BINDERS, COMPREHENSIONS, FUNCTIONS, LOOPS, NESTED, SCOPES, Elsewhere, argument, dotted,
                      end_position, is_false, keyword, method_call, position, terminal)
 from .torch_names import (ACTIVATION_MODULES, ACTIVATIONS, CLIPS, EVENT_NAMES, GRAD_OFF, GRAD_ON, LOSS_FUNCTIONS,
                           LOSS_MODULES, RESHAPES, SET_GRAD, TENSOR_METHODS)
@@ -540,6 +540,75 @@ class Source:
                 return [f for f in self.parent[method].body
                         if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) and f.name == func.attr]
         return []
+
+    @memo
+    def object_method(self, call):
+        """(Source, method) that `obj.m(...)` runs (an actor's `obj.m.call(...)`, `obj.m.remote(...)` too) when obj
+        was built from a class of this file or of another file of this run: `Trainer(...)`, or a call handed the
+        class (`mesh.spawn("trainer", Trainer, ...)`); `self.obj = None` placeholders are passed over. Else None."""
+        func = call.func
+        if isinstance(func, ast.Attribute) and func.attr in ACTOR_CALLS and isinstance(func.value, ast.Attribute):
+            func = func.value
+        if not isinstance(func, ast.Attribute) or not isinstance(func.value, (ast.Name, ast.Attribute)):
+            return None
+        made = self.resolve(func.value)
+        method = self.method(func.value)
+        if made is func.value and isinstance(made, ast.Attribute) and isinstance(made.value, ast.Name) and method \
+                and method.args.args and method.args.args[0].arg == made.value.id:
+            values = [v for v in self.class_attrs(self.parent[method]).get(made.attr, []) if not is_none(v)]
+            made = values[0] if len(values) == 1 else made  # `self.trainer = None` in __init__, built later
+        if not isinstance(made, ast.Call):
+            return None
+        for candidate in (made.func, *made.args):
+            found = self.class_of(candidate) if (terminal(candidate) or "a")[0].isupper() else None  # CapWords
+            if found is not None:
+                other, cls = found
+                methods = [f for f in cls.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                           and f.name == func.attr]
+                return (other, methods[0]) if len(methods) == 1 else None
+        return None
+
+    @memo
+    def outside_callees(self, call, imported=True):
+        """(Source, function) pairs, none or one, for what a call runs beyond the functions of this file it names:
+        the method of an object whose class this file or another file of the run defines
+        (`trainer.forward_backward(batch)`), or with imported, a function imported from another file of the run
+        (`from engine import train_one_epoch`)."""
+        method = self.object_method(call)
+        if method is not None:
+            return [method]
+        name = self.qualname(call.func) if self.project and imported else None
+        found = self.project.find(self.path, name) if name and name.split(".")[0] != "torch" else None
+        return [found] if found is not None and isinstance(found[1], (ast.FunctionDef, ast.AsyncFunctionDef)) else []
+
+    def callees(self, call):
+        """(Source, function) for each function a call runs: one of this file (helpers), or outside_callees."""
+        return [(self, f) for f in self.helpers(call)] + self.outside_callees(call)
+
+    @memo
+    def run_events(self, container, imported=True):
+        """events(container), where a call to a method of an object of a known class, or with imported to a function
+        of another file of the run, also counts as the backward() or step() it runs (a trainer whose
+        forward_backward() and optim_step() a controller calls; a train_one_epoch imported from engine.py)."""
+        found = list(self.events(container))
+        for node in self.local(container):
+            found += self.outside_events(node, imported) if isinstance(node, ast.Call) else []
+        return sorted(found, key=lambda e: e.pos)
+
+    @memo
+    def outside_events(self, call, imported=True):
+        """The backward() and step() that a call runs through outside_callees, as helper events at the call."""
+        kinds = set().union(*(other.kinds(function) for other, function in self.outside_callees(call, imported)))
+        return [Event(kind, call, helper=True) for kind in ("backward", "step") if kind in kinds]
+
+    def class_of(self, expr):
+        """(Source, ClassDef) when expr names a class of this file or one imported from another file of the run."""
+        if isinstance(expr, ast.Name) and expr.id not in self.imports:
+            classes = self.classes.get(expr.id, [])
+            return (self, classes[0]) if len(classes) == 1 else None
+        name = self.qualname(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+        found = self.project.find(self.path, name) if self.project and name and name.split(".")[0] != "torch" else None
+        return found if found is not None and isinstance(found[1], ast.ClassDef) else None
 
     def reach(self, node):
         """node's own nodes, then those of the functions of this file it calls, transitively."""

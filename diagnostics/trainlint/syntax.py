@@ -8,6 +8,7 @@ FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 NESTED = FUNCTIONS + (ast.ClassDef,)
 SCOPES = NESTED + (ast.Module,)
 LOOPS = (ast.For, ast.AsyncFor, ast.While)
+ACTOR_CALLS = {"call", "call_one", "remote", "choose", "broadcast"}  # obj.method.call(...): Monarch's and Ray's actors
 COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 BINDERS = {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension,
            ast.withitem, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler}  # what binds a name

@@ -83,6 +83,9 @@ def innermost(src, node):
 def accumulation(src, loop):
     """The Accumulation loop runs, or None when it does not accumulate (or the code leaves a doubt)."""
     own = [e for e in src.events(loop) if innermost(src, e.node) is loop]
+    if not {"step", "backward"} <= {e.kind for e in own} and may_accumulate(src, loop):  # what its calls run elsewhere
+        own = sorted(own + [e for n in src.local(loop) if isinstance(n, ast.Call) and innermost(src, n) is loop
+                            for e in src.outside_events(n, False)], key=lambda e: e.pos)
     steps = [e for e in own if e.kind == "step"]
     backwards = [e for e in own if e.kind == "backward"]
     if steps and backwards:
@@ -95,11 +98,18 @@ def accumulation(src, loop):
     if backwards and not steps and isinstance(loop, (ast.For, ast.AsyncFor)) and micro_batches(src, loop):
         outer = innermost(src, loop) or src.function(loop) or src.tree
         end = (loop.end_lineno, loop.end_col_offset)
-        after = [e for e in src.events(outer) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
+        after = [e for e in src.run_events(outer, False) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
         if after and after[0].kind == "step":  # the next event after the micro-batches is the step
             counted = loop.iter.args[0] if ranged(loop) else None
             return Accumulation(loop, None, counted, after[0])
     return None
+
+
+def may_accumulate(src, loop):
+    """What accumulation() needs to say yes, told cheaply before run_events reads other files: micro-batches by their
+    names, or an `if` on a remainder."""
+    return isinstance(loop, (ast.For, ast.AsyncFor)) and micro_batches(src, loop) or any(
+        isinstance(n, ast.If) and remainder(src, n.test) is not None for n in src.local(loop))
 
 
 def ranged(loop):
@@ -165,6 +175,41 @@ def check_zero_grad_every_micro_batch(src):
                               f"(line {acc.step.pos[0]}): it wipes the gradients accumulated so far, so each step uses "
                               f"the last micro-batch alone. Call zero_grad() right after optimizer.step(), under the "
                               f"same condition.")
+        for call, where in zeroing_calls(src, acc):
+            yield call, (f"this call runs backward() on every micro-batch and zeroes the gradients there ({where}), "
+                         f"but the optimizer steps {acc.how_often()} (line {acc.step.pos[0]}): each step "
+                         f"uses the last micro-batch alone. Zero right after optimizer.step(), under the same condition.")
+
+
+def zeroing_calls(src, acc):
+    """(call, where its zero_grad is) for each call in the micro-batch loop to a function or method that runs
+    backward() and, whatever it is given, zero_grad() on the optimizer that steps, and never steps itself."""
+    stepped = {e.target for other, f in src.callees(acc.step.node) for n in other.local(f) for e in other.classify(n)
+               if e.kind == "step"} if acc.step.helper else {acc.step.target}
+    for event in src.run_events(acc.micro, False):
+        if not (event.helper and event.kind == "backward" and innermost(src, event.node) is acc.micro
+                and acc.in_micro_batch(src, event.node)):
+            continue
+        for other, function in src.callees(event.node):
+            if "step" in other.kinds(function):
+                continue
+            for node in other.local(function):
+                zero = next((e for e in other.classify(node) if e.kind == "zero"), None)
+                if zero is None or conditional(other, node, function) or zero.subject is not None and \
+                        other.is_optimizer(zero.subject) and zero.target not in stepped:
+                    continue  # under an if, or another optimizer's gradients
+                yield event.node, (f"line {node.lineno}" if other is src else f"{other.path} line {node.lineno}")
+                break
+
+
+def conditional(src, node, top):
+    """node sits under an if (or a conditional expression) between it and top."""
+    child, p = node, src.parent[node]
+    while p is not top:
+        if isinstance(p, (ast.If, ast.IfExp)) and child is not p.test:
+            return True
+        child, p = p, src.parent[p]
+    return False
 
 
 def scaling(src, expr, depth=0):
@@ -386,3 +431,53 @@ def check_accumulate_without_steps(src):
                          f"Accelerator was told, and it is told none: it steps on every micro-batch and the script's "
                          f"accumulation setting is ignored. Pass gradient_accumulation_steps= here.")
 
+
+
+def nonzero_remainder(test):
+    """The condition holds on k-1 of every k values of a remainder: `i % k` (not zero), `i % k > 0`, `i % k != c`,
+    alone or in an `and`."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return any(nonzero_remainder(value) for value in test.values)
+    if isinstance(test, ast.Compare) and len(test.ops) == 1 and (isinstance(test.ops[0], ast.NotEq) or isinstance(
+            test.ops[0], ast.Gt) and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value == 0):
+        test = test.left
+    return isinstance(test, ast.BinOp) and isinstance(test.op, ast.Mod) and \
+        not isinstance(test.left, (ast.Constant, ast.JoinedStr))  # not "%d" % x
+
+
+@rule(
+    "accumulation-step-inverted",
+    "The optimizer steps under `if i % k:`, true on k-1 of every k passes, where accumulation steps once in k.",
+    """`if i % k:` is true whenever the remainder is not zero: on k-1 passes of every k. Written
+    around optimizer.step() to accumulate k micro-batches, it steps on almost every batch alone
+    and accumulates only two batches once in k, so the effective batch is not the one configured
+    and changing k changes the training in a way no one intended (with k = 2 it happens to step
+    every other batch, which hides the mistake until k changes). Step when the remainder is
+    zero: `if (i + 1) % k == 0:`.""",
+    """
+    import torch.nn.functional as F
+
+    for i, (x, y) in enumerate(loader):
+        (F.cross_entropy(model(x), y) / accumulation_steps).backward()
+        if i % accumulation_steps:  # BUG: true on k-1 of every k batches
+            optimizer.step()
+            optimizer.zero_grad()
+    """,
+    """
+    import torch.nn.functional as F
+
+    for i, (x, y) in enumerate(loader):
+        (F.cross_entropy(model(x), y) / accumulation_steps).backward()
+        if (i + 1) % accumulation_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    """,
+)
+def check_accumulation_step_inverted(src):
+    for acc in accumulations(src):
+        if acc.guard is not None and nonzero_remainder(acc.guard.test) and \
+                not any(acc.step.node is n for s in acc.guard.orelse for n in ast.walk(s)):
+            yield acc.guard.test, (f"the optimizer steps (line {acc.step.pos[0]}) whenever "
+                                   f"`{ast.unparse(acc.guard.test)}` holds: on k-1 of every k "
+                                   f"passes, so almost every batch steps alone. Step when the remainder is zero: "
+                                   f"`if (i + 1) % k == 0:`.")

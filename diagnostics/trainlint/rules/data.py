@@ -15,7 +15,11 @@ from ..syntax import argument, dotted, has_star_kwargs, is_false, keyword, metho
     your own classes in a checkpoint, allow them with torch.serialization.add_safe_globals);
     keep weights_only=False only for a file you made yourself and add # noqa there. A call
     without the argument is not flagged: on PyTorch 2.6 or later it is safe (on an older pinned
-    torch, pass weights_only=True).""",
+    torch, pass weights_only=True). A call is flagged only where what it loads, or one entry of
+    it, goes to a load_state_dict: weights, which weights_only=True loads. A checkpoint read in
+    other ways (RNG states, a data pipeline's state, a whole pickled model, another project's
+    format converted key by key) may need the unpickle, and a comment on the call or just above
+    it that says so (`# nosec`, or one that names the unpickle or trust) marks it as reviewed.""",
     """
     import torch
 
@@ -31,11 +35,42 @@ from ..syntax import argument, dotted, has_star_kwargs, is_false, keyword, metho
 )
 def check_torch_load_unsafe(src):
     for call in src.calls:
-        if src.qualname(call.func) == "torch.load" and is_false(keyword(call, "weights_only")):
+        if src.qualname(call.func) == "torch.load" and is_false(keyword(call, "weights_only")) and \
+                loads_weights(src, call) and not reviewed(src, call):
             yield call, ("weights_only=False makes torch.load unpickle arbitrary objects: a tampered checkpoint runs "
                          "code when it is loaded. Since PyTorch 2.6 the default, weights_only=True, loads tensors and "
                          "plain containers safely: drop the argument (allow your own classes with "
                          "torch.serialization.add_safe_globals), or keep it only for a file you made yourself.")
+
+
+PIPELINE_WORDS = ("loader", "sampler", "dataset", "batch")  # a data pipeline's load_state_dict: its own contents
+
+
+def entry_of(expr):
+    """`ckpt` for `ckpt["model"]` and `ckpt.get("model", ...)`; expr itself otherwise."""
+    if isinstance(expr, ast.Subscript):
+        return expr.value
+    return expr.func.value if method_call(expr, "get") else expr
+
+
+def loads_weights(src, call):
+    """What torch.load returns at call, or one entry of it, goes to the load_state_dict of a model or an optimizer
+    (`model.load_state_dict(ckpt["model"])`): tensors and plain containers, which weights_only=True loads."""
+    for use in src.calls_by_name.get("load_state_dict", []):
+        if use.args and isinstance(use.func, ast.Attribute) and not any(
+                word in (dotted(use.func.value) or "").lower() for word in PIPELINE_WORDS):
+            value = src.resolve(entry_of(use.args[0]))
+            if value is call or entry_of(value) is call or src.resolve(entry_of(value)) is call:
+                return True
+    return False
+
+
+def reviewed(src, call):
+    """A comment on the call's lines, or on the two lines above, says the unpickle was looked at: `# nosec` (bandit's
+    B614 is this check) or words about the unpickle or trust."""
+    lines = src.lines[max(call.lineno - 3, 0):call.end_lineno]
+    comments = [line.partition("#")[2].lower() for line in lines if "#" in line]
+    return any(word in text for text in comments for word in ("nosec", "unpickl", "trust"))
 
 
 @rule(

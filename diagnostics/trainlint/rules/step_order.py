@@ -165,7 +165,8 @@ def check_zero_grad_before_step(src):
 def check_scheduler_before_optimizer(src):
     for sched in (e for e in src.all_events() if e.kind == "sched"):
         for loop in src.enclosing_loops(sched.node):
-            steps = [e for e in src.events(loop) if e.kind == "step"]
+            steps = [e for e in src.events(loop) if e.kind == "step"] or \
+                [e for e in src.run_events(loop) if e.kind == "step"]  # a train_one_epoch of another file
             if steps:
                 if sched.pos < steps[0].pos and not guarded(src, sched.node, loop):
                     stepper = f"{steps[0].target}.step()" if steps[0].target else "the optimizer step"
