@@ -11,9 +11,10 @@ import tracemalloc
 import pytest
 
 import spikes
+from spikelog.detect import _increasing
 from spikelog.detect.thresholds import REFRESH
 from spikelog.read import general
-from spikelog.read.columns import Unparsed
+from spikelog.read.columns import Unparsed, repeated_rows
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -575,11 +576,27 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
     "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
     "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
+    "dit_two_runs.txt": ("text", "Train Loss", 170, 100, 12000, [(9000, "fast_recovery")]),  # 227 lines before any
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
     "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
+    "dit_two_runs.txt": [{"kind": "new_run", "step": 100, "from_step": 5000, "run": 2}],  # run 1 fell before a baseline
 }
+
+
+@pytest.mark.parametrize("steps, kept", [
+    ([10, 20, 30, 20, 40], [10, 20, 30, 40]),  # a writer a row behind: 20 again, right after 30
+    ([10, 20, 30, 40, 20, 50, 30, 60], [10, 20, 30, 40, 50, 60]),  # two rows behind
+    ([10, 20, 30, 40, 50, 60, 70, 10, 20, 30, 40, 50, 60, 70, 80], [10, 20, 30, 40, 50, 60, 70] * 2 + [80]),  # a run
+    ([10, 20, 30, 40, 50, 60, 70, 80, 10, 20, 30, 40, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80] * 2 + [90]),
+])
+def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept):
+    """A lagging writer repeats a step it read a row or two before; a second run that passes the first run's last
+    step again (DiT's log.txt) keeps every row."""
+    records = [{"step": step, "loss": 1.0} for step in steps]
+    batches = repeated_rows([(list(range(len(records))), records)], "step", "loss", Unparsed())
+    assert [record["step"] for _, batch in batches for record in batch] == kept
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -820,6 +837,20 @@ def test_evenly_spaced_fractional_steps_and_a_resume_among_them(tmp_path):
     out = json.loads(proc.stdout)
     assert out["events"] == [{"kind": "resume", "step": 10.25, "from_step": 149.5, "rollback_steps": 139.25}]
     assert out["spikes"] == [] and out["log"]["values"] == 399
+
+
+@pytest.mark.hostile
+def test_a_log_ending_on_one_row_with_a_fractional_step_is_no_traceback(tmp_path):
+    # 4097 rows made a last chunk of one row when records were taken 4096 at a time; its step made range() fail
+    records = [{"step": 0.5 * k, "loss": 3.0 + 0.01 * (k % 5)} for k in range(1, 4098)]
+    proc = run_cli("spikes.py", write(tmp_path, "half.jsonl", "\n".join(json.dumps(r) for r in records)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["log"]["values"] == 4097
+
+
+def test_steps_are_increasing_whatever_their_type():
+    assert _increasing([59.75]) and _increasing([7]) and _increasing([1, 2, 3.5]) and _increasing([1, 2, 3.0])
+    assert not _increasing([1, 2, 2.0]) and not _increasing([1, 2, 3, 3]) and not _increasing([0.5, 0.25])
 
 
 @pytest.mark.hostile
