@@ -258,21 +258,23 @@ def _rising(values):
     return all(map(operator.lt, values, itertools.islice(values, 1, None)))
 
 
-INT, NUMBER = frozenset((int,)), frozenset((int, float))  # (bool is neither: type(True) is bool)
+INT, FLOAT, NUMBER = frozenset((int,)), frozenset((float,)), frozenset((int, float))  # (bool is none of them)
 
 
 def record_chunks(batches, wanted, cols, unparsed):
     """A chunk from each batch of records: where every value wanted is a JSON number (an int step), the columns are
-    taken as they are (the same as row_tuple gives, several times faster); else row by row."""
+    taken as they are (the same as row_tuple gives, several times faster; a column of floats as it is, one with ints
+    made floats); else row by row."""
     for lines, records in batches:
         if not records:
             continue
         columns = [None if name is None else _column(records, name) for name in wanted]
+        types = [None if column is None else set(map(type, column)) for column in columns]
         steps = columns[0]
-        if (steps is None or INT.issuperset(map(type, steps))) and all(
-                column is None or NUMBER.issuperset(map(type, column)) for column in columns[1:]):
-            losses, grads, lrs, *extras = ([*map(float, c)] if c is not None else None for c in columns[1:])
-            yield (steps if cols.step else None, losses, grads, lrs, extras, True)
+        if (steps is None or types[0] <= INT) and all(kinds is None or kinds <= NUMBER for kinds in types[1:]):
+            losses, grads, lrs, *extras = (c if kinds is None or kinds <= FLOAT else [*map(float, c)]
+                                           for c, kinds in zip(columns[1:], types[1:]))
+            yield (steps, losses, grads, lrs, extras, True)
             continue
         yield to_chunk([row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
                         for line, record in zip(lines, records)], cols)

@@ -12,15 +12,14 @@ def batches(path, unparsed):
     is counted in unparsed. A block is decoded as one JSON list when it can be (one call instead of one a line),
     else line by line."""
     for first, text in text_blocks(path, BLOCK_BYTES, unparsed=unparsed):
-        lines = text.split("\n")
-        numbers = range(first, first + len(lines))
-        decoded = _all(lines)
+        numbers = range(first, first + text.count("\n") + 1)
+        decoded = _all(text.replace("\n", ","), len(numbers))
         if decoded is None:  # a blank line (JSON has no empty item), or a line that is no JSON
-            numbered = [(number, line) for number, line in zip(numbers, lines) if line.strip()]
+            numbered = [(number, line) for number, line in zip(numbers, text.split("\n")) if line.strip()]
             numbers, lines = [number for number, _ in numbered], [line for _, line in numbered]
-            decoded = _all(lines) or [_one(line) for line in lines]
+            decoded = _all(",".join(lines), len(lines)) or [_one(line) for line in lines]
         if DICT.issuperset(map(type, decoded)):
-            yield list(numbers), decoded
+            yield numbers, decoded
             continue
         for number, record in zip(numbers, decoded):
             if type(record) is not dict:
@@ -28,13 +27,13 @@ def batches(path, unparsed):
         yield [n for n, r in zip(numbers, decoded) if type(r) is dict], [r for r in decoded if type(r) is dict]
 
 
-def _all(lines):
-    """The lines decoded as one JSON list, one item a line; None when they are not."""
+def _all(items, count):
+    """`count` lines joined by commas, decoded as one JSON list of as many items; None when they are not that."""
     try:
-        decoded = json.loads("[" + ",".join(lines) + "]")
+        decoded = json.loads("[" + items + "]")
     except (ValueError, RecursionError):  # RecursionError: a record nested thousands deep
         return None
-    return decoded if len(decoded) == len(lines) else None  # (a line such as `1, 2` would be two items)
+    return decoded if len(decoded) == count else None  # (a line such as `1, 2` would be two items)
 
 
 def _one(line):
