@@ -1126,3 +1126,39 @@ def test_a_sudden_lasting_drop_with_no_resume_is_no_spike_and_no_event(tmp_path)
     log.write_text("\n".join(rows) + "\n")
     report = spikes.analyze(log).to_json()
     assert (report["spikes"], report["events"]) == ([], [])
+
+
+def _spikes_of(tmp_path, values):
+    """(step, type) of each spike spikes.py finds in a `step,loss` log of these values, one row a step."""
+    path = write(tmp_path, "curve.csv", "step,loss\n" + "".join(f"{i},{v!r}\n" for i, v in enumerate(values)))
+    return [(s.step, s.type) for s in spikes.analyze(path).spikes]
+
+
+@pytest.mark.parametrize("start, bump_at", [(64, 100), (192, 228)])  # refresh 3, where the early fit ends; refresh 7
+def test_a_full_window_after_three_blocks_is_judged_by_its_median(tmp_path, start, bump_at):
+    """Flat at 1.0, then falling 0.002 a row from `start`, with an 8% bump 36 rows into the fall. From the third block
+    on (the window full) the baseline is the window's median, 1.0, and the bump stays under its threshold; the line
+    through the window's newer half (the early fit, for a short log or the start of a run) would put the baseline
+    near 0.94 and call the bump a spike."""
+    values = [max(1.0 - 0.002 * max(i - start, 0), 0.5) for i in range(400)]
+    assert _spikes_of(tmp_path, values) == []
+    values[bump_at] = 1.08
+    assert _spikes_of(tmp_path, values) == []
+
+
+def test_a_rising_start_is_no_trend_for_the_early_baseline(tmp_path):
+    """A loss that climbs 1% a row for 50 rows, then stays: only a falling line is fitted early (a rising one would
+    put the baseline under the plateau and call the plateau a spike)."""
+    values = [1.0 + 0.01 * i for i in range(50)] + [1.5] * 100
+    assert _spikes_of(tmp_path, values) == []
+    values[45] = 1.55
+    assert _spikes_of(tmp_path, values) == []
+
+
+@pytest.mark.parametrize("rate, height", [(0.95, 2.0), (0.97, 3.0)])
+def test_a_spike_in_an_exponential_fall_before_the_third_block_is_found(tmp_path, rate, height):
+    """A loss falling by a factor a row from 3.0, a spike at row 70 (the window full, two blocks read): the early fit
+    goes on to the third block, in logs once the window is full, and the spike stands out of it."""
+    values = [0.01 + 3.0 * rate ** i for i in range(200)]
+    values[70] *= height
+    assert _spikes_of(tmp_path, values) == [(70, "fast_recovery")]
