@@ -82,7 +82,8 @@ def open_log(path, loss_name=None, fmt=None, accelerate=None):
     """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
     a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
     absent role; complete when no value is missing. The columns are lists, or numpy arrays from the accelerated
-    CSV reader (`accelerate`: None uses it for a big CSV when pandas is installed; True, False force it)."""
+    CSV reader (`accelerate`: None uses it for a big CSV when pandas is installed; True, False force it) or, for a
+    big JSONL log, where numpy is installed, the records' numbers."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -101,7 +102,8 @@ def open_log(path, loss_name=None, fmt=None, accelerate=None):
     elif fmt in ("csv", "tsv"):
         cols, rows = table.read(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed, accelerate)
     elif fmt == "jsonl":
-        cols, rows = from_records(jsonl.batches(path, unparsed), loss_name, unparsed)
+        numpy = table.accelerator(path, accelerate, "numpy")  # (a big log: its columns as arrays, screened in numpy)
+        cols, rows = from_records(jsonl.batches(path, unparsed), loss_name, unparsed, numpy=numpy)
     elif fmt == "json":
         cols, rows = from_records(batched(trainer_state.records(path)), loss_name, unparsed)
     else:

@@ -185,12 +185,13 @@ def to_chunk(rows, cols):
     return chunk + (complete,)
 
 
-def from_records(batches, loss_name, unparsed, need_loss=False):
+def from_records(batches, loss_name, unparsed, need_loss=False, numpy=None):
     """Columns and row tuples from batches of records (lists of line numbers and of dicts: `batched` makes them
     from (line, dict) pairs); the first PREVIEW_ROWS decide the columns. `need_loss` (plain text): a record without
     the loss is no row, and its names are not the log's series. A step counter that starts again when the epoch moves
     on is composed into a global step (epoch_steps). Each stage takes a batch in a few calls at C speed where it can
-    (a JSONL log of a million rows has no time for Python work per record), else record by record."""
+    (a JSONL log of a million rows has no time for Python work per record), else record by record. With `numpy`, a
+    chunk of plain numbers is given as numpy columns (detect/screen.py takes their healthy stretches)."""
     batches = (_training(lines, records) for lines, records in batches)
     preview, counts, seen, rest = [], {}, 0, None
     for lines, records in batches:
@@ -228,7 +229,7 @@ def from_records(batches, loss_name, unparsed, need_loss=False):
         batches = epoch_steps(batches, cols.step, epoch)
     if cols.step is not None:
         batches = repeated_rows(batches, cols.step, cols.loss, unparsed)
-    return cols, record_chunks(batches, wanted, cols, unparsed)
+    return cols, record_chunks(batches, wanted, cols, unparsed, numpy)
 
 
 BATCH = 4096  # records per batch, where a reader gives them one at a time
@@ -261,7 +262,7 @@ def _rising(values):
 INT, FLOAT, NUMBER = frozenset((int,)), frozenset((float,)), frozenset((int, float))  # (bool is none of them)
 
 
-def record_chunks(batches, wanted, cols, unparsed):
+def record_chunks(batches, wanted, cols, unparsed, numpy=None):
     """A chunk from each batch of records: where every value wanted is a JSON number (an int step), the columns are
     taken as they are (the same as row_tuple gives, several times faster; a column of floats as it is, one with ints
     made floats); else row by row."""
@@ -274,10 +275,20 @@ def record_chunks(batches, wanted, cols, unparsed):
         if (steps is None or types[0] <= INT) and all(kinds is None or kinds <= NUMBER for kinds in types[1:]):
             losses, grads, lrs, *extras = (c if kinds is None or kinds <= FLOAT else [*map(float, c)]
                                            for c, kinds in zip(columns[1:], types[1:]))
-            yield (steps, losses, grads, lrs, extras, True)
+            yield _arrays(numpy, steps, losses, grads, lrs, extras) if numpy else (steps, losses, grads, lrs, extras, True)
             continue
         yield to_chunk([row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
                         for line, record in zip(lines, records)], cols)
+
+
+def _arrays(numpy, steps, losses, grads, lrs, extras):
+    """A chunk of numpy columns (int64 steps, float64 values): the same numbers; lists where a step overflows int64."""
+    try:
+        steps = steps if steps is None else numpy.array(steps, dtype=numpy.int64)
+    except OverflowError:  # a step of 2**63 or more: Python's ints
+        return steps, losses, grads, lrs, extras, True
+    return (steps, numpy.array(losses), grads if grads is None else numpy.array(grads),
+            lrs if lrs is None else numpy.array(lrs), [numpy.array(x) for x in extras], True)
 
 
 PHASE_KEYS = ("mode", "phase", "split", "stage")  # mmdetection's "mode": "val" records
