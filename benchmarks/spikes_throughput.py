@@ -10,8 +10,9 @@ as issue 23's spike-dense log with seams; `jsonl`: the clean log as JSON lines),
 process of its own and one after the other:
 
 - `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes; with
-  pandas installed (it is in requirements-test.txt) a CSV of 24 MB or more is read by pandas and screened with numpy;
-- `pure`: the same command with that accelerator off, as where pandas is not installed;
+  pandas installed (it is in requirements-test.txt) a CSV of 24 MB or more is read by pandas and screened with numpy,
+  and a JSONL log of 24 MB or more has its numbers screened with numpy;
+- `pure`: the same command with those accelerators off, as where pandas and numpy are not installed;
 - with `--against CHECKOUT` (another checkout of this repository, e.g. `git worktree add /tmp/before main`), that
   checkout's spikes.py on the same log, just before this one's: a change measured before and after in one run;
 - the baseline a reader would write in 15 lines of pandas: `read_csv` (`read_json(lines=True)`), then for loss and grad norm a
