@@ -181,10 +181,9 @@ Python 2.0 to 2.3 s, pandas 2.2 to 2.4 s (five runs of each, one after the other
 and 2.29 s). Issue 23's other shapes, 1 million rows, 2026-11-26, load average 13-23 (figures of a loaded machine):
 139 runs appended into one CSV (each run read on its own, no seam a spike) 1.4 s CPU at 117 MB, pandas 2.8 s at
 163 MB. The clean log as JSONL (`spikes_throughput.py --scenarios jsonl --against` the code before, one run,
-2026-11-26, load average 4.1-5.8): 6.9 and 8.4 s CPU at 44 MB (its `spikes.py` and `pure` rows, the same code for
-JSONL: the spread is the load's), pandas (read_json) 7.1 s at 1025 MB, the code before 12.4 s at 26 MB. Python's
-json decodes 1 MB of lines a call (about 3.4 s of it) and the records go on in batches, column by column: level
-with pandas, not below it.
+2026-11-26, load average 5.1-5.9): 5.7 s CPU at 54 MB, where numpy screens the healthy stretches as for a big CSV,
+6.7 s in pure Python at 41 MB, pandas (read_json) 6.4 s at 1025 MB, the code before 8.9 s at 26 MB. Python's json
+decodes 1 MB of lines a call (about 3.4 s of it) and the records go on in batches, column by column.
 
 The code: this file is the command; diagnostics/spikelog/ holds what it reads and thinks with, along its
 data path: read/ (one module per log format), detect/ (thresholds, one series, the log's events, the numpy
