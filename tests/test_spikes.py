@@ -1162,3 +1162,13 @@ def test_a_spike_in_an_exponential_fall_before_the_third_block_is_found(tmp_path
     values = [0.01 + 3.0 * rate ** i for i in range(200)]
     values[70] *= height
     assert _spikes_of(tmp_path, values) == [(70, "fast_recovery")]
+
+
+def test_the_first_1000_training_lines_decide_the_series(tmp_path):
+    """A text log's series are the names of its first PREVIEW_ROWS (1000) lines with a loss: a grad norm that first
+    appears on line 1001 is not read, one on line 1000 is."""
+    for first_with_grad, read in [(1000, "grad_norm"), (1001, None)]:
+        lines = [f"step {k} loss {3.0 + 0.01 * (k % 5):.2f}" + (" grad_norm 0.5" if k >= first_with_grad else "")
+                 for k in range(1, 1201)]
+        report = spikes.analyze(write(tmp_path, "preview.log", "\n".join(lines) + "\n"))
+        assert (report.columns.grad, report.values) == (read, 1200)
