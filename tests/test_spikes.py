@@ -590,6 +590,7 @@ SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     ([10, 20, 30, 40, 20, 50, 30, 60], [10, 20, 30, 40, 50, 60]),  # two rows behind
     ([10, 20, 30, 40, 50, 60, 70, 10, 20, 30, 40, 50, 60, 70, 80], [10, 20, 30, 40, 50, 60, 70] * 2 + [80]),  # a run
     ([10, 20, 30, 40, 50, 60, 70, 80, 10, 20, 30, 40, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80] * 2 + [90]),
+    ([1.0, 2.0, 3.0, 2.0, 4.0], [1.0, 2.0, 3.0, 4.0]),  # float steps: the same
 ])
 def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept):
     """A lagging writer repeats a step it read a row or two before; a second run that passes the first run's last
@@ -597,6 +598,15 @@ def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept
     records = [{"step": step, "loss": 1.0} for step in steps]
     batches = repeated_rows([(list(range(len(records))), records)], "step", "loss", Unparsed())
     assert [record["step"] for _, batch in batches for record in batch] == kept
+
+
+def test_a_record_that_went_back_at_the_end_of_a_batch_is_judged_by_the_next_batch():
+    """A resume to step 5 closes one batch and the next rises past the highest step: the resume row stays, before
+    the next batch's rows (the batch's fast road waits for the record it holds)."""
+    first = [{"step": step, "loss": 1.0} for step in (10, 20, 30, 5)]
+    second = [{"step": step, "loss": 1.0} for step in (200, 210)]
+    batches = repeated_rows([([1, 2, 3, 4], first), ([5, 6], second)], "step", "loss", Unparsed())
+    assert [record["step"] for _, batch in batches for record in batch] == [10, 20, 30, 5, 200, 210]
 
 
 @pytest.mark.parametrize("name", SHAPES)

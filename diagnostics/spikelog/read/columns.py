@@ -282,13 +282,14 @@ def record_chunks(batches, wanted, cols, unparsed, numpy=None):
 
 
 def _arrays(numpy, steps, losses, grads, lrs, extras):
-    """A chunk of numpy columns (int64 steps, float64 values): the same numbers; lists where a step overflows int64."""
+    """A chunk of numpy columns (int64 steps, float64 values): the same numbers; lists where a step overflows int64.
+    The learning rate stays a list: it is read only where a spike starts."""
     try:
         steps = steps if steps is None else numpy.array(steps, dtype=numpy.int64)
     except OverflowError:  # a step of 2**63 or more: Python's ints
         return steps, losses, grads, lrs, extras, True
-    return (steps, numpy.array(losses), grads if grads is None else numpy.array(grads),
-            lrs if lrs is None else numpy.array(lrs), [numpy.array(x) for x in extras], True)
+    return (steps, numpy.array(losses), grads if grads is None else numpy.array(grads), lrs,
+            [numpy.array(x) for x in extras], True)
 
 
 PHASE_KEYS = ("mode", "phase", "split", "stage")  # mmdetection's "mode": "val" records
