@@ -14,7 +14,7 @@ import spikes
 from spikelog.detect import _increasing
 from spikelog.detect.thresholds import REFRESH
 from spikelog.read import general
-from spikelog.read.columns import Unparsed, repeated_rows
+from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -1182,3 +1182,16 @@ def test_the_first_1000_training_lines_decide_the_series(tmp_path):
                  for k in range(1, 1201)]
         report = spikes.analyze(write(tmp_path, "preview.log", "\n".join(lines) + "\n"))
         assert (report.columns.grad, report.values) == (read, 1200)
+
+
+@pytest.mark.parametrize("batches, steps", [
+    ([[(0, 0), (1, 0), (1, 1)], [(1, 5), (1, 6)]], [0, 1, 2, 6, 7]),  # the offset (exactly 1) goes on into the next batch
+    ([[(0, 0), (0, 10)], [(1, 0), (1, 10)]], [0, 10, 20, 30]),  # the interval of a batch of two steps
+    ([[(0, 0), (0, 10), (None, 10), (1, 0)]], [0, 10, 10, 20]),  # a record with no epoch is left as it is
+])
+def test_an_epoch_counter_is_composed_across_batches(batches, steps):
+    """epoch_steps takes batches of records: where the counter starts again with the epoch it goes on from the last
+    step plus the logging interval, whichever batch the records come in."""
+    given = [([0] * len(batch), [{"iter": i, **({} if e is None else {"epoch": e})} for e, i in batch])
+             for batch in batches]
+    assert [r["iter"] for _, records in epoch_steps(given, "iter", "epoch") for r in records] == steps
