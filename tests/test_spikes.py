@@ -1195,3 +1195,13 @@ def test_an_epoch_counter_is_composed_across_batches(batches, steps):
     given = [([0] * len(batch), [{"iter": i, **({} if e is None else {"epoch": e})} for e, i in batch])
              for batch in batches]
     assert [r["iter"] for _, records in epoch_steps(given, "iter", "epoch") for r in records] == steps
+
+
+def test_a_csv_row_that_logs_its_step_again_is_a_resume_by_no_step(tmp_path):
+    """A CSV has no repeated_rows filter: a step written twice (a restart from the checkpoint of that very step) is a
+    resume with rollback_steps 0, not a step forward."""
+    rows = [(k, 3.0 + 0.01 * (k % 5)) for k in range(100)] + [(99, 3.02)]
+    rows += [(k, 3.0 + 0.01 * (k % 5)) for k in range(100, 160)]
+    path = write(tmp_path, "again.csv", "step,loss\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    assert spikes.analyze(path).to_json()["events"] == [{"kind": "resume", "step": 99, "from_step": 99,
+                                                         "rollback_steps": 0}]
