@@ -46,9 +46,10 @@ LOGS = {
                    "ultralytics YOLO11 results.csv (segmentation)", (10, 1, 10, 0),
                    "read as the sum of its 4 train/*_loss parts; 10 epochs: too short to judge"),
     "llamafactory-sft": ("rameyjm7/SFT-Training-LLM", "264b29045923fad9c4a88aa0384d33a5835accfe", "trainer_log.jsonl",
-                         "LLaMA-Factory trainer_log.jsonl (LLM fine-tuning)", (704, 10, 6560, 0),
-                         "two processes wrote each step, mostly a row apart: 654 repeats left out; where one fell two "
-                         "rows behind, the 26 resumes (by 10-20 steps) and the resume_drop are false (a limit)"),
+                         "LLaMA-Factory trainer_log.jsonl (LLM fine-tuning)", (705, 10, 6560, 0),
+                         "two processes wrote each step, mostly a row apart: 653 repeats left out (654 before step "
+                         "5240's last copy was kept); where one fell two rows behind, the 26 resumes (by 10-20 steps) "
+                         "and the resume_drop are false (a limit)"),
     "llamafactory-pretrain": ("suzushi-tw/luojiu-7b-base", "f6a05a26564c4307e67d84de86bc9855633c7a29",
                               "trainer_log.jsonl", "LLaMA-Factory trainer_log.jsonl (7B pretraining)",
                               (1742, 5, 8710, 0), "a smooth curve, current_steps as steps: no spike, right"),
@@ -76,6 +77,16 @@ LOGS = {
     "grpo-small": ("JunyiJ/PostTraining-LLM-Small", "90cc326c553fd7801f4394320e2926b346ccfe71", "logs/train.log",
                    "a GRPO post-training script (LLM RL fine-tuning)", (3, 50, 150, 0),
                    "3 avg_loss lines among samples: read, too short to judge"),
+    "dit-finetune": ("yaramohamadi/DomainGuidance", "45768162d66ebbea3056f5d189fb73c4d7351149", "results/000-DiT-XL-2/log.txt",
+                     "DiT's train.py log.txt, DiT-XL/2 fine-tuned on Caltech-101 (diffusion)", (145, 100, 14500, 0),
+                     "`(step=0000100) Train Loss: 0.3394` every 100 steps, timestamps in ANSI colour: no spike, right"),
+    "dit-pq": ("hehesangsj/PQDiT", "dc0476ddab8b294ab4c7eca741fdd7d22647e847", "results/low_rank/011-DiT-XL-2/log.txt",
+               "DiT's train.py log.txt of a compressed DiT-XL/2 trained on ImageNet (diffusion)", (550, 100, 50000, 0),
+               "5,105 lines of weight names and compression stats before the first training line (once refused: the "
+               "format was looked for in the first 200 lines only); two runs, steps 100..5000 then 100..50000, the "
+               "loss back at its start: a new_run (once a resume and a false resume_spike, the first run having no "
+               "baseline before its loss fell; and the second run's steps 4900 and 5000 left out as repeats); no "
+               "spike, right"),
     "awr-rl": ("JKinx/awr", "2b801b05ae71559a0612bcb94be957f941c0194b", "output/20000_iters/log.txt",
                "AWR's log.txt, a table aligned with spaces (RL)", None,
                "refused: an actor and a critic loss and no total; the line names both with their counts, right"),

@@ -2,6 +2,7 @@
 stay flat? (Not run in CI.)
 
     python benchmarks/spikes_throughput.py [--rows 10000000] [--scenarios clean,mixed,seams,jsonl] [--keep DIR]
+                                           [--against CHECKOUT]
 
 For each scenario it writes a synthetic log of `--rows` steps (step, loss, grad_norm, lr) with
 diagnostics/synthetic_curves.py (`seams`: 139 clean runs of equal length appended into one CSV, each from step 0,
@@ -9,8 +10,11 @@ as issue 23's spike-dense log with seams; `jsonl`: the clean log as JSON lines),
 process of its own and one after the other:
 
 - `python diagnostics/spikes.py LOG --json`, the whole tool: every spike classified, events, resumes; with
-  pandas installed (it is in requirements-test.txt) a CSV of 24 MB or more is read by pandas and screened with numpy;
-- `pure`: the same command with that accelerator off, as where pandas is not installed;
+  pandas installed (it is in requirements-test.txt) a CSV of 24 MB or more is read by pandas and screened with numpy,
+  and a JSONL log of 24 MB or more has its numbers screened with numpy;
+- `pure`: the same command with those accelerators off, as where pandas and numpy are not installed;
+- with `--against CHECKOUT` (another checkout of this repository, e.g. `git worktree add /tmp/before main`), that
+  checkout's spikes.py on the same log, just before this one's: a change measured before and after in one run;
 - the baseline a reader would write in 15 lines of pandas: `read_csv` (`read_json(lines=True)`), then for loss and grad norm a
   rolling median and interquartile range over the previous 64 values and a count of the values above
   median + max(6 sigma, 5%). It finds outliers only: no types, no recovery, no events.
@@ -109,10 +113,10 @@ def write_log(scenario, rows, path):
         synthetic_curves.make_curve(scenario, seed=0, rows=rows).write_csv(path)
 
 
-def run(child, log):
-    """(wall seconds, CPU seconds, peak RSS in MB) of one child process."""
+def run(child, log, root=ROOT):
+    """(wall seconds, CPU seconds, peak RSS in MB) of one child process (spikes.py from the checkout at `root`)."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", child, str(ROOT / "diagnostics" / "spikes.py"), str(log)],
+    proc = subprocess.run([sys.executable, "-c", child, str(root / "diagnostics" / "spikes.py"), str(log)],
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - start
     if proc.returncode != 0:
@@ -126,7 +130,11 @@ def main():
     parser.add_argument("--rows", type=int, default=10_000_000, help="steps in the big log (default 10M)")
     parser.add_argument("--scenarios", default="clean,mixed,seams,jsonl", help="synthetic scenarios to measure")
     parser.add_argument("--keep", help="write the logs into this directory and keep them (reused if present)")
+    parser.add_argument("--against", help="also measure spikes.py of this other checkout (before a change)")
     args = parser.parse_args()
+    against = Path(args.against).resolve() if args.against else None
+    if against is not None and not (against / "diagnostics" / "spikes.py").is_file():
+        parser.error(f"{args.against}: no diagnostics/spikes.py there")
     print(f"machine: {machine()}")
     directory = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="spikes-bench-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -135,10 +143,13 @@ def main():
             log = directory / f"{scenario}-{rows}.{'jsonl' if scenario == 'jsonl' else 'csv'}"
             if not log.exists():  # a log kept from an earlier run is measured again as it is
                 write_log(scenario, rows, log)
-            for name, child in (("spikes.py", SPIKES.replace("PURE_PYTHON", "False")),
-                                ("pure", SPIKES.replace("PURE_PYTHON", "True")), ("pandas", PANDAS)):
+            children = [("spikes.py", SPIKES.replace("PURE_PYTHON", "False"), ROOT),
+                        ("pure", SPIKES.replace("PURE_PYTHON", "True"), ROOT), ("pandas", PANDAS, ROOT)]
+            if against is not None:
+                children.insert(0, ("before", SPIKES.replace("PURE_PYTHON", "False"), against))
+            for name, child, root in children:
                 before = load()
-                wall, cpu, rss = run(child, log)
+                wall, cpu, rss = run(child, log, root)
                 print(f"{scenario:>6} {rows:>11,} rows ({log.stat().st_size / 1e6:,.0f} MB {log.suffix[1:]}) {name:>9}: "
                       f"{wall:6.1f} s wall, {cpu:6.1f} s CPU, {rows / cpu / 1e6:5.2f} M rows per CPU second, "
                       f"peak RSS {rss:7.1f} MB (load average before: {before})")

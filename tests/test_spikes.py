@@ -11,9 +11,10 @@ import tracemalloc
 import pytest
 
 import spikes
+from spikelog.detect import _increasing
 from spikelog.detect.thresholds import REFRESH
 from spikelog.read import general
-from spikelog.read.columns import Unparsed
+from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -575,11 +576,37 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
     "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
     "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
+    "dit_two_runs.txt": ("text", "Train Loss", 170, 100, 12000, [(9000, "fast_recovery")]),  # 228 lines before any
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
     "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
+    "dit_two_runs.txt": [{"kind": "new_run", "step": 100, "from_step": 5000, "run": 2}],  # run 1 fell before a baseline
 }
+
+
+@pytest.mark.parametrize("steps, kept", [
+    ([10, 20, 30, 20, 40], [10, 20, 30, 40]),  # a writer a row behind: 20 again, right after 30
+    ([10, 20, 30, 40, 20, 50, 30, 60], [10, 20, 30, 40, 50, 60]),  # two rows behind
+    ([10, 20, 30, 40, 50, 60, 70, 10, 20, 30, 40, 50, 60, 70, 80], [10, 20, 30, 40, 50, 60, 70] * 2 + [80]),  # a run
+    ([10, 20, 30, 40, 50, 60, 70, 80, 10, 20, 30, 40, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80] * 2 + [90]),
+    ([1.0, 2.0, 3.0, 2.0, 4.0], [1.0, 2.0, 3.0, 4.0]),  # float steps: the same
+])
+def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept):
+    """A lagging writer repeats a step it read a row or two before; a second run that passes the first run's last
+    step again (DiT's log.txt) keeps every row."""
+    records = [{"step": step, "loss": 1.0} for step in steps]
+    batches = repeated_rows([(list(range(len(records))), records)], "step", "loss", Unparsed())
+    assert [record["step"] for _, batch in batches for record in batch] == kept
+
+
+def test_a_record_that_went_back_at_the_end_of_a_batch_is_judged_by_the_next_batch():
+    """A resume to step 5 closes one batch and the next rises past the highest step: the resume row stays, before
+    the next batch's rows (the batch's fast road waits for the record it holds)."""
+    first = [{"step": step, "loss": 1.0} for step in (10, 20, 30, 5)]
+    second = [{"step": step, "loss": 1.0} for step in (200, 210)]
+    batches = repeated_rows([([1, 2, 3, 4], first), ([5, 6], second)], "step", "loss", Unparsed())
+    assert [record["step"] for _, batch in batches for record in batch] == [10, 20, 30, 5, 200, 210]
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -820,6 +847,20 @@ def test_evenly_spaced_fractional_steps_and_a_resume_among_them(tmp_path):
     out = json.loads(proc.stdout)
     assert out["events"] == [{"kind": "resume", "step": 10.25, "from_step": 149.5, "rollback_steps": 139.25}]
     assert out["spikes"] == [] and out["log"]["values"] == 399
+
+
+@pytest.mark.hostile
+def test_a_log_ending_on_one_row_with_a_fractional_step_is_no_traceback(tmp_path):
+    # 4097 rows made a last chunk of one row when records were taken 4096 at a time; its step made range() fail
+    records = [{"step": 0.5 * k, "loss": 3.0 + 0.01 * (k % 5)} for k in range(1, 4098)]
+    proc = run_cli("spikes.py", write(tmp_path, "half.jsonl", "\n".join(json.dumps(r) for r in records)), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["log"]["values"] == 4097
+
+
+def test_steps_are_increasing_whatever_their_type():
+    assert _increasing([59.75]) and _increasing([7]) and _increasing([1, 2, 3.5]) and _increasing([1, 2, 3.0])
+    assert not _increasing([1, 2, 2.0]) and not _increasing([1, 2, 3, 3]) and not _increasing([0.5, 0.25])
 
 
 @pytest.mark.hostile
@@ -1095,3 +1136,72 @@ def test_a_sudden_lasting_drop_with_no_resume_is_no_spike_and_no_event(tmp_path)
     log.write_text("\n".join(rows) + "\n")
     report = spikes.analyze(log).to_json()
     assert (report["spikes"], report["events"]) == ([], [])
+
+
+def _spikes_of(tmp_path, values):
+    """(step, type) of each spike spikes.py finds in a `step,loss` log of these values, one row a step."""
+    path = write(tmp_path, "curve.csv", "step,loss\n" + "".join(f"{i},{v!r}\n" for i, v in enumerate(values)))
+    return [(s.step, s.type) for s in spikes.analyze(path).spikes]
+
+
+@pytest.mark.parametrize("start, bump_at", [(64, 100), (192, 228)])  # refresh 3, where the early fit ends; refresh 7
+def test_a_full_window_after_three_blocks_is_judged_by_its_median(tmp_path, start, bump_at):
+    """Flat at 1.0, then falling 0.002 a row from `start`, with an 8% bump 36 rows into the fall. From the third block
+    on (the window full) the baseline is the window's median, 1.0, and the bump stays under its threshold; the line
+    through the window's newer half (the early fit, for a short log or the start of a run) would put the baseline
+    near 0.94 and call the bump a spike."""
+    values = [max(1.0 - 0.002 * max(i - start, 0), 0.5) for i in range(400)]
+    assert _spikes_of(tmp_path, values) == []
+    values[bump_at] = 1.08
+    assert _spikes_of(tmp_path, values) == []
+
+
+def test_a_rising_start_is_no_trend_for_the_early_baseline(tmp_path):
+    """A loss that climbs 1% a row for 50 rows, then stays: only a falling line is fitted early (a rising one would
+    put the baseline under the plateau and call the plateau a spike)."""
+    values = [1.0 + 0.01 * i for i in range(50)] + [1.5] * 100
+    assert _spikes_of(tmp_path, values) == []
+    values[45] = 1.55
+    assert _spikes_of(tmp_path, values) == []
+
+
+@pytest.mark.parametrize("rate, height", [(0.95, 2.0), (0.97, 3.0)])
+def test_a_spike_in_an_exponential_fall_before_the_third_block_is_found(tmp_path, rate, height):
+    """A loss falling by a factor a row from 3.0, a spike at row 70 (the window full, two blocks read): the early fit
+    goes on to the third block, in logs once the window is full, and the spike stands out of it."""
+    values = [0.01 + 3.0 * rate ** i for i in range(200)]
+    values[70] *= height
+    assert _spikes_of(tmp_path, values) == [(70, "fast_recovery")]
+
+
+def test_the_first_1000_training_lines_decide_the_series(tmp_path):
+    """A text log's series are the names of its first PREVIEW_ROWS (1000) lines with a loss: a grad norm that first
+    appears on line 1001 is not read, one on line 1000 is."""
+    for first_with_grad, read in [(1000, "grad_norm"), (1001, None)]:
+        lines = [f"step {k} loss {3.0 + 0.01 * (k % 5):.2f}" + (" grad_norm 0.5" if k >= first_with_grad else "")
+                 for k in range(1, 1201)]
+        report = spikes.analyze(write(tmp_path, "preview.log", "\n".join(lines) + "\n"))
+        assert (report.columns.grad, report.values) == (read, 1200)
+
+
+@pytest.mark.parametrize("batches, steps", [
+    ([[(0, 0), (1, 0), (1, 1)], [(1, 5), (1, 6)]], [0, 1, 2, 6, 7]),  # the offset (exactly 1) goes on into the next batch
+    ([[(0, 0), (0, 10)], [(1, 0), (1, 10)]], [0, 10, 20, 30]),  # the interval of a batch of two steps
+    ([[(0, 0), (0, 10), (None, 10), (1, 0)]], [0, 10, 10, 20]),  # a record with no epoch is left as it is
+])
+def test_an_epoch_counter_is_composed_across_batches(batches, steps):
+    """epoch_steps takes batches of records: where the counter starts again with the epoch it goes on from the last
+    step plus the logging interval, whichever batch the records come in."""
+    given = [([0] * len(batch), [{"iter": i, **({} if e is None else {"epoch": e})} for e, i in batch])
+             for batch in batches]
+    assert [r["iter"] for _, records in epoch_steps(given, "iter", "epoch") for r in records] == steps
+
+
+def test_a_csv_row_that_logs_its_step_again_is_a_resume_by_no_step(tmp_path):
+    """A CSV has no repeated_rows filter: a step written twice (a restart from the checkpoint of that very step) is a
+    resume with rollback_steps 0, not a step forward."""
+    rows = [(k, 3.0 + 0.01 * (k % 5)) for k in range(100)] + [(99, 3.02)]
+    rows += [(k, 3.0 + 0.01 * (k % 5)) for k in range(100, 160)]
+    path = write(tmp_path, "again.csv", "step,loss\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    assert spikes.analyze(path).to_json()["events"] == [{"kind": "resume", "step": 99, "from_step": 99,
+                                                         "rollback_steps": 0}]

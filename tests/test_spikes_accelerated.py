@@ -1,5 +1,6 @@
-"""spikes.py's accelerated path (pandas reads a big CSV, numpy screens its healthy stretches) gives the same
-report as the pure-Python path, and really takes the bulk of a healthy log."""
+"""spikes.py's accelerated path (pandas reads a big CSV, numpy screens its healthy stretches; a big JSONL log's
+numbers go to numpy too) gives the same report as the pure-Python path, and really takes the bulk of a healthy log."""
+import json
 import math
 import random
 import warnings
@@ -10,7 +11,7 @@ import synthetic_curves
 from conftest import ROOT
 from spikelog.detect import analyze, screen
 from spikelog.detect.series import Series
-from spikelog.read import open_log, table
+from spikelog.read import jsonl, open_log, table
 
 np = pytest.importorskip("numpy")
 pytest.importorskip("pandas")
@@ -159,3 +160,40 @@ def test_the_accelerator_is_used_for_big_files_only_and_never_without_pandas(tmp
     monkeypatch.setattr(table.importlib.util, "find_spec", lambda name: None)
     assert table.accelerator(path) is None and table.accelerator(path, True) is None
     assert analyze(path).to_json()["log"]["values"] == 2000
+
+
+def write_jsonl(path, curve):
+    path.write_text("".join(json.dumps({c: r[c] for c in curve.columns}) + "\n" for r in curve.rows()))
+    return path
+
+
+@pytest.mark.parametrize("block", [None, SMALL_BLOCK])
+@pytest.mark.parametrize("scenario", synthetic_curves.SCENARIOS)
+def test_every_synthetic_scenario_as_jsonl_gives_the_same_report(tmp_path, monkeypatch, scenario, block):
+    """A big JSONL log's numbers go on as numpy columns (numpy installed) to the report of the pure-Python road;
+    SMALL_BLOCK puts chunk edges inside spikes and refreshes."""
+    path = write_jsonl(tmp_path / f"{scenario}.jsonl", synthetic_curves.make_curve(scenario, seed=1))
+    if block:
+        monkeypatch.setattr(jsonl, "BLOCK_BYTES", block)
+    assert analyze(path, accelerate=True).to_json() == analyze(path, accelerate=False).to_json()
+    assert numpy_chunks(path)[0] > 0  # the numpy road was really taken
+
+
+def test_jsonl_steps_past_int64_stay_python_ints(tmp_path):
+    rows = [{"step": 10**30 + k, "loss": 3.0 + 0.01 * (k % 7)} for k in range(300)]
+    rows[200]["loss"] = 9.0
+    path = tmp_path / "huge.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert numpy_chunks(path)[0] == 0
+    report = analyze(path, accelerate=True).to_json()
+    assert report == analyze(path, accelerate=False).to_json()
+    assert [s["step"] for s in report["spikes"]] == [10**30 + 200]
+
+
+def test_a_big_jsonl_log_takes_numpy_where_it_is_installed(tmp_path, monkeypatch):
+    path = write_jsonl(tmp_path / "small.jsonl", synthetic_curves.make_curve("clean", seed=0, rows=2000))
+    assert numpy_chunks(path)[0] > 0 and table.accelerator(path, None, "numpy") is None  # small: no numpy
+    monkeypatch.setattr(table, "ACCELERATE_BYTES", 0)
+    assert not isinstance(next(open_log(path)[2])[1], list)
+    monkeypatch.setattr(table.importlib.util, "find_spec", lambda name: None)
+    assert isinstance(next(open_log(path, accelerate=True)[2])[1], list)

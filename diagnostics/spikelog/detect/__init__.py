@@ -118,7 +118,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
         curves.update((name, Curve()) for name in [cols.loss, cols.grad, *cols.extras] if name)
     watch = None  # the ResumeWatch of the latest resume, while it still has something to say
     has_step, has_grad, has_lr = cols.step is not None, cols.grad is not None, cols.lr is not None
-    first_step = run_first = None  # the first step of the log, and of the run now read
+    first_step = run_first = run_start = None  # the first step of the log, and of the run now read; its first loss
     last_step = -math.inf
     values = segment = 0
     row = 0  # the row of the file (data rows only) at the start of the chunk
@@ -155,6 +155,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 if done > i:  # (numpy steps become Python ints; list steps stay as the log wrote them)
                     if first_step is None:
                         first_step = run_first = steps[i] if listed else int(steps[i])
+                        run_start = float(losses[i])
                     last_step = steps[done - 1] if listed else int(steps[done - 1])
                     values += done - i
                     i = done
@@ -187,7 +188,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 if step is None:
                     step = last_step + 1 if values else r
                 if loss is not None:
-                    if step <= last_step and _new_run(step, loss, run_first, main):  # runs written one after another
+                    if step <= last_step and _new_run(step, loss, run_first, run_start, main):  # runs one after another
                         events.append({"kind": "new_run", "step": step, "from_step": last_step, "run": report.runs + 1,
                                        "_row": r})
                         report.runs += 1
@@ -197,7 +198,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                         creep.reset()
                         segment += 1
                         watch = None
-                        run_first = step
+                        run_first, run_start = step, loss
                     elif step <= last_step:  # a resume or a rollback
                         events.append({"kind": "resume", "step": step, "from_step": last_step,
                                        "rollback_steps": last_step - step, "_row": r})
@@ -211,6 +212,7 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                             watch = ResumeWatch(step, r, statistics.median(recent), main, events)
                     elif first_step is None:
                         first_step = run_first = step
+                        run_start = loss
                     last_step = step
                     values += 1
                     feed_loss(step, r, loss)
@@ -278,12 +280,13 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
     return report
 
 
-def _new_run(step, loss, run_first, main):
-    """The steps went back to the start of the run (or before it) and the loss with them, nearer the run's highest
-    baseline (its start, as a rule) than its latest: another run was written after this one, not a resume."""
+def _new_run(step, loss, run_first, run_start, main):
+    """The steps went back to the start of the run (or before it) and the loss with them, nearer the run's start (its
+    first loss, or its highest baseline) than its latest baseline: another run was written after this one, not a
+    resume. (The first loss counts where a short run fell before its first baseline: DiT's log of 50 rows.)"""
     if run_first is None or step > max(run_first, 1):
         return False
-    return main.med is None or abs(loss - main.scale) < abs(loss - main.med)
+    return main.med is None or min(abs(loss - main.scale), abs(loss - run_start)) < abs(loss - main.med)
 
 
 def _increasing_pieces(chunks):
@@ -344,7 +347,9 @@ def _increasing(steps):
     """Steps strictly increasing: no resume inside. Evenly spaced ones (most logs) are checked at C speed."""
     if isinstance(steps, range):  # the row numbers of a log without a step column
         return True
-    stride = steps[1] - steps[0] if len(steps) > 1 else 1
-    if type(stride) is int and stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
+    if len(steps) < 2:
+        return True
+    stride = steps[1] - steps[0]  # (an int only between int steps; a float last step would not make a range)
+    if type(stride) is int and type(steps[-1]) is int and stride > 0 and steps[-1] == steps[0] + stride * (len(steps) - 1):
         return steps == list(range(steps[0], steps[-1] + 1, stride))
     return all(map(operator.lt, steps, itertools.islice(steps, 1, None)))

@@ -319,7 +319,8 @@ class Series:
                 values = list(window)  # through the whole window or, on a curve that bends, its newer half
                 full = n == WINDOW  # (in logs once the window is full: a short table's few rows keep the straight line
                 fits = [fit for fit in (_trend(values, full), _trend(values[n >> 1:], full))  # tuned on them)
-                        if fit[2] < 0 and fit[1] < EARLY_TREND * sigma]
+                        if fit[2] < 0  # falling (a rising line is clamped to slope 0)
+                        and fit[1] < EARLY_TREND * sigma]
                 if fits:
                     med, sigma, slope = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
                     recent = sorted(values[-EARLY_RECENT:])  # never under the latest values: a bending curve leaves a

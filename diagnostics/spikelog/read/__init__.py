@@ -5,13 +5,15 @@ whose lines it cannot read (llm.c names its loss `trl`) has a line parser, `pars
 record (a dict of named numbers) or None for a line it does not know (the trainer's other output, skipped).
 To add one: write its module and add one line to TEXT_FORMATS.
 """
+import itertools
 import json
 import stat
 from pathlib import Path
 
 from .. import CliError
 from . import general, jsonl, llmc, table, tensorboard, trainer_state
-from .columns import Unparsed, from_records
+from .columns import TEXT_SCAN, Unparsed, batched, from_records
+from .text import text_lines
 
 SNIFF_BYTES = 65536  # the format is recognised from the first 64 KB...
 SNIFF_LINES = 200  # ...and at most 200 lines
@@ -58,15 +60,30 @@ def sniff(path):
         return "tsv"
     if "," in first:
         return "csv"
+    scanned = _named_number_line(path)
+    if scanned is None:
+        return "text"
     raise CliError(f"not a training log this tool knows: no number next to a name and no table in its first "
-                   f"{len(lines)} lines; formats: {', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+                   f"{scanned} lines; formats: {', '.join(FORMATS)} (recognised by content; --format NAME forces one)")
+
+
+def _named_number_line(path):
+    """None when a line general.parse reads comes among the first TEXT_SCAN lines (a log can open with thousands of
+    lines of preamble: DiT's log.txt of a compressed model lists its 5,000 weights first), else the lines looked at."""
+    scanned = 0
+    for line in itertools.islice(text_lines(path, Unparsed()), TEXT_SCAN):
+        if general.parse(line):
+            return None
+        scanned += 1
+    return scanned
 
 
 def open_log(path, loss_name=None, fmt=None, accelerate=None):
     """(format, Columns, chunk iterator, Unparsed) for a log file; raises CliError when unreadable. A chunk holds
     a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete), None for an
     absent role; complete when no value is missing. The columns are lists, or numpy arrays from the accelerated
-    CSV reader (`accelerate`: None uses it for a big CSV when pandas is installed; True, False force it)."""
+    CSV reader (`accelerate`: None uses it for a big CSV when pandas is installed; True, False force it) or, for a
+    big JSONL log, where numpy is installed, the records' numbers."""
     path = Path(path)
     try:
         mode = path.stat().st_mode
@@ -81,16 +98,17 @@ def open_log(path, loss_name=None, fmt=None, accelerate=None):
         fmt = "tensorboard"
     fmt = fmt or sniff(path)
     if fmt == "tensorboard":
-        cols, rows = from_records(tensorboard.records(path), loss_name, unparsed)
+        cols, rows = from_records(batched(tensorboard.records(path)), loss_name, unparsed)
     elif fmt in ("csv", "tsv"):
         cols, rows = table.read(path, "\t" if fmt == "tsv" else ",", loss_name, unparsed, accelerate)
     elif fmt == "jsonl":
-        cols, rows = from_records(jsonl.records(path, unparsed), loss_name, unparsed)
+        numpy = table.accelerator(path, accelerate, "numpy")  # (a big log: its columns as arrays, screened in numpy)
+        cols, rows = from_records(jsonl.batches(path, unparsed), loss_name, unparsed, numpy=numpy)
     elif fmt == "json":
-        cols, rows = from_records(trainer_state.records(path), loss_name, unparsed)
+        cols, rows = from_records(batched(trainer_state.records(path)), loss_name, unparsed)
     else:
         parse = general.parse if fmt == "text" else TEXT_FORMATS[fmt]
-        cols, rows = from_records(general.records(path, unparsed, parse), loss_name, unparsed, need_loss=True)
+        cols, rows = from_records(batched(general.records(path, unparsed, parse)), loss_name, unparsed, need_loss=True)
     if len(cols.parts) > 1:
         rows = _summed(rows, len(cols.parts) - 1)
     return fmt, cols, rows, unparsed

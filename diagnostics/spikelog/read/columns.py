@@ -3,7 +3,9 @@
 A chunk holds a stretch of rows column by column: (steps, losses, grads, lrs, [extra series], complete),
 None for a role the log lacks; complete when no value is missing (None) in steps, losses, grads and extras.
 """
+import collections
 import itertools
+import operator
 import re
 
 from .. import CliError
@@ -183,71 +185,129 @@ def to_chunk(rows, cols):
     return chunk + (complete,)
 
 
-def from_records(records, loss_name, unparsed, need_loss=False):
-    """Columns and row tuples from (line, dict) records; the first PREVIEW_ROWS decide the columns. `need_loss`
-    (plain text): a record without the loss is no row, and its names are not the log's series. A step counter that
-    starts again when the epoch moves on is composed into a global step (epoch_steps)."""
-    records = ((line, record) for line, record in records if not _validation(record))
-    preview, counts, seen = [], {}, 0
-    for item in records:
-        seen += 1
-        for k, v in item[1].items():
-            counts[k] = counts.get(k, 0) + _numeric(v)
-        if need_loss and seen < TEXT_SCAN and not any(_may_be_loss(k, loss_name) for k in item[1]):
-            continue  # a config dump or a banner before the training lines (detectron2 prints thousands)
-        preview.append(item)
-        if len(preview) >= PREVIEW_ROWS:
+def from_records(batches, loss_name, unparsed, need_loss=False, numpy=None):
+    """Columns and row tuples from batches of records (lists of line numbers and of dicts: `batched` makes them
+    from (line, dict) pairs); the first PREVIEW_ROWS decide the columns. `need_loss` (plain text): a record without
+    the loss is no row, and its names are not the log's series. A step counter that starts again when the epoch moves
+    on is composed into a global step (epoch_steps). Each stage takes a batch in a few calls at C speed where it can
+    (a JSONL log of a million rows has no time for Python work per record), else record by record. With `numpy`, a
+    chunk of plain numbers is given as numpy columns (detect/screen.py takes their healthy stretches)."""
+    batches = (_training(lines, records) for lines, records in batches)
+    preview, counts, seen, rest = [], {}, 0, None
+    for lines, records in batches:
+        for k, record in enumerate(records):
+            seen += 1
+            for name, v in record.items():
+                counts[name] = counts.get(name, 0) + _numeric(v)
+            if need_loss and seen < TEXT_SCAN and not any(_may_be_loss(name, loss_name) for name in record):
+                continue  # a config dump or a banner before the training lines (detectron2 prints thousands)
+            preview.append((lines[k], record))
+            if len(preview) >= PREVIEW_ROWS:
+                rest = lines[k + 1:], records[k + 1:]
+                break
+        if rest is not None:
             break
     if not seen:
         raise CliError("no records with values found")
+    batches = itertools.chain([rest] if rest else [], batches)
     cols = Columns(list(counts), loss_name, counts=counts)
     if need_loss:  # (a line with the loss but no step, where the log has steps, is a summary or an evaluation)
         step = cols.step
 
-        def row(record):
-            return cols.loss in record and (step is None or step in record)
+        def rows_only(lines, records):
+            kept = [(line, record) for line, record in zip(lines, records)
+                    if cols.loss in record and (step is None or step in record)]
+            return [line for line, _ in kept], [record for _, record in kept]
 
-        preview = [item for item in preview if row(item[1])]
-        records = ((line, record) for line, record in records if row(record))
+        preview = list(zip(*rows_only(*_unzip(preview))))
+        batches = (rows_only(lines, records) for lines, records in batches)
         cols = Columns(list(dict.fromkeys(k for _, record in preview for k in record)), loss_name, counts=counts)
     wanted = cols.order()
-    rows = itertools.chain(preview, records)
+    batches = itertools.chain([_unzip(preview)], batches)
     epoch = next((name for name in counts if name.strip().lower() == "epoch"), None)
     if cols.step is not None and epoch is not None:
-        rows = epoch_steps(rows, cols.step, epoch)
+        batches = epoch_steps(batches, cols.step, epoch)
     if cols.step is not None:
-        rows = repeated_rows(rows, cols.step, cols.loss, unparsed)
-    return cols, record_chunks(rows, wanted, cols, unparsed)
+        batches = repeated_rows(batches, cols.step, cols.loss, unparsed)
+    return cols, record_chunks(batches, wanted, cols, unparsed, numpy)
 
 
-INT, NUMBER = frozenset((int,)), frozenset((int, float))  # (bool is neither: type(True) is bool)
+BATCH = 4096  # records per batch, where a reader gives them one at a time
 
 
-def record_chunks(records, wanted, cols, unparsed, size=4096):
-    """Chunks of (line, record) records, `size` at a time: where every value wanted is a JSON number (an int step),
-    the columns are taken as they are (the same as row_tuple gives, several times faster); else row by row."""
+def batched(pairs, size=BATCH):
+    """Batches (line numbers, records) of `size` (line, record) pairs."""
+    pairs = iter(pairs)
     while True:
-        batch = list(itertools.islice(records, size))
+        batch = list(itertools.islice(pairs, size))
         if not batch:
             return
-        columns = [None if name is None else [record.get(name) for _, record in batch] for name in wanted]
+        yield _unzip(batch)
+
+
+def _unzip(pairs):
+    return [line for line, _ in pairs], [record for _, record in pairs]
+
+
+def _column(records, name):
+    """The value of `name` in each record, None where it is absent (one call at C speed)."""
+    return list(map(dict.get, records, itertools.repeat(name)))
+
+
+def _rising(values):
+    """Strictly increasing (False at a NaN)."""
+    return all(map(operator.lt, values, itertools.islice(values, 1, None)))
+
+
+INT, FLOAT, NUMBER = frozenset((int,)), frozenset((float,)), frozenset((int, float))  # (bool is none of them)
+
+
+def record_chunks(batches, wanted, cols, unparsed, numpy=None):
+    """A chunk from each batch of records: where every value wanted is a JSON number (an int step), the columns are
+    taken as they are (the same as row_tuple gives, several times faster; a column of floats as it is, one with ints
+    made floats); else row by row."""
+    for lines, records in batches:
+        if not records:
+            continue
+        columns = [None if name is None else _column(records, name) for name in wanted]
+        types = [None if column is None else set(map(type, column)) for column in columns]
         steps = columns[0]
-        if (steps is None or INT.issuperset(map(type, steps))) and all(
-                column is None or NUMBER.issuperset(map(type, column)) for column in columns[1:]):
-            losses, grads, lrs, *extras = ([*map(float, c)] if c is not None else None for c in columns[1:])
-            yield (steps if cols.step else None, losses, grads, lrs, extras, True)
+        if (steps is None or types[0] <= INT) and all(kinds is None or kinds <= NUMBER for kinds in types[1:]):
+            losses, grads, lrs, *extras = (c if kinds is None or kinds <= FLOAT else [*map(float, c)]
+                                           for c, kinds in zip(columns[1:], types[1:]))
+            yield _arrays(numpy, steps, losses, grads, lrs, extras) if numpy else (steps, losses, grads, lrs, extras, True)
             continue
         yield to_chunk([row_tuple(line, [None if n is None else record.get(n) for n in wanted], wanted, unparsed)
-                        for line, record in batch], cols)
+                        for line, record in zip(lines, records)], cols)
+
+
+def _arrays(numpy, steps, losses, grads, lrs, extras):
+    """A chunk of numpy columns (int64 steps, float64 values): the same numbers; lists where a step overflows int64.
+    The learning rate stays a list: it is read only where a spike starts."""
+    try:
+        steps = steps if steps is None else numpy.array(steps, dtype=numpy.int64)
+    except OverflowError:  # a step of 2**63 or more: Python's ints
+        return steps, losses, grads, lrs, extras, True
+    return (steps, numpy.array(losses), grads if grads is None else numpy.array(grads), lrs,
+            [numpy.array(x) for x in extras], True)
 
 
 PHASE_KEYS = ("mode", "phase", "split", "stage")  # mmdetection's "mode": "val" records
 
 
+PHASES = frozenset(PHASE_KEYS)
+
+
+def _training(lines, records):
+    """The batch less the records that say they are an evaluation's."""
+    if all(map(PHASES.isdisjoint, records)):  # (most batches: at C speed)
+        return lines, records
+    kept = [(line, record) for line, record in zip(lines, records) if not _validation(record)]
+    return [line for line, _ in kept], [record for _, record in kept]
+
+
 def _validation(record):
     """A record that says it is an evaluation's ({"mode": "val", ...}): no training row."""
-    if record.keys().isdisjoint(PHASE_KEYS):  # (most records: at C speed)
-        return False
     for k in PHASE_KEYS:
         value = record.get(k)
         if isinstance(value, str) and VALIDATION.search(value):
@@ -272,54 +332,87 @@ def _numeric(value):
     return 1
 
 
-def repeated_rows(records, step, loss, unparsed):
+LAG = 6  # a lagging writer repeats one of the 6 latest steps read (rameyjm7/SFT-Training-LLM's two writers: up to 4)
+
+
+def repeated_rows(batches, step, loss, unparsed):
     """The records less those with a loss whose step was already read and whose next record with a loss goes back to
-    the highest step read so far or past it (or, ending the log, that went back from the record before it): a step
-    logged twice (two writers into one file, one a row behind the other, as two processes of one LLaMA-Factory run
-    can write; a line repeated). A resume goes back and then on from there: it stays (a writer two rows behind reads
-    as one; a resume by one logged row reads as a repeat). Counted in unparsed.repeated."""
+    the highest step read so far or past it (or, ending the log, that went back from the record before it), and
+    whose step is one of the LAG latest steps read: a step logged twice (two writers into one file, one a row or two
+    behind the other, as two processes of one LLaMA-Factory run can write; a line repeated). A resume goes back and
+    then on from there: it stays, also where it passes the highest step again (a second run written after a first:
+    DiT's log.txt); a resume by one or two logged rows reads as a repeat. Counted in unparsed.repeated. A batch whose steps are
+    numbers rising past the highest so far, each record with a loss, is kept whole."""
     top = last = held = None  # the highest step so far; the step of the last record kept; a record that went back
-    for line, record in records:
-        s = record.get(step)
-        if loss not in record:  # an evaluation record at a logged step: no row
-            s = None
-        elif type(s) is not int:
-            s = float(s) if _numeric(s) else None
-        if held is not None and s is not None:
-            if s >= top:
-                unparsed.repeat(held[0])
-            else:
-                yield held[:2]
-                last = held[2]
-            held = None
-        if s is not None and top is not None and s <= top:
-            held = (line, record, s)
+    recent = collections.deque(maxlen=LAG)  # the latest steps read
+    for lines, records in batches:
+        steps = _column(records, step)
+        if (held is None and records and NUMBER.issuperset(map(type, steps))
+                and _rising(steps if top is None else [top, *steps])
+                and all(map(dict.__contains__, records, itertools.repeat(loss)))):
+            top = last = steps[-1]
+            recent.extend(steps[-LAG:])
+            yield lines, records
             continue
-        if s is not None:
-            top = last = s
-        yield line, record
+        kept = []
+        for line, record in zip(lines, records):
+            s = record.get(step)
+            if loss not in record:  # an evaluation record at a logged step: no row
+                s = None
+            elif type(s) is not int:
+                s = float(s) if _numeric(s) else None
+            if held is not None and s is not None:
+                if s >= top and held[3]:
+                    unparsed.repeat(held[0])
+                else:
+                    kept.append(held[:2])
+                    last = held[2]
+                held = None
+            if s is not None and top is not None and s <= top:
+                held = (line, record, s, s in recent)
+                recent.append(s)
+                continue
+            if s is not None:
+                top = last = s
+                recent.append(s)
+            kept.append((line, record))
+        yield _unzip(kept)
     if held is not None:  # the log ends on a record that went back: from the one before it (the lagging writer's
         if held[2] <= last:  # last row), left out; going on from it (a resume to the end), kept
             unparsed.repeat(held[0])
         else:
-            yield held[:2]
+            yield [held[0]], [held[1]]
 
 
-def epoch_steps(records, step, epoch):
+def epoch_steps(batches, step, epoch):
     """Records whose step counts from the start of each epoch (mmdetection's `iter`, DeepSpeed-Chat's `Step`, an
     epoch's batch index) with a global step: where the step goes back as the epoch moves on, the counter goes on
     from the epoch's last logged step plus the logging interval (the step before the last one to the last). A step
-    that goes back without a new epoch is a resume and stays as it is."""
+    that goes back without a new epoch is a resume and stays as it is. A batch whose steps and epochs are numbers,
+    the steps rising past the last one, before any epoch went back, is kept whole."""
     offset, last, interval, last_epoch = 0, None, 1, None
-    for line, record in records:
-        s, e = record.get(step), record.get(epoch)
-        if _numeric(s) and _numeric(e):
-            s, e = float(s), float(e)
-            if last is not None and e > last_epoch and s + offset <= last:
-                offset = last + interval - s
-            if offset:
-                record = {**record, step: s + offset}
-            if last is not None and s + offset > last:
-                interval = s + offset - last
-            last, last_epoch = s + offset, e
-        yield line, record
+    for lines, records in batches:
+        raw = _column(records, step)
+        if (offset == 0 and records and NUMBER.issuperset(map(type, raw))
+                and NUMBER.issuperset(map(type, _column(records, epoch)))):
+            steps = [*map(float, raw)] if last is None else [last, *map(float, raw)]
+            if _rising(steps):
+                if len(steps) > 1:
+                    interval = steps[-1] - steps[-2]
+                last, last_epoch = steps[-1], float(records[-1][epoch])
+                yield lines, records
+                continue
+        changed = []
+        for record in records:
+            s, e = record.get(step), record.get(epoch)
+            if _numeric(s) and _numeric(e):
+                s, e = float(s), float(e)
+                if last is not None and e > last_epoch and s + offset <= last:
+                    offset = last + interval - s
+                if offset:
+                    record = {**record, step: s + offset}
+                if last is not None and s + offset > last:
+                    interval = s + offset - last
+                last, last_epoch = s + offset, e
+            changed.append(record)
+        yield lines, changed

@@ -22,14 +22,14 @@ NAN_SPELLINGS = ["nan", "NaN", "NAN", "Nan", "-nan", "+nan", "-NaN", "+NaN"]  # 
 ACCELERATED_BLOCK_BYTES = 4 << 20  # per pandas call: its fixed cost (~0.5 ms) is spread over ~120k rows
 
 
-def accelerator(path, wanted=None):
-    """pandas, when it is installed and worth importing for this file (`wanted`: None decides by size), else None."""
+def accelerator(path, wanted=None, module="pandas"):
+    """pandas (or `module`: numpy for a JSONL log), when it is installed and worth importing for this file (`wanted`:
+    None decides by size), else None."""
     if wanted is False or (wanted is None and path.stat().st_size < ACCELERATE_BYTES):
         return None
-    if importlib.util.find_spec("pandas") is None:
+    if importlib.util.find_spec(module) is None:
         return None
-    import pandas
-    return pandas
+    return importlib.import_module(module)
 
 
 def read(path, delimiter, loss_name, unparsed, accelerate=None):
