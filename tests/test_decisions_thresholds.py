@@ -5,6 +5,7 @@ import torch
 
 import bad_samples
 import batch_independence
+import batchnorm
 import causal_dependency
 import data_sanity
 
@@ -103,3 +104,12 @@ def test_causal_dependency_judges_a_future_gradient_against_the_past_one_not_aga
 ])
 def test_data_sanity_scale_findings_start_just_past_their_limits(values, statuses):
     assert [status for status, _ in data_sanity.scale_findings("x", torch.tensor(values))] == statuses
+
+
+@pytest.mark.parametrize("length, status", [(2, "fail"), (1, "fail")])  # 1: one value per channel, torch refuses it
+def test_batchnorm_fails_one_sample_with_as_few_as_two_values_per_channel(length, status):
+    model = torch.nn.Sequential(torch.nn.Conv1d(3, 3, 1), torch.nn.BatchNorm1d(3))
+    case = {"model": model, "batch": (torch.randn(1, 3, length), torch.zeros(1)), "loss_fn": lambda out, y: out.sum()}
+    result = batchnorm.check_batchnorm(case)
+    assert result.status == status
+    assert [c["samples"] for c in result.details["calls"]] == [1]
