@@ -14,6 +14,16 @@ def test_batch_independence_skips_inputs_that_end_before_the_batch_dim():
     assert batch_independence.check_batch_independence(case).status == "skip"
 
 
+class _Total(torch.nn.Module):
+    def forward(self, x):
+        return x.sum()  # 0-d: the batch is gone from the output
+
+
+def test_batch_independence_skips_an_output_without_the_batch_dim():
+    case = {"model": _Total(), "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out}
+    assert batch_independence.check_batch_independence(case).status == "skip"
+
+
 def test_data_sanity_looks_for_a_doubled_first_token_in_input_ids_and_in_a_plain_tensor_only():
     ids = torch.tensor([[1, 1, 5, 6], [1, 1, 7, 8]])  # every row starts with id 1 twice
     assert data_sanity.doubled_first_token("inputs", ids, ids) == 1
