@@ -33,6 +33,8 @@ def test_data_sanity_looks_for_a_doubled_first_token_in_input_ids_and_in_a_plain
     same_once = torch.tensor([[1, 4, 5], [1, 2, 7]])  # one shared first id, not doubled
     assert data_sanity.doubled_first_token("inputs", each_its_own, each_its_own) is None
     assert data_sanity.doubled_first_token("inputs", same_once, same_once) is None
+    two_tokens = torch.tensor([[1, 1], [1, 1]])  # two positions are enough to see the id doubled
+    assert data_sanity.doubled_first_token("inputs", two_tokens, two_tokens) == 1
 
 
 def _embedding_case(top_id):
