@@ -49,6 +49,12 @@ def test_data_sanity_warns_of_an_id_equal_to_the_embedding_rows_and_passes_the_l
     assert data_sanity.check_data_sanity(_embedding_case(5)).status == "warn"  # id 5 is out of range
 
 
+def test_data_sanity_counts_no_rows_in_a_0_d_target():
+    case = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(8, 3), torch.tensor(0.5)),  # one number for every row
+            "loss_fn": lambda out, y: ((out - y) ** 2).mean(), "task": {"kind": "regression"}}
+    assert data_sanity.check_data_sanity(case).status == "pass"
+
+
 class _LateLayer(torch.nn.Module):
     """A layer that joins the forward only from the fifth call on (a skip no random draw explains in four passes)."""
 
