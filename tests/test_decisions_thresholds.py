@@ -1,5 +1,7 @@
 """Thresholds pinned at their boundary (issue 27, part 3): mutants that tools/mutate.py --map found surviving, each
 killed by a direct, in-process call that puts a number exactly at a limit and just past it."""
+import math
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ import batch_independence
 import batchnorm
 import causal_dependency
 import data_sanity
+import init_loss
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
 
@@ -113,3 +116,24 @@ def test_batchnorm_fails_one_sample_with_as_few_as_two_values_per_channel(length
     result = batchnorm.check_batchnorm(case)
     assert result.status == status
     assert [c["samples"] for c in result.details["calls"]] == [1]
+
+
+def _biased_against_the_target(ratio):
+    """A 10-class classifier whose loss at init is `ratio` x chance: its bias holds the target class down."""
+    loss, down = ratio * math.log(10), 1.0
+    for _ in range(100):  # cross-entropy of logits (-down, 0, ..., 0) at class 0 is down + log(9 + e^-down)
+        down = loss - math.log(9 + math.exp(-down))
+    model = torch.nn.Linear(4, 10)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+        model.bias[0] = -down
+    return {"model": model, "batch": (torch.randn(16, 4), torch.zeros(16, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification"}}
+
+
+@pytest.mark.parametrize("ratio, status", [(1.45, "pass"), (1.55, "fail")])  # HIGH_RATIO: 1.5x chance
+def test_init_loss_takes_a_loss_just_above_1_5x_chance_to_the_too_large_experiment(ratio, status):
+    result = init_loss.check_init_loss(_biased_against_the_target(ratio))
+    assert result.details["ratio_to_chance"] == pytest.approx(ratio, rel=1e-4)
+    assert result.status == status
