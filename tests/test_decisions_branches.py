@@ -4,6 +4,7 @@ import torch
 
 import batch_independence
 import capture
+import causal_dependency
 import data_sanity
 import gradient_flow
 
@@ -22,6 +23,12 @@ class _Total(torch.nn.Module):
 def test_batch_independence_skips_an_output_without_the_batch_dim():
     case = {"model": _Total(), "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out}
     assert batch_independence.check_batch_independence(case).status == "skip"
+
+
+def test_causal_dependency_skips_a_task_that_is_not_a_causal_lm():
+    case = {"model": torch.nn.Identity(), "batch": (torch.randn(2, 4, 1), torch.zeros(2, 4)),
+            "loss_fn": lambda out, y: out.sum(), "task": {"kind": "regression"}}
+    assert causal_dependency.check_causal_dependency(case).status == "skip"
 
 
 def test_data_sanity_looks_for_a_doubled_first_token_in_input_ids_and_in_a_plain_tensor_only():
