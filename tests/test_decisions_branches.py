@@ -7,6 +7,7 @@ import capture
 import causal_dependency
 import data_sanity
 import gradient_flow
+import inplace
 
 
 def test_batch_independence_skips_inputs_that_end_before_the_batch_dim():
@@ -60,6 +61,24 @@ def test_data_sanity_counts_no_rows_in_a_0_d_target():
     case = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(8, 3), torch.tensor(0.5)),  # one number for every row
             "loss_fn": lambda out, y: ((out - y) ** 2).mean(), "task": {"kind": "regression"}}
     assert data_sanity.check_data_sanity(case).status == "pass"
+
+
+class _ScalesItsInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        out = self.weight * x  # backward needs x for the weight's gradient
+        x.add_(1)  # x is no op's output: torch's refusal names no op, only the versions
+        return out
+
+
+def test_inplace_fails_a_backward_refusal_that_names_no_op_without_a_culprit():
+    case = {"model": _ScalesItsInput(), "batch": (torch.randn(4, 3), torch.zeros(4, 3)),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = inplace.check_inplace(case)
+    assert (result.status, result.details["culprit"]) == ("fail", None)
 
 
 class _LateLayer(torch.nn.Module):
