@@ -11,6 +11,7 @@ import batchnorm
 import causal_dependency
 import data_sanity
 import init_loss
+import init_scale
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
 
@@ -136,4 +137,20 @@ def _biased_against_the_target(ratio):
 def test_init_loss_takes_a_loss_just_above_1_5x_chance_to_the_too_large_experiment(ratio, status):
     result = init_loss.check_init_loss(_biased_against_the_target(ratio))
     assert result.details["ratio_to_chance"] == pytest.approx(ratio, rel=1e-4)
+    assert result.status == status
+
+
+def _linear_at(ratio):
+    """A Linear(100, 10) whose weight std is `ratio` x 1/sqrt(fan_in)."""
+    model = torch.nn.Linear(100, 10)
+    with torch.no_grad():
+        w = torch.randn(10, 100, generator=torch.Generator().manual_seed(0))
+        model.weight.copy_((w - w.mean()) / w.std() * ratio / 10)
+    return {"model": model, "batch": (torch.randn(4, 100), torch.zeros(4, 10)), "loss_fn": torch.nn.functional.mse_loss}
+
+
+@pytest.mark.parametrize("ratio, status", [(1.9, "pass"), (2.1, "fail")])  # TOO_BIG: 2x 1/sqrt(fan_in)
+def test_init_scale_fails_a_weight_just_above_twice_the_fan_in_reference(ratio, status):
+    result = init_scale.check_init_scale(_linear_at(ratio))
+    assert result.details["layers"][0]["ratio"] == pytest.approx(ratio, rel=1e-5)
     assert result.status == status
