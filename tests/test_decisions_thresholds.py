@@ -12,6 +12,7 @@ import causal_dependency
 import data_sanity
 import init_loss
 import init_scale
+import label_alignment
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
 
@@ -154,3 +155,8 @@ def test_init_scale_fails_a_weight_just_above_twice_the_fan_in_reference(ratio, 
     result = init_scale.check_init_scale(_linear_at(ratio))
     assert result.details["layers"][0]["ratio"] == pytest.approx(ratio, rel=1e-5)
     assert result.status == status
+
+
+@pytest.mark.parametrize("fraction, offset", [(0.95, 1), (0.9, 1), (0.85, None)])  # MATCH: 90% of the positions
+def test_label_alignment_takes_an_offset_that_explains_90_percent_of_the_targets(fraction, offset):
+    assert label_alignment.best({0: 0.01, 1: fraction}) == offset
