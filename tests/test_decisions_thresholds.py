@@ -1,10 +1,18 @@
 """Thresholds pinned at their boundary (issue 27, part 3): mutants that tools/mutate.py --map found surviving, each
 killed by a direct, in-process call that puts a number exactly at a limit and just past it."""
+import math
+
 import pytest
 import torch
 
 import bad_samples
 import batch_independence
+import batchnorm
+import causal_dependency
+import data_sanity
+import init_loss
+import init_scale
+import label_alignment
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
 
@@ -26,3 +34,129 @@ def test_batch_independence_has_no_sequence_to_test_when_the_output_stops_before
     model = torch.nn.Linear(3, 1)
     inputs = torch.randn(4, 3)  # a dim 1 to poison, but the output (4,) has none: nothing to compare along it
     assert batch_independence._carries_a_sequence(model, inputs, torch.zeros(4), 1) is None
+
+
+@pytest.mark.parametrize("change, moved", [(0.95e-5, False), (1e-5, False), (1.05e-5, True)])
+def test_batch_independence_counts_a_row_as_changed_only_past_its_tolerance(change, moved):
+    clean = torch.zeros(3, 2, dtype=torch.float64)  # outputs below 1: the tolerance is absolute, 1e-5
+    poisoned = clean.clone()
+    poisoned[2, 1] += change
+    assert batch_independence._outputs_changed(clean, poisoned, [0, 2], 0) == ([2] if moved else [])
+
+
+class _ReadsThePreviousRow(torch.nn.Module):
+    """Each row plus `weight` times the row before it."""
+
+    def __init__(self, weight):
+        super().__init__()
+        self.weight = weight
+
+    def forward(self, x):
+        return x + self.weight * x.roll(1, 0)
+
+
+@pytest.mark.parametrize("weight, leaks", [(0.95e-6, []), (1e-6, []), (1.05e-6, [0])])
+def test_batch_independence_counts_a_gradient_as_a_leak_only_past_its_tolerance(weight, leaks):
+    inputs = torch.ones(3, 2, dtype=torch.float64)  # float64: a gradient of exactly 1e-6 against row 1's own 1
+    assert batch_independence._gradient_leaks(_ReadsThePreviousRow(weight), inputs, 3, 1, 0) == leaks
+
+
+class _LooksAhead(torch.nn.Module):
+    """Causal LM stand-in: (scale) times each position plus `ahead` times the last one."""
+
+    def __init__(self, ahead, scale=1.0):
+        super().__init__()
+        self.ahead, self.scale = ahead, scale
+
+    def forward(self, x):  # x: (B, T, F)
+        return self.scale * (x + self.ahead * x[:, -1:])
+
+
+def _causal(ahead, scale=1.0):
+    inputs = torch.zeros(2, 4, 1, dtype=torch.float64)  # float64: a change or gradient of exactly the tolerance
+    case = {"model": _LooksAhead(ahead, scale), "batch": (inputs, torch.zeros(2, 4)),
+            "loss_fn": lambda out, y: out.sum(), "task": {"kind": "causal_lm"}}
+    return causal_dependency.check_causal_dependency(case)
+
+
+@pytest.mark.parametrize("ahead, perturb_leaks", [(0.95e-5, {}), (1e-5, {}), (1.05e-5, {3: [0, 1, 2]})])
+def test_causal_dependency_counts_an_earlier_output_as_moved_only_past_its_tolerance(ahead, perturb_leaks):
+    result = _causal(ahead)
+    assert result.status == "fail"  # the gradient test sees the look-ahead at any size
+    assert result.details["perturb_leaks"] == perturb_leaks
+
+
+@pytest.mark.parametrize("ahead, status", [(0.95e-6, "pass"), (1e-6, "pass"), (1.05e-6, "fail")])
+def test_causal_dependency_counts_a_future_gradient_only_past_its_tolerance(ahead, status):
+    result = _causal(ahead)
+    assert result.status == status
+    assert result.details["perturb_leaks"] == {}  # far below the perturbation's tolerance: the gradient decides
+
+
+def test_causal_dependency_judges_a_future_gradient_against_the_past_one_not_against_1():
+    result = _causal(1e-3, scale=1e-4)  # outputs at 1e-4: the future gradient is 1e-7 absolute, 1e-3 of the past one
+    assert result.status == "fail"
+    assert result.details["gradient_leaks"] == {0: [3], 2: [3]}
+
+
+@pytest.mark.parametrize("values, statuses", [
+    ([10.5] * 4, ["wild"]),  # FAIL_SCALE: |mean| above 10 is far from normalised (the experiment decides fail or warn)
+    ([10.0] * 4, ["warn"]),
+    ([3.15] * 4, ["warn"]),  # WARN_SCALE: above 3
+    ([3.0] * 4, []),
+    ([0.0105, -0.0105] * 2, []),  # TINY_STD: a std below 0.01 around 0 looks normalised twice
+    ([0.0095, -0.0095] * 2, ["warn"]),
+])
+def test_data_sanity_scale_findings_start_just_past_their_limits(values, statuses):
+    assert [status for status, _ in data_sanity.scale_findings("x", torch.tensor(values))] == statuses
+
+
+@pytest.mark.parametrize("length, status", [(2, "fail"), (1, "fail")])  # 1: one value per channel, torch refuses it
+def test_batchnorm_fails_one_sample_with_as_few_as_two_values_per_channel(length, status):
+    model = torch.nn.Sequential(torch.nn.Conv1d(3, 3, 1), torch.nn.BatchNorm1d(3))
+    case = {"model": model, "batch": (torch.randn(1, 3, length), torch.zeros(1)), "loss_fn": lambda out, y: out.sum()}
+    result = batchnorm.check_batchnorm(case)
+    assert result.status == status
+    assert [c["samples"] for c in result.details["calls"]] == [1]
+
+
+def _biased_against_the_target(ratio):
+    """A 10-class classifier whose loss at init is `ratio` x chance: its bias holds the target class down."""
+    loss, down = ratio * math.log(10), 1.0
+    for _ in range(100):  # cross-entropy of logits (-down, 0, ..., 0) at class 0 is down + log(9 + e^-down)
+        down = loss - math.log(9 + math.exp(-down))
+    model = torch.nn.Linear(4, 10)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+        model.bias[0] = -down
+    return {"model": model, "batch": (torch.randn(16, 4), torch.zeros(16, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification"}}
+
+
+@pytest.mark.parametrize("ratio, status", [(1.45, "pass"), (1.55, "fail")])  # HIGH_RATIO: 1.5x chance
+def test_init_loss_takes_a_loss_just_above_1_5x_chance_to_the_too_large_experiment(ratio, status):
+    result = init_loss.check_init_loss(_biased_against_the_target(ratio))
+    assert result.details["ratio_to_chance"] == pytest.approx(ratio, rel=1e-4)
+    assert result.status == status
+
+
+def _linear_at(ratio):
+    """A Linear(100, 10) whose weight std is `ratio` x 1/sqrt(fan_in)."""
+    model = torch.nn.Linear(100, 10)
+    with torch.no_grad():
+        w = torch.randn(10, 100, generator=torch.Generator().manual_seed(0))
+        model.weight.copy_((w - w.mean()) / w.std() * ratio / 10)
+    return {"model": model, "batch": (torch.randn(4, 100), torch.zeros(4, 10)), "loss_fn": torch.nn.functional.mse_loss}
+
+
+@pytest.mark.parametrize("ratio, status", [(1.9, "pass"), (2.1, "fail")])  # TOO_BIG: 2x 1/sqrt(fan_in)
+def test_init_scale_fails_a_weight_just_above_twice_the_fan_in_reference(ratio, status):
+    result = init_scale.check_init_scale(_linear_at(ratio))
+    assert result.details["layers"][0]["ratio"] == pytest.approx(ratio, rel=1e-5)
+    assert result.status == status
+
+
+@pytest.mark.parametrize("fraction, offset", [(0.95, 1), (0.9, 1), (0.85, None)])  # MATCH: 90% of the positions
+def test_label_alignment_takes_an_offset_that_explains_90_percent_of_the_targets(fraction, offset):
+    assert label_alignment.best({0: 0.01, 1: fraction}) == offset

@@ -3,9 +3,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
+import mutate as mutate_tool
 from conftest import ROOT
 
 MUTATE = ROOT / "tools" / "mutate.py"
@@ -179,3 +181,48 @@ def test_without_files_only_the_changed_lines_are_mutated_unless_lines_all(repo)
         "  tools/gate.py:4: drop the `return` that ends this if-branch", "  tools/gate.py:4: 'warn' -> 'pass'"]
     proc = mutate(repo, "--list", "--tests", "tests/test_calc.py", "--lines", "all")
     assert proc.stdout.splitlines()[0] == "tools/gate.py: 11 mutants; tests: tests/test_calc.py"
+
+
+def test_warm_runs_fork_pytest_and_reach_the_same_verdicts(repo, tmp_path):
+    fresh, warm = tmp_path / "fresh.json", tmp_path / "warm.json"
+    before = files(repo)
+    assert mutate(repo, "calc.py", "--json", fresh).returncode == 1
+    proc = mutate(repo, "calc.py", "--warm", "--json", warm)
+    assert proc.returncode == 1, proc.stderr
+    assert files(repo) == before
+    (a,), (b,) = (json.loads(path.read_text())["files"] for path in (fresh, warm))
+    assert (b["killed"], b["survived"], b["timed_out"]) == (a["killed"], a["survived"], a["timed_out"])
+    assert len(b["killed"]) >= 2 and len(b["survived"]) == 2  # 10 -> 11 and > -> >= live (see TEST)
+
+
+SLEEPER = '''import subprocess
+import sys
+
+import calc
+
+
+def test_verdict():
+    subprocess.run([sys.executable, "-c", "import os, time; open({pid!r}, 'w').write(str(os.getpid())); time.sleep(600)"])
+'''
+
+
+def test_a_warm_run_past_its_timeout_is_killed_with_its_children(repo, tmp_path):
+    pid_file = tmp_path / "sleeper.pid"
+    (repo / "tests" / "test_calc.py").write_text(SLEEPER.format(pid=str(pid_file)))
+    proc = mutate(repo, "calc.py", "--warm", "--max", "1", "--timeout", "5")
+    assert "its tests time out without any mutant: skipped" in proc.stdout, proc.stdout
+    sleeper = int(pid_file.read_text())
+    for _ in range(100):  # killed with the forked pytest's process group; reaped by init a moment later
+        try:
+            os.kill(sleeper, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the test's child {sleeper} outlived the timeout")
+
+
+def test_a_mutants_mapped_tests_run_those_of_the_first_three_files_first():
+    ids = ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "d.py::t1", "b.py::t2"]  # fastest first
+    assert mutate_tool.stages(ids) == [["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "b.py::t2"], ["d.py::t1"]]
+    assert mutate_tool.stages(ids[:4]) == [ids[:4]]

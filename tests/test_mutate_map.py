@@ -178,6 +178,30 @@ def test_a_map_of_ours_is_updated_by_a_later_build_on_some_tests(repo):
         "tests/test_calc.py::test_cli", "tests/test_calc.py::test_verdict"]
 
 
+def test_a_changed_file_mapped_again_by_some_tests_only_gets_no_entry(repo):
+    root, line_map = repo
+    own = root.parent / "map.json"
+    shutil.copy(line_map, own)
+    write(root, CALC + "\n")
+    proc = mutate(root, "--build-map", own, "--tests", "tests/test_calc.py::test_cli")
+    assert proc.returncode == 0, proc.stderr
+    assert "diagnostics/calc.py" not in json.loads(own.read_text())["files"]  # test_verdict's lines are unknown now
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_a_test_that_fails_without_any_mutant_kills_none(repo, tmp_path, warm):
+    root, line_map = repo
+    tests = root / "tests" / "test_calc.py"
+    tests.write_text(tests.read_text().replace('assert calc.verdict(3) == "pass"', 'assert calc.verdict(3) == "broken"'))
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--json", out, *(["--warm"] if warm else []))
+    (result,) = json.loads(out.read_text())["files"]
+    gate = f"diagnostics/calc.py:{line_of('    if x > LIMIT:')}"
+    assert f"{gate}: `>` -> `>=`" in result["survived"], proc.stdout  # test_verdict, fastest, failed: not counted
+    assert f"{gate}: drop the `return` that ends this if-branch" not in result["survived"]  # test_cli still kills it
+    assert result["left_out"] == ["tests/test_calc.py::test_verdict"]
+
+
 @pytest.mark.hostile
 @pytest.mark.parametrize("args, says", [
     (["diagnostics/calc.py", "--map", "notes.json"], "not a line map this tool wrote"),

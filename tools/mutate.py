@@ -1,7 +1,7 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
     python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N]
-                           [--timeout S] [--json OUT [--force]] [--map MAP] [--equivalent LIST]
+                           [--timeout S] [--json OUT [--force]] [--map MAP] [--equivalent LIST] [--warm]
     python tools/mutate.py --build-map MAP [-n WORKERS] [--tests TEST ...]
 
 Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
@@ -34,10 +34,18 @@ statements, and string constants naming a module or its .py file, as `load("moni
 survives, none is run. The covering tests first run once on the unmutated copy: a test that already
 fails there would kill every mutant, so it is left out (and named); a file whose tests time out there
 is skipped. A mutant whose tests run past --timeout (default three times that first run, plus 30 s)
-is killed with its whole process group and counted as timed out.
+is killed with its whole process group and counted as timed out. A test that fails with a mutant is run once
+without any mutant (once per run): when it fails there too it proves nothing, so it kills no mutant, the mutant's
+tests run again without it, and the file's line names it.
 
-With --map MAP each mutant runs only the tests that ran its lines, fastest first: MAP says, for each line of
-each file under diagnostics/, ml_debug/ and tools/, which test ids ran it, and is built once by --build-map, a run
+--warm runs each pytest in a child forked from this process after it has imported torch and pytest once, instead
+of a fresh `python -m pytest`: the child starts in well under a second where a fresh interpreter spends seconds
+importing torch (the machine and the numbers: CONTRIBUTING.md, "Tests"). The child is otherwise what the fresh run
+would be (its own process group, killed past the time limit; the copy's modules, none of the working tree's).
+
+With --map MAP each mutant runs only the tests that ran its lines, fastest first, in two runs (those in the first
+three test files, then, when they pass, the rest: most mutants die in the first, without collecting the others).
+MAP says, for each line of each file under diagnostics/, ml_debug/ and tools/, which test ids ran it, and is built once by --build-map, a run
 of the tests (--tests, default tests/; -n 2 spreads it over two pytest-xdist workers) under coverage.py with one
 context per test, children followed (`python diagnostics/x.py` run by a test, and the forked child that runs user
 code). A mutant no test reaches survives unrun ("no test runs this line"); one on a line that also ran outside any
@@ -45,7 +53,8 @@ test (at import: an UPPER_CASE constant) runs the tests that run any line of its
 entry for, or that changed since, it falls back to the tests that import the file. The file's line says so. Its time limit is three times the mapped tests'
 seconds plus 30 s; the tests that failed while the map was built are left out. --build-map never writes over a file
 it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
-file: `--build-map MAP --tests tests/test_new.py`).
+file: `--build-map MAP --tests tests/test_new.py`); a file that changed since gets no entry from a build on some
+tests (what the other tests run of it is unknown), only from one on all.
 
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
@@ -481,8 +490,10 @@ def build_map(root, path, tests, workers, out):
             if rel not in files:
                 files[rel] = entry
                 continue
-            if entry.get("digest") != files[rel]["digest"]:
-                continue  # the file changed: only what the tests run now says of it holds
+            if entry.get("digest") != files[rel]["digest"]:  # the file changed: only what the tests run now say of it holds
+                if tests:  # some tests only: the others' lines are unknown, and the file gets no entry (import-level)
+                    del files[rel]
+                continue
             renumber = {i: index[t[0]] for i, t in enumerate(old["tests"]) if t[0] in index and t[0] not in ran}
             for line, ids in entry["lines"].items():
                 merged = set(files[rel]["lines"].get(line, ())) | {renumber[i] for i in ids if i in renumber}
@@ -572,31 +583,109 @@ def changed_lines(root, fork, rel):
 # --- running -------------------------------------------------------------------------------------------
 
 
-def run_tests(copy, tests, timeout, left_out=(), every=False):
+def run_tests(copy, tests, timeout, left_out=(), every=False, warm=False):
     """(state, seconds, failed) of pytest on the tests in the copy: state 'passed', 'failed' or 'timeout'. It stops at
-    the first failure, unless `every`: then all run, and `failed` holds the ids of those that failed."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # a stale .pyc of the same size and second would hide a mutant
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE" if every else "-x", *tests]
-    command += [f"--deselect={test}" for test in left_out]
+    the first failure, unless `every`: then all run. `failed` holds the ids of the tests that failed. `warm`: pytest
+    runs in a child forked from this process (fork_pytest), else in a fresh interpreter."""
+    args = ["-q", "-p", "no:cacheprovider", "-rfE", *([] if every else ["-x"]), *tests]
+    args += [f"--deselect={test}" for test in left_out]
     start = time.monotonic()
-    proc = subprocess.Popen(command, cwd=copy, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, text=True, errors="replace")
+    if warm:
+        code, output = fork_pytest(copy, args, timeout)
+    else:
+        code, output = fresh_pytest(copy, args, timeout)
+    if code is None:
+        return "timeout", time.monotonic() - start, []
+    if code in (4, 5):  # pytest's usage error, or no test collected: the test arguments are wrong
+        said = next((line for line in output.splitlines() if line.startswith("ERROR:")), "it collected no test")
+        raise UsageError(f"pytest on {' '.join(tests)}: {said}")
+    failed = [line.split(" ", 1)[1].split(" - ", 1)[0] for line in output.splitlines()
+              if line.startswith(("FAILED ", "ERROR "))]
+    return ("passed" if code == 0 else "failed"), time.monotonic() - start, failed
+
+
+def fresh_pytest(copy, args, timeout):
+    """(exit status, or None past the timeout; output) of `python -m pytest args` run in the copy, in a session of its
+    own: past the timeout the whole process group is killed."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")  # a stale .pyc of the same size and second would hide a mutant
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *args], cwd=copy, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+                            errors="replace")
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        return "timeout", time.monotonic() - start, []
+        return None, ""
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
-    if proc.returncode in (4, 5):  # pytest's usage error, or no test collected: the test arguments are wrong
-        said = next((line for line in output.splitlines() if line.startswith("ERROR:")), "it collected no test")
-        raise UsageError(f"pytest on {' '.join(tests)}: {said}")
-    failed = [line.split(" ", 1)[1].split(" - ", 1)[0] for line in output.splitlines()
-              if line.startswith(("FAILED ", "ERROR "))]
-    return ("passed" if proc.returncode == 0 else "failed"), time.monotonic() - start, failed
+    return proc.returncode, output
+
+
+WARM_MODULES = ("torch", "pytest")  # imported once here, before the first fork: what every test run would import again
+
+
+def fork_pytest(copy, args, timeout):
+    """fresh_pytest's answer from pytest.main(args) in a child forked from this process, which has imported
+    WARM_MODULES once: a run starts in well under a second instead of paying the interpreter's and torch's start-up.
+
+    The child is what a fresh `python -m pytest` in the copy would be: its own session (killed as a group past the
+    timeout), stdin from /dev/null, its output to a file, no .pyc written, and none of this repository's own modules
+    or folders (the contract module this tool imports): the tests import the copy's, mutant included. Nothing has run
+    a model here, so no torch thread pool crosses the fork."""
+    for name in WARM_MODULES:
+        __import__(name)
+    here = Path(__file__).resolve().parents[1]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as log:
+        pid = os.fork()
+        if pid == 0:  # the child: never returns
+            code = 3  # pytest's internal error, if it cannot even start
+            try:
+                os.setsid()
+                os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+                os.dup2(log.fileno(), 1)
+                os.dup2(log.fileno(), 2)
+                os.chdir(copy)
+                os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+                sys.dont_write_bytecode = True
+                sys.path[:] = [str(copy)] + [p for p in sys.path if not (p and Path(p).resolve().is_relative_to(here))]
+                for name, module in list(sys.modules.items()):
+                    where = getattr(module, "__file__", None)
+                    if where and Path(where).resolve().is_relative_to(here):
+                        del sys.modules[name]
+                sys.modules["__main__"] = type(sys)("__main__")  # not this tool: what a spawned child would import
+                import pytest
+                code = int(pytest.main(args))
+            except BaseException:
+                import traceback
+                traceback.print_exc()
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        try:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while True:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    os.killpg(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    return None, ""
+                time.sleep(0.02)
+        except BaseException:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise
+        log.seek(0)
+        return os.waitstatus_to_exitcode(status), log.read().decode("utf-8", "replace")
 
 
 def make_copy(root, files, into):
@@ -614,12 +703,27 @@ def make_copy(root, files, into):
     return copy
 
 
-def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None):
+FIRST_FILES = 3  # a mutant's mapped tests in the first test files (those of its fastest tests) run on their own first
+
+
+def stages(ids):
+    """The mapped tests (fastest first) in two runs: those in the first FIRST_FILES test files they come from, then the
+    rest, only when the first pass. Most mutants die in the first run, without collecting every other test file."""
+    files = list(dict.fromkeys(test.split("::")[0] for test in ids))
+    first = set(files[:FIRST_FILES])
+    head, tail = [t for t in ids if t.split("::")[0] in first], [t for t in ids if t.split("::")[0] not in first]
+    return [head, tail] if tail else [head]
+
+
+def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None, warm=False,
+                checked=None):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
 
     `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
     that ran its lines (none: it survives unrun), and falls back to `tests` when the map has no entry for the file or
-    its line ran outside any test. A mutant `equivalent` lists is counted as such and not run."""
+    its line ran outside any test. A mutant `equivalent` lists is counted as such and not run. A test that fails with
+    a mutant is run once without any (`checked`, test id -> it passes then, shared between files): one that fails
+    there too kills nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
     lines, why = line_map.entry(copy, rel) if line_map is not None else (None, None)
@@ -649,7 +753,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         result["survived"] += [item[0].label() for item in file_level]
         plan = [item for item in plan if item[1] is not None]
     elif file_level:
-        state, seconds, failed = run_tests(copy, tests, timeout, every=True)
+        state, seconds, failed = run_tests(copy, tests, timeout, every=True, warm=warm)
         result["baseline_seconds"] = round(seconds, 1)
         if state == "timeout" or state == "failed" and not failed:
             result["note"] = f"its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: skipped"
@@ -661,21 +765,43 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         limit = timeout if timeout is not None else 3 * seconds + GRACE
     target = copy / rel
     original = target.read_bytes()
+    checked = {} if checked is None else checked
+    checked.update((test, False) for test in left_out)
+    dropped = set()  # tests that failed with a mutant and without one
     for i, (mutant, chosen, own_limit) in enumerate(plan, 1):
-        try:
-            target.write_bytes(mutant.apply(original))
-            if chosen is None:
-                state, _, _ = run_tests(copy, tests, limit, left_out)
-            else:
-                try:
-                    state, _, _ = run_tests(copy, chosen, own_limit)
-                except UsageError:  # pytest found no test of some id (a parameter id it cannot parse back): their files
-                    state, _, _ = run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in chosen)), own_limit)
-        finally:
-            target.write_bytes(original)
+        def run(ids, deselected=(), limit=limit if chosen is None else own_limit):
+            try:
+                return run_tests(copy, ids, limit, deselected, warm=warm)
+            except UsageError:  # pytest found no test of some id (a parameter id it cannot parse back): their files
+                if all("::" not in test for test in ids):
+                    raise
+                return run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in ids)), limit, deselected, warm=warm)
+
+        deselected = list(left_out)
+        while True:
+            try:
+                target.write_bytes(mutant.apply(original))
+                for stage in [tests] if chosen is None else stages(chosen):
+                    state, _, failed = run(stage, deselected)
+                    if state != "passed":
+                        break
+            finally:
+                target.write_bytes(original)
+            for test in failed:  # a failure proves something only from a test that passes without any mutant
+                if test not in checked:
+                    checked[test] = run([test])[0] == "passed"
+            broken = [test for test in failed if not checked[test]]
+            if state != "failed" or not broken:
+                break
+            deselected += broken
+            dropped.update(broken)
         bucket = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[state]
         result[bucket].append(mutant.label())
         print(f"  [{i}/{len(plan)}] {bucket.replace('_', ' ')}: {mutant.label()}", file=out, flush=True)
+    if dropped:
+        result["left_out"] = result.get("left_out", []) + sorted(dropped)
+        said = f"{len(dropped)} test(s) that failed with a mutant fail without one too, not counted: {', '.join(sorted(dropped))}"
+        result["note"] = f"{result['note']}; {said}" if "note" in result else said
     rank = {mutant.label(): i for i, mutant in enumerate(mutants)}
     for bucket in ("killed", "survived", "timed_out", "equivalent"):
         result[bucket].sort(key=lambda label: rank[label.removesuffix(UNRUN)])
@@ -768,6 +894,9 @@ def main(argv=None):
                              "an existing map of ours is updated with those tests")
     parser.add_argument("-n", type=int, default=0, metavar="WORKERS", help="--build-map: pytest-xdist workers (default 0)")
     parser.add_argument("--map", type=Path, help="run each mutant's tests from this line map (made by --build-map)")
+    parser.add_argument("--warm", action="store_true",
+                        help="run each mutant's pytest in a child forked from this process, torch already imported, "
+                             "not in a fresh interpreter")
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT,
                         help="the list of equivalent mutants, not run (default tools/mutate_equivalent.txt)")
     args = parser.parse_args(argv)
@@ -778,8 +907,8 @@ def main(argv=None):
             raise UsageError("--timeout must be more than 0 seconds")
         root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
         if args.build_map is not None:
-            if args.files or args.map or args.list:
-                raise UsageError("--build-map takes no FILE, --map or --list: it only runs the tests and writes the map")
+            if args.files or args.map or args.list or args.warm:
+                raise UsageError("--build-map takes no FILE, --map, --list or --warm: it only runs the tests and writes the map")
             if args.n < 0:
                 raise UsageError("-n must be 0 or more")
             check_output(args.build_map, args.force, [], kind=MAP_KIND, option="--build-map")
@@ -816,12 +945,14 @@ def main(argv=None):
             return 0
         results = []
         settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
-                    "timeout": args.timeout, "map": None if args.map is None else str(args.map)}
+                    "timeout": args.timeout, "map": None if args.map is None else str(args.map), "warm": args.warm}
+        checked = {}  # test id -> it passes without any mutant
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
             for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
-                result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent)
+                result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
+                                     args.warm, checked)
                 if fork is not None:
                     result["in_file"] = in_file
                 results.append(result)

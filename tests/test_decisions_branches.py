@@ -1,0 +1,110 @@
+"""Branches pinned one by one (issue 27): refusals, skips and cases that tools/mutate.py found no test reaching or
+holding. Each asserts the decision (status, the finding's presence, what was captured), in process, well under a second."""
+import torch
+
+import batch_independence
+import capture
+import causal_dependency
+import data_sanity
+import gradient_flow
+import inplace
+
+
+def test_batch_independence_skips_inputs_that_end_before_the_batch_dim():
+    case = {"model": torch.nn.Identity(), "batch": (torch.randn(4), torch.zeros(4)), "loss_fn": lambda out, y: out.sum(),
+            "task": {"batch_dim": 1}}  # a 1-D input has no dim 1: no rows to poison
+    assert batch_independence.check_batch_independence(case).status == "skip"
+
+
+class _Total(torch.nn.Module):
+    def forward(self, x):
+        return x.sum()  # 0-d: the batch is gone from the output
+
+
+def test_batch_independence_skips_an_output_without_the_batch_dim():
+    case = {"model": _Total(), "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out}
+    assert batch_independence.check_batch_independence(case).status == "skip"
+
+
+def test_causal_dependency_skips_a_task_that_is_not_a_causal_lm():
+    case = {"model": torch.nn.Identity(), "batch": (torch.randn(2, 4, 1), torch.zeros(2, 4)),
+            "loss_fn": lambda out, y: out.sum(), "task": {"kind": "regression"}}
+    assert causal_dependency.check_causal_dependency(case).status == "skip"
+
+
+def test_data_sanity_looks_for_a_doubled_first_token_in_input_ids_and_in_a_plain_tensor_only():
+    ids = torch.tensor([[1, 1, 5, 6], [1, 1, 7, 8]])  # every row starts with id 1 twice
+    assert data_sanity.doubled_first_token("inputs", ids, ids) == 1
+    assert data_sanity.doubled_first_token("inputs['input_ids']", ids, {"input_ids": ids}) == 1
+    assert data_sanity.doubled_first_token("inputs['token_type_ids']", ids, {"token_type_ids": ids}) is None
+    each_its_own = torch.tensor([[1, 1, 5], [2, 2, 7]])  # doubled, but not one id: no shared BOS
+    same_once = torch.tensor([[1, 4, 5], [1, 2, 7]])  # one shared first id, not doubled
+    assert data_sanity.doubled_first_token("inputs", each_its_own, each_its_own) is None
+    assert data_sanity.doubled_first_token("inputs", same_once, same_once) is None
+    two_tokens = torch.tensor([[1, 1], [1, 1]])  # two positions are enough to see the id doubled
+    assert data_sanity.doubled_first_token("inputs", two_tokens, two_tokens) == 1
+
+
+def _embedding_case(top_id):
+    ids = torch.tensor([[0, 3, 1], [2, 4, 0], [1, 2, 3], [4, 0, top_id]])
+    model = torch.nn.Sequential(torch.nn.Embedding(5, 2), torch.nn.Flatten(), torch.nn.Linear(6, 2))
+    return {"model": model, "batch": (ids, torch.tensor([0, 1, 0, 1])), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification"}}
+
+
+def test_data_sanity_warns_of_an_id_equal_to_the_embedding_rows_and_passes_the_last_row():
+    assert data_sanity.check_data_sanity(_embedding_case(4)).status == "pass"  # ids 0..4 of 5 rows
+    assert data_sanity.check_data_sanity(_embedding_case(5)).status == "warn"  # id 5 is out of range
+
+
+def test_data_sanity_counts_no_rows_in_a_0_d_target():
+    case = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(8, 3), torch.tensor(0.5)),  # one number for every row
+            "loss_fn": lambda out, y: ((out - y) ** 2).mean(), "task": {"kind": "regression"}}
+    assert data_sanity.check_data_sanity(case).status == "pass"
+
+
+class _ScalesItsInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x):
+        out = self.weight * x  # backward needs x for the weight's gradient
+        x.add_(1)  # x is no op's output: torch's refusal names no op, only the versions
+        return out
+
+
+def test_inplace_fails_a_backward_refusal_that_names_no_op_without_a_culprit():
+    case = {"model": _ScalesItsInput(), "batch": (torch.randn(4, 3), torch.zeros(4, 3)),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = inplace.check_inplace(case)
+    assert (result.status, result.details["culprit"]) == ("fail", None)
+
+
+class _LateLayer(torch.nn.Module):
+    """A layer that joins the forward only from the fifth call on (a skip no random draw explains in four passes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.first, self.late, self.calls = torch.nn.Linear(3, 2), torch.nn.Linear(2, 2), 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.first(x)
+        return self.late(h) if self.calls >= 5 else h
+
+
+def test_gradient_flow_judges_a_parameter_missing_from_four_passes_as_getting_no_gradient():
+    model = _LateLayer()
+    case = {"model": model, "batch": (torch.randn(4, 3), torch.randn(4, 2)), "loss_fn": torch.nn.functional.mse_loss}
+    result = gradient_flow.check_gradient_flow(case)
+    assert result.status == "fail"
+    assert result.details["none_grad"] == ["late.weight", "late.bias"]
+    assert model.calls == 4  # the first pass and RESAMPLED_PASSES more: then the missing set stopped changing
+
+
+def test_capture_keeps_a_number_target_of_a_loss_on_the_flattened_output_as_it_is():
+    out = torch.zeros(2, 3, 4)  # the model's output; the loss read it flattened to (6, 4), with the target 1.0:
+    # F.multilabel_soft_margin_loss(out.reshape(-1, 4), 1.0) runs (the one captured loss that takes a number)
+    targets, (text, unflatten) = capture.Capture._targets(1.0, out, out.reshape(-1, 4), {})
+    assert (targets, text, unflatten(targets)) == (1.0, "", 1.0)
