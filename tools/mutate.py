@@ -637,7 +637,12 @@ def fork_pytest(copy, args, timeout):
     a model here, so no torch thread pool crosses the fork."""
     for name in WARM_MODULES:
         __import__(name)
-    here = Path(__file__).resolve().parents[1]
+    here, venv = Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()
+
+    def ours(path):  # this repository's own files; a virtual environment inside it (`make`'s .venv) is not
+        path = Path(path).resolve()
+        return path.is_relative_to(here) and not path.is_relative_to(venv)
+
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryFile() as log:
@@ -652,10 +657,10 @@ def fork_pytest(copy, args, timeout):
                 os.chdir(copy)
                 os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
                 sys.dont_write_bytecode = True
-                sys.path[:] = [str(copy)] + [p for p in sys.path if not (p and Path(p).resolve().is_relative_to(here))]
+                sys.path[:] = [str(copy)] + [p for p in sys.path if not (p and ours(p))]
                 for name, module in list(sys.modules.items()):
                     where = getattr(module, "__file__", None)
-                    if where and Path(where).resolve().is_relative_to(here):
+                    if where and ours(where):
                         del sys.modules[name]
                 sys.modules["__main__"] = type(sys)("__main__")  # not this tool: what a spawned child would import
                 import pytest
