@@ -278,8 +278,9 @@ def check_data_sanity(case):
             else:
                 fixed_first, fixed_last, _ = fixed
                 # harm: as given it ends at 2x the standardised run's loss or more (it never fell under a hundredth of its
-                # start, or it would have stopped there); NaN as given counts as shown
-                shown = not raw_last < 2 * fixed_last and fixed_last < fixed_first
+                # start, or it would have stopped there), where the standardised run fell; NaN as given counts as shown
+                behind = not raw_last < 2 * fixed_last
+                shown = behind and fixed_last < fixed_first
                 how = (f"{TRIAL_STEPS} steps at your optimizer's settings end at loss {raw_last:.3g} (from {raw_first:.3g}) "
                        f"on the batch as given, at {fixed_last:.3g} (from {fixed_first:.3g}) with it standardised")
         findings = [("fail" if shown else "warn", f"{message}: {how}" + ("" if shown else ": no harm shown here"))

@@ -134,3 +134,13 @@ def test_integer_timesteps_the_model_reads_itself_are_no_finding_but_raw_bytes_a
             "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "num_classes": 2}}
     result = data_sanity.check_data_sanity(data_sanity.validate_case(case))
     assert result.status == "warn" and "raw bytes" in result.summary, result.summary
+
+
+def test_raw_pixels_at_lr_0_show_no_harm():
+    """Neither run of the scale trial can move at lr 0, so the standardised run's lower loss is no harm the scale does:
+    its loss must fall for the comparison to mean anything (at lr 0 it ends exactly where it started)."""
+    case = image_case(plain_net(), pixels_as_given=True)
+    case["optimizer"] = lambda params: torch.optim.SGD(params, lr=0.0)
+    result = data_sanity.check_data_sanity(case)
+    fixed_first, fixed_last = result.details["scale_trial"]["standardised"]
+    assert fixed_last == fixed_first and result.status == "warn" and "no harm shown" in result.summary, result.summary
