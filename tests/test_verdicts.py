@@ -670,3 +670,28 @@ def test_overfit_a_retry_that_jumped_is_no_reference_for_a_slow_lr(monkeypatch, 
     result = overfit(case)
     assert result.status == status and result.details["failure"] == ("inconclusive" if status == "skip" else "plateau"), \
         result.summary
+
+
+def test_overfit_runaway_and_settle_rules_at_their_edges():
+    """The rules' edges, written out: 5 steps at 4x (4x itself included) are a runaway, 4 are not; a noisy run is judged
+    on window means (a high first draw and alternating later draws: the means say 5x); a noisy run settles at a mean
+    under half of its first window's, zero included."""
+    ran_away = overfit_one_batch._ran_away
+    assert ran_away([1.0] + [4.0] * 5) and not ran_away([1.0] + [4.0] * 4) and not ran_away([1.0] + [3.99] * 5)
+    noisy = [2.0] + [0.0, 2.0] * 4 + [0.0] + [9.0, 1.0] * 5
+    assert ran_away(noisy, noisy=True) and not ran_away(noisy)
+    settle = overfit_one_batch._settled_low
+    assert settle([3.0] * 10 + [0.6] * 10, "stalled") and not settle([3.0] * 10 + [1.6] * 10, "stalled")
+
+
+def test_overfit_a_small_positive_loss_that_grows_is_no_flipped_sign(monkeypatch):
+    """A loss that ran away from 0.1 to 0.5 grows: "sign flipped" is for a loss heading below zero."""
+    runs = iter([([0.1] + [0.5] * 6, "runaway")])
+
+    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
+        losses, stop = next(runs)
+        return losses, case["optimizer"](model.parameters()), stop
+
+    monkeypatch.setattr(overfit_one_batch, "_train", scripted)
+    result = overfit(healthy.make_regression_mlp())
+    assert result.details["failure"] == "diverging" and "grows" in result.summary and "sign" not in result.summary
