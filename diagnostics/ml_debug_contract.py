@@ -230,6 +230,45 @@ def named_tensors(obj, name="inputs"):
     return []
 
 
+def first_tensor(obj):
+    """The first tensor in a tensor / tuple / list / dict, or None."""
+    import torch
+
+    if torch.is_tensor(obj):
+        return obj
+    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
+    return next((t for t in map(first_tensor, values) if t is not None), None)
+
+
+def count_rows(inputs, bdim=0):
+    """The batch's rows: the size of the first input tensor's batch dimension (bdim); 0 when it has none."""
+    first = first_tensor(inputs)
+    return first.shape[bdim] if first is not None and first.dim() > bdim else 0
+
+
+def batch_rows(obj, n, start, count, bdim=0, flattened=False):
+    """Rows start .. start+count of every tensor in obj whose batch dimension (bdim) has the batch size n; the other
+    tensors as they are.
+
+    flattened (for the targets): a tensor of B*T rows that a model flattening (B, T) to B*T itself scores against
+    (the Lightning demo's transformer) gives the matching T rows per batch row, batch-first.
+    """
+    import torch
+
+    if torch.is_tensor(obj):
+        if obj.dim() > bdim and obj.shape[bdim] == n:
+            return obj.narrow(bdim, start, count)
+        if flattened and bdim == 0 and obj.dim() >= 1 and obj.shape[0] % n == 0:
+            per_row = obj.shape[0] // n
+            return obj.narrow(0, start * per_row, count * per_row)
+        return obj
+    if isinstance(obj, dict):
+        return {key: batch_rows(value, n, start, count, bdim, flattened) for key, value in obj.items()}
+    if isinstance(obj, (tuple, list)):
+        return type(obj)(batch_rows(value, n, start, count, bdim, flattened) for value in obj)
+    return obj
+
+
 def replace_tensor(obj, old, new):
     """obj (a tensor, or a tuple / list / dict of them) with the tensor `old` swapped for `new`, the structure kept."""
     if obj is old:

@@ -43,7 +43,11 @@ What it checks
 
     Speed: a run also stops when the loss has fallen by less than 1% of its start over the
     last 50 steps (stalled: the verdict is already in; for a sampled objective, the means of 10
-    steps at both ends). The budget is counted in steps, never in
+    steps at both ends). A deterministic loss falling too slowly to reach the target in 300 steps
+    at its last 50 steps' pace goes to the 10x run at once: memorising there is the pass it would
+    have reached after the whole sprint (details["on_course_to_miss"]); any other outcome is
+    judged on the whole sprint at your lr, run then. (The one thing this skips: a loss that would
+    have run away at your lr after falling slowly, when 10x memorises.) The budget is counted in steps, never in
     seconds, so a verdict is the same on a fast GPU and a loaded CPU: 300 at your lr, 600 at 10x.
     A loss still falling when the retry runs out of steps, or one that fell at your lr and
     diverged at 10x, is a skip "inconclusive" (details["failure"]): the steps ran out before the
@@ -74,7 +78,7 @@ Output
     [FAIL] overfit_one_batch: plateau: stalled at 0.9067 (from 1.592, target 0.0796) even at 10x lr: the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?
     (exit code 1)
     $ python diagnostics/overfit_one_batch.py --healthy
-    [PASS] overfit_one_batch: memorised 8 rows at 10x your learning rate (1.551 -> 0.07628 in 37 steps); at your lr the loss went 1.551 -> 0.1528 in 300 steps
+    [PASS] overfit_one_batch: memorised 8 rows at 10x your learning rate (1.551 -> 0.07628 in 37 steps); at your lr the loss went 1.551 -> 0.2568 in 240 steps, on course to miss the target in its 300 steps
     (exit code 0)
 
 How to read it
@@ -102,8 +106,9 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import (CheckResult, cli_main, forward, graph_edges, loss_closure, named_tensors, needs_closure,
-                               preserved, replace_tensor, step_optimizer, validate_case)
+from ml_debug_contract import (CheckResult, batch_rows, count_rows, cli_main, first_tensor, forward, graph_edges,
+                               loss_closure, named_tensors, needs_closure, preserved, replace_tensor, step_optimizer,
+                               validate_case)
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -138,38 +143,6 @@ DROPOUT_MODULES = (torch.nn.Dropout, torch.nn.Dropout1d, torch.nn.Dropout2d, tor
                    torch.nn.RNNBase)  # LSTM/GRU/RNN(dropout=p) drop between their layers in train mode; eval changes nothing else
 
 
-def _first_tensor(obj):
-    """The first tensor in a tensor / tuple / list / dict, or None."""
-    if torch.is_tensor(obj):
-        return obj
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
-    for value in values:
-        found = _first_tensor(value)
-        if found is not None:
-            return found
-    return None
-
-
-def _rows(obj, n, start, count, bdim, flattened=False):
-    """Rows start .. start+count of every tensor in obj whose batch dimension (bdim) has the batch size n.
-
-    flattened (for the targets): a tensor of B*T rows that a model flattening (B, T) to B*T itself scores against
-    (the Lightning demo's transformer) gives the matching T rows per batch row, batch-first.
-    """
-    if torch.is_tensor(obj):
-        if obj.dim() > bdim and obj.shape[bdim] == n:
-            return obj.narrow(bdim, start, count)
-        if flattened and bdim == 0 and obj.dim() >= 1 and obj.shape[0] % n == 0:
-            per_row = obj.shape[0] // n
-            return obj.narrow(0, start * per_row, count * per_row)
-        return obj
-    if isinstance(obj, dict):
-        return {key: _rows(value, n, start, count, bdim, flattened) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows(value, n, start, count, bdim, flattened) for value in obj)
-    return obj
-
-
 def _edge_list(edges, n):
     """The (2, E) node pairs of an edge input (ml_debug_contract.graph_edges): an adjacency's non-zero entries."""
     if edges.is_sparse:
@@ -183,7 +156,7 @@ def _rows_read(case, model, inputs, targets, n):
     classification scores only its labelled nodes, by an index or by ignore_index."""
     model.eval()
     output = forward(model, inputs)
-    first = _first_tensor(output)
+    first = first_tensor(output)
     if first is None or not first.requires_grad or first.dim() == 0 or first.shape[0] != n:
         return None
     grad, = torch.autograd.grad(case["loss_fn"](output, targets), first, allow_unused=True)
@@ -315,10 +288,15 @@ def _began(losses, noisy=False):
     return sum(losses[:NOISE_WINDOW]) / len(losses[:NOISE_WINDOW]) if noisy else losses[0]
 
 
+def _finite(losses):
+    """No loss is NaN or inf (NaN fails `<` too)."""
+    return all(abs(v) < float("inf") for v in losses)
+
+
 def _ran_away(losses, noisy=False):
     """A loss turned NaN/inf, or the run has stood at RUNAWAY x its start for RUNAWAY_STEPS steps (noisy: the last
     window's mean against the first's, once they do not overlap)."""
-    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+    if not _finite(losses):
         return True
     if noisy:
         return len(losses) >= 2 * NOISE_WINDOW and not abs(_now(losses, noisy)) < RUNAWAY * abs(_began(losses, noisy))
@@ -329,7 +307,7 @@ def _jumped(losses, noisy=False):
     """The run stood at RUNAWAY x its start at some step (noisy: a window's mean against the first's), or turned
     NaN/inf: unstable, even where it came back down. A retry at RETRY_LR x that jumped is no reference for a slow lr:
     super_resolution's at 10x jumped past 4x, came back and stalled, and was failed "plateau" (measured)."""
-    if not all(abs(v) < float("inf") for v in losses):  # NaN fails `<` too
+    if not _finite(losses):
         return True
     levels = _window_means(losses) if noisy else losses
     return any(not abs(v) < RUNAWAY * abs(levels[0]) for v in levels)
@@ -340,9 +318,21 @@ def _reached(losses, target, noisy=False):
     return (len(losses) >= NOISE_WINDOW or not noisy) and abs(_now(losses, noisy)) <= target
 
 
-def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
-    """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget".
-    noisy: the objective samples noise (the stall is judged on means)."""
+def _out_of_reach(losses, target, steps):
+    """On course to miss the target: its fall over the last STALL_WINDOW steps, kept up for the rest of the `steps`,
+    would end above it. A falling loss mostly slows down, but one that speeds up later proves this wrong: so it only
+    decides which run goes first, never a verdict."""
+    done = len(losses) - 1
+    if done < STALL_WINDOW:
+        return False
+    rate = (losses[-STALL_WINDOW - 1] - losses[-1]) / STALL_WINDOW
+    return losses[-1] - rate * (steps - done) > target
+
+
+def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False, early=False):
+    """Train on one batch; returns (losses, optimizer, why it stopped): "target", "runaway", "stalled", "budget", and
+    with early (a deterministic objective) "out_of_reach" (_out_of_reach). noisy: the objective samples noise (the
+    stall is judged on means)."""
     optimizer = case["optimizer"]([p for p in model.parameters() if p.requires_grad])
     if needs_closure(optimizer):
         steps = min(steps, CLOSURE_STEPS)
@@ -358,7 +348,8 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
         loss = case["loss_fn"](forward(model, inputs), targets)
         losses.append(float(loss.detach()))
         stop = ("target" if _reached(losses, target, noisy) else "runaway" if _ran_away(losses, noisy)
-                else "stalled" if _stalled(losses, noisy) else "budget" if step == steps else None)
+                else "stalled" if _stalled(losses, noisy) else "budget" if step == steps
+                else "out_of_reach" if early and not noisy and _out_of_reach(losses, target, steps) else None)
         if stop:
             return losses, optimizer, stop
         loss.backward()
@@ -446,7 +437,7 @@ def _own_targets(case, inputs, targets, output):
     """The batch relabelled with the model's own first predictions (argmax), which it can surely represent; None
     unless the targets are class indices that the output scores along its last dim (in order, also when flattened). Masked positions stay masked;
     targets the model is also given (model(x, y), task["target_inputs"]) are replaced there too."""
-    scores = _first_tensor(output)
+    scores = first_tensor(output)
     if not (torch.is_tensor(targets) and not targets.is_floating_point() and torch.is_tensor(scores) and scores.dim() >= 2
             and scores.shape[:-1].numel() == targets.numel()):  # (B, T, V), or flattened inside the model to (B*T, V)
         return None
@@ -516,7 +507,7 @@ def _free_descent(case, output, floating, targets, bounded):
             optimizer.zero_grad(set_to_none=True)
             loss = case["loss_fn"](output, targets)
             losses.append(float(loss.detach()))
-            if not abs(losses[-1]) < float("inf") or step == FREE_STEPS:
+            if not _finite(losses[-1:]) or step == FREE_STEPS:
                 return losses
             loss.backward()
             optimizer.step()
@@ -532,8 +523,8 @@ def _blocked_rows(case, model, inputs, targets, k, bdim, target):
     params = [p for p in model.parameters() if p.requires_grad]
     losses, norms = [], []
     for row in range(k):
-        row_inputs = _rows(inputs, k, row, 1, bdim)
-        row_targets = _rows(targets, k, row, 1, bdim, flattened=True)
+        row_inputs = batch_rows(inputs, k, row, 1, bdim)
+        row_targets = batch_rows(targets, k, row, 1, bdim, flattened=True)
         model.zero_grad(set_to_none=True)
         loss = case["loss_fn"](forward(model, row_inputs), row_targets)
         loss.backward()
@@ -552,8 +543,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         model = case["model"]
         inputs, targets = case["batch"]
         bdim = case["task"].get("batch_dim", 0)
-        first = _first_tensor(inputs)
-        n = first.shape[bdim] if first is not None and first.dim() > bdim else 0
+        n = count_rows(inputs, bdim)
         if n == 0:
             return CheckResult("overfit_one_batch", "skip", "cannot find a batch dimension in the inputs")
         cut = _subgraph(case, model, inputs, targets, n, rows) if case["task"].get("graph") and bdim == 0 else None
@@ -563,7 +553,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         else:  # a graph that cannot be cut is trained whole
             subgraph = None
             k = n if case["task"].get("graph") else min(rows, n)
-            inputs, targets = _rows(inputs, n, 0, k, bdim), _rows(targets, n, 0, k, bdim, flattened=True)
+            inputs, targets = batch_rows(inputs, n, 0, k, bdim), batch_rows(targets, n, 0, k, bdim, flattened=True)
         initial = [(t, t.detach().clone()) for t in [*model.parameters(), *model.buffers()]]  # for the control run
         noise_off = False
         for quiet in (False, True):  # train mode with the Dropout modules off; then, if that still samples, every
@@ -593,9 +583,9 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if classes and classes > 1:  # a start far above chance (a bad init) must not loosen the target
             reference = min(reference, float(torch.tensor(float(classes)).log()))
         details = {"rows": k, "subgraph": subgraph, "steps_budget": steps, "start_loss": start_value, "target": TARGET * reference,
-                   "outputs_are_probabilities": _looks_like_probabilities(_first_tensor(output)), "samples_noise": samples,
+                   "outputs_are_probabilities": _looks_like_probabilities(first_tensor(output)), "samples_noise": samples,
                    "train_noise_off": noise_off,
-                   "probabilities_into_nll": _probabilities_into_nll(_first_tensor(output), targets, start_value)}
+                   "probabilities_into_nll": _probabilities_into_nll(first_tensor(output), targets, start_value)}
         if not torch.isfinite(start):
             details.update(failure="nonfinite_at_start", next="run nan_watch (where it first appears) and labels (all ignored?)")
             return CheckResult("overfit_one_batch", "fail", f"the loss is {start_value} before any step: run nan_watch and labels",
@@ -605,14 +595,25 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             return CheckResult("overfit_one_batch", "fail", "flat: the loss does not depend on any trainable parameter "
                                "(a detached graph, or every parameter frozen)", details)
         with preserved(model):
-            losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"], samples)
+            losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"], samples, early=True)
             moved = any(not torch.equal(tensor, value) for tensor, value in initial if tensor.requires_grad)
         trainable = [name for name, p in model.named_parameters() if p.requires_grad]
         held = {id(p) for group in optimizer.param_groups for p in group["params"]}
         missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
-        details.update(losses=_every_10(losses), steps=len(losses) - 1, not_in_optimizer=missing)
         not_optimised = (f"; but {len(missing)} trainable parameter(s) are not in the optimizer: {', '.join(missing[:3])}"
                          if missing else "")
+        if stop == "out_of_reach":  # falling too slowly to make it: the retry at RETRY_LR x first (the same verdict, sooner)
+            with preserved(model):
+                retry, _, _ = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"])
+            if _reached(retry, details["target"]):
+                details.update(losses=_every_10(losses), steps=len(losses) - 1, not_in_optimizer=missing,
+                               on_course_to_miss=True, retry_lr_scale=RETRY_LR, retry_losses=_every_10(retry))
+                return CheckResult("overfit_one_batch", "warn" if missing else "pass", f"memorised {k} rows at {RETRY_LR:g}x "
+                                   f"your learning rate ({_trace(retry)}); at your lr the loss went {_trace(losses)}, on "
+                                   f"course to miss the target in its {steps} steps{not_optimised}", details)
+            with preserved(model):  # the verdict below reads the whole sprint at your lr
+                losses, optimizer, stop = _train(case, model, inputs, targets, 1.0, steps, details["target"], samples)
+        details.update(losses=_every_10(losses), steps=len(losses) - 1, not_in_optimizer=missing)
         if missing:
             details["next"] = "build the optimizer from model.parameters() (after any layer is replaced)"
         if _reached(losses, details["target"], samples):
@@ -626,7 +627,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
         if samples and _settled_low(losses, stop):
             return _settled(losses, "", details, not_optimised, missing)
         failure = _classify(losses, samples)
-        if samples and not moved and all(abs(v) < float("inf") for v in losses):
+        if samples and not moved and _finite(losses):
             failure = "flat"  # through the noise the losses show little; the weights show that no step changed one
         if failure == "plateau":  # fell but missed the target: your lr may just be slow for a short sprint
             retry, _, retry_stop = _train(case, model, inputs, targets, RETRY_LR, RETRY_STEPS * steps, details["target"],
@@ -640,17 +641,18 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                                    details)
             if samples and _settled_low(retry, retry_stop):
                 return _settled(retry, f" at {RETRY_LR:g}x your learning rate", details, not_optimised, missing)
-            if retry_stop == "budget" and _classify(retry, samples) == "plateau":  # out of steps, not stalled
+            retry_failure = _classify(retry, samples)
+            if retry_stop == "budget" and retry_failure == "plateau":  # out of steps, not stalled
                 details.update(failure="inconclusive", next=f"rerun alone with more steps: check_overfit_one_batch("
                                f"case, steps={4 * steps})")
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: still falling when the {RETRY_STEPS * steps} "
                                    f"steps at {RETRY_LR:g}x ran out ({_trace(losses, samples)} at your lr, {_trace(retry, samples)} at "
                                    f"{RETRY_LR:g}x){not_optimised}", details)
-            if _classify(retry, samples) == "diverging" or _jumped(retry, samples):  # 10x is no reference: unstable
+            if retry_failure == "diverging" or _jumped(retry, samples):  # 10x is no reference: unstable
                 details.update(failure="inconclusive", next=f"rerun with more steps: check_overfit_one_batch(case, "
                                f"steps={4 * steps})")
                 missed = "stalled" if stop == "stalled" else f"ran out of its {steps} steps"
-                unstable = "diverged" if _classify(retry, samples) == "diverging" else f"jumped to {RUNAWAY:g}x its start"
+                unstable = "diverged" if retry_failure == "diverging" else f"jumped to {RUNAWAY:g}x its start"
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
                                    f"but {missed} above the target, and {unstable} at {RETRY_LR:g}x: this sprint cannot tell "
                                    f"a slow lr from a bug{not_optimised}", details)
@@ -684,7 +686,7 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
             summary = f"diverging: the loss heads to -inf ({_trace(losses)}): is its sign flipped (maximising)?"
             details["next"] = "check the sign of the loss (and of any term added to it)"
         elif failure == "diverging":
-            blowup = "turns NaN/inf" if not abs(losses[-1]) < float("inf") else "grows"
+            blowup = "grows" if _finite(losses[-1:]) else "turns NaN/inf"
             summary = (f"diverging: the loss {blowup} ({_trace(losses, samples and stop != 'runaway')}): learning rate too high, "
                        "or a numerical bug")
             details["next"] = "run nan_watch (where the first NaN/inf appears), then try a 10x lower learning rate"

@@ -160,7 +160,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, batch_rows, count_rows, cli_main, forward, preserved, validate_case
 
 TARGET = 1e-3  # cs231n: "this ratio should be somewhere around 1e-3" (evidence cs231n-nn3#update-ratio)
 HIGH_FAIL = 1e-1  # a tenth of the weight replaced per step: our assumption (cs231n gives no bound)
@@ -253,27 +253,8 @@ def _blocked(trainable, before):
             if p.dim() >= 2 and p.grad is not None and bool(before[name].any()) and not bool(p.grad.any())]
 
 
-def _first_tensor(obj):
-    """The first tensor in a tensor / tuple / list / dict, or None."""
-    if torch.is_tensor(obj):
-        return obj
-    values = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, (tuple, list)) else ()
-    return next((t for t in map(_first_tensor, values) if t is not None), None)
-
-
 def _round(value):
     return float(f"{value:.4g}")
-
-
-def _rows(obj, n, start, k, bdim):
-    """Rows start .. start + k of every tensor in obj whose batch dimension (bdim) has the batch size n."""
-    if torch.is_tensor(obj):
-        return obj.narrow(bdim, start, k) if obj.dim() > bdim and obj.shape[bdim] == n else obj
-    if isinstance(obj, dict):
-        return {key: _rows(value, n, start, k, bdim) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows(value, n, start, k, bdim) for value in obj)
-    return obj
 
 
 def _backward(case, model, trainable, inputs, targets):
@@ -293,8 +274,7 @@ def _warm_up(case, model, trainable, optimizer):
     as a run's first minibatches leave it, the weights untouched. Returns the number of slices (1: the whole batch)."""
     inputs, targets = case["batch"]
     bdim = case["task"].get("batch_dim", 0)
-    first = _first_tensor(inputs)
-    n = first.shape[bdim] if first is not None and first.dim() > bdim else 0
+    n = count_rows(inputs, bdim)
     slices = SLICES if n >= SLICES and not case["task"].get("graph") else 1  # a graph's nodes stay with their edges
     lrs = [group["lr"] for group in optimizer.param_groups]
     for group in optimizer.param_groups:
@@ -302,7 +282,7 @@ def _warm_up(case, model, trainable, optimizer):
     try:
         for step in range(WARM_STEPS):
             start, size = (step % slices) * (n // slices), n // slices
-            rows = [inputs, targets] if slices == 1 else [_rows(t, n, start, size, bdim) for t in (inputs, targets)]
+            rows = [inputs, targets] if slices == 1 else [batch_rows(t, n, start, size, bdim) for t in (inputs, targets)]
             if not _backward(case, model, trainable, *rows):
                 break
             optimizer.step()

@@ -661,7 +661,7 @@ def test_overfit_a_retry_that_jumped_is_no_reference_for_a_slow_lr(monkeypatch, 
     retry = [1.0, retry_peak] + [0.12] * 60  # from the same start
     runs = iter([(fell, "stalled"), (retry, "stalled")])
 
-    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
+    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False, early=False):
         losses, stop = next(runs)
         return losses, case["optimizer"](model.parameters()), stop
 
@@ -670,6 +670,57 @@ def test_overfit_a_retry_that_jumped_is_no_reference_for_a_slow_lr(monkeypatch, 
     result = overfit(case)
     assert result.status == status and result.details["failure"] == ("inconclusive" if status == "skip" else "plateau"), \
         result.summary
+
+
+def test_overfit_on_course_to_miss_is_the_pace_of_the_last_50_steps_kept_up():
+    """0.01 a step over the last 50 steps from 2.0 at step 100: 200 steps more reach 0.0, under a target of 0.05; at
+    0.009 a step they end at 0.2, above it. Before step 50 there is no pace to keep."""
+    on_course = overfit_one_batch._out_of_reach
+    falling = [3.0 - 0.01 * i for i in range(101)]
+    assert not on_course(falling, 0.05, 300) and not on_course(falling, 0.0, 300)
+    slower = [2.9 - 0.009 * i for i in range(101)]
+    assert on_course(slower, 0.05, 300) and not on_course(slower, 0.25, 300)
+    assert not on_course([5.0] * 50, 0.05, 300) and on_course([5.0] * 51, 0.05, 300)
+
+
+@pytest.mark.parametrize("retry_reaches", [True, False])
+def test_overfit_a_slow_sprint_goes_to_10x_first_and_the_whole_sprint_decides_when_10x_misses(monkeypatch, retry_reaches):
+    """A loss on course to miss the target at your lr: the 10x run first (whisper's tiny config: 377 steps in 7.7 s ->
+    127 in 2.6 s, measured). Memorising there is the pass the whole sprint would lead to. When 10x misses (it jumped,
+    here), the whole sprint at your lr is run and judged: this one speeds up late and memorises at your lr."""
+    slow = [1.0 - 0.001 * i for i in range(60)]
+    whole = slow + [0.9 - 0.05 * i for i in range(1, 18)]  # speeds up at step 60: 0.05 by step 76
+    retry = [1.0, 0.5, 0.04] if retry_reaches else [1.0, 4.5] + [0.12] * 60
+    calls = []
+
+    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False, early=False):
+        calls.append((lr_scale, early))
+        losses, stop = ((slow, "out_of_reach") if early else (whole, "target")) if lr_scale == 1.0 else (retry, "target")
+        return losses, case["optimizer"](model.parameters()), stop
+
+    monkeypatch.setattr(overfit_one_batch, "_train", scripted)
+    result = overfit(healthy.make_regression_mlp())
+    assert result.status == "pass", result.summary
+    assert result.details.get("on_course_to_miss", False) == retry_reaches, result.details
+    assert calls == [(1.0, True), (10.0, False)] + ([] if retry_reaches else [(1.0, False)])
+    assert result.details["steps"] == (59 if retry_reaches else 76)
+
+
+def test_overfit_a_slow_run_stops_on_course_to_miss_only_when_asked_and_never_when_noisy():
+    """_train's own stop: a deterministic objective at a tiny lr falls too slowly for the target; the same run without
+    early (the whole sprint) or with a noisy objective runs its budget."""
+    case = overfit_one_batch.validate_case(dict(healthy.make_regression_mlp(),
+                                                optimizer=lambda params: torch.optim.SGD(params, lr=3e-3)))
+    x, y = case["batch"]
+    kwargs = dict(case=case, model=case["model"], inputs=x, targets=y, lr_scale=1.0, steps=120, target=0.01)
+    with overfit_one_batch.preserved(case["model"]):
+        early = overfit_one_batch._train(**kwargs, early=True)
+    with overfit_one_batch.preserved(case["model"]):
+        whole = overfit_one_batch._train(**kwargs)
+    with overfit_one_batch.preserved(case["model"]):
+        noisy = overfit_one_batch._train(**kwargs, noisy=True, early=True)
+    assert early[2] == "out_of_reach" and len(early[0]) == overfit_one_batch.STALL_WINDOW + 1, early[0][-3:]
+    assert whole[2] == noisy[2] == "budget" and len(whole[0]) == len(noisy[0]) == 121, (whole[0][-3:], noisy[2])
 
 
 def test_overfit_runaway_and_settle_rules_at_their_edges():
@@ -688,7 +739,7 @@ def test_overfit_a_small_positive_loss_that_grows_is_no_flipped_sign(monkeypatch
     """A loss that ran away from 0.1 to 0.5 grows: "sign flipped" is for a loss heading below zero."""
     runs = iter([([0.1] + [0.5] * 6, "runaway")])
 
-    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False):
+    def scripted(case, model, inputs, targets, lr_scale, steps, target, noisy=False, early=False):
         losses, stop = next(runs)
         return losses, case["optimizer"](model.parameters()), stop
 
