@@ -15,7 +15,11 @@ What it checks
     pass, warn, fail or skip (with the reason it cannot apply, e.g. no chance level
     for task kind "other"). A check that raises on your model (its forward or loss errors, say)
     is reported as that check's `fail` with the error and the line in details, not as a crash:
-    the error is a finding about your case. A check whose file is not next to doctor.py is a
+    the error is a finding about your case. A batch whose forward costs more than CHECK_FLOPS (4
+    GFLOP: one resnet18 image at 224x224) is cut to its first rows, never below 2, for every
+    check from the first forward on (labels) but update_ratio; the report's first line says so,
+    and --json's details["batch_cut"] of each check that ran on it.
+    A check whose file is not next to doctor.py is a
     skip (copy the files you need together). The case itself must load: a missing file, a
     missing factory, a factory that raises or returns the wrong shape is a one-line error and
     exit code 2. Every check leaves the model as it found it (parameters, buffers, .grad, mode,
@@ -122,8 +126,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 
 from ml_debug_contract import (CHECK_TIMEOUT, SUPERVISED, USER_CODE_LIMIT, ArgumentParser, CaseError, CheckResult,
-                               CheckTimeout, SupervisedError, WriteGuard, json_text, load_case, supervised,
-                               time_limit, validate_case)
+                               CheckTimeout, SupervisedError, WriteGuard, batch_rows, count_rows, forward, json_text,
+                               load_case, preserved, supervised, time_limit, validate_case)
 
 TASK_HINTS = {  # the hints --task may set: what each value must be
     "kind": "one of classification, regression, causal_lm, seq2seq, other", "num_classes": "an integer",
@@ -180,6 +184,43 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
 ]
 
 
+# The checks take some 30 forward and backward passes between them, and overfit_one_batch up to 2 x 300 steps on 8 rows.
+# A batch whose forward costs more than CHECK_FLOPS is cut to its first rows for them, counted in FLOPs (the same cut on
+# any machine, as a verdict must be), never below MIN_ROWS.
+CHECK_FLOPS = 4e9  # one forward of the checks' batch: 4 GFLOP, one resnet18 row at 224x224 (3.6 GFLOP, measured), ~0.1 s
+# on one CPU core; 4 rows of it took the doctor 36 s on imagenet/main.py --dummy -b 4, 26 s of it in the checks (measured)
+MIN_ROWS = 2  # batch_independence compares rows, and BatchNorm needs two to normalise in train mode
+ON_THE_BATCH_AS_GIVEN = ("data_sanity", "init_scale")  # they judge the data and the weights, before any forward
+WHOLE_BATCH = ("update_ratio",)  # its overshoot experiment needs the batch the run steps on: 10 steps at lr 1.6 (SGD with
+# momentum, resnet18) raised the loss on 4 rows from 6.9 to 299 and back to 1e-4 on the first 2 of them, not on all 4 (measured)
+
+
+def within_budget(case):
+    """(case, cut): the case with its batch cut to the rows one forward may cost (CHECK_FLOPS, at least MIN_ROWS), and
+    {"rows", "of", "gflop_a_row"}; the case itself and None when the batch fits, is one graph (its nodes need their
+    edges), or the forward or the cut batch's loss raises (the checks then meet the batch as given, and the error)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    inputs, targets = case["batch"]
+    bdim = case["task"].get("batch_dim", 0)
+    n = count_rows(inputs, bdim)
+    if n <= MIN_ROWS or case["task"].get("graph"):
+        return case, None
+    counter = FlopCounterMode(display=False)
+    try:
+        with preserved(case["model"]), torch.no_grad():  # BatchNorm's running statistics and the RNG as they were
+            with counter:
+                forward(case["model"], inputs)
+            rows = max(MIN_ROWS, int(CHECK_FLOPS * n // max(counter.get_total_flops(), 1)))
+            if rows >= n:
+                return case, None
+            batch = batch_rows(inputs, n, 0, rows, bdim), batch_rows(targets, n, 0, rows, bdim, flattened=True)
+            case["loss_fn"](forward(case["model"], batch[0]), batch[1])
+    except Exception:  # the user's forward or loss: the checks meet it and say so
+        return case, None
+    return dict(case, batch=batch), {"rows": rows, "of": n, "gflop_a_row": round(counter.get_total_flops() / n / 1e9, 3)}
+
+
 def user_frame(traceback):
     """The innermost frame of the traceback in the user's files (not Python's, torch's, an installed package's or ours)."""
     library = {sysconfig.get_path(name) for name in ("stdlib", "platstdlib", "purelib", "platlib")}
@@ -198,20 +239,28 @@ class Interrupted(BaseException):
     """Ctrl-C (a real SIGINT to the doctor), told apart from a KeyboardInterrupt that the user's code raises itself."""
 
 
-def run_checks(case, checks=None, timeout=None, started=None, finished=None):
+def run_checks(case, checks=None, timeout=None, started=None, finished=None, budget=False):
     """Run the checks on a case in order, each within `timeout` seconds; a check that raises becomes its own `fail`, once.
 
     Each result gets details["seconds"], the check's wall time. started(check_id) and finished(result), when given,
-    are called around each check (the supervised child tells the parent with them).
+    are called around each check (the supervised child tells the parent with them). budget: the first check that runs
+    the model (not one of ON_THE_BATCH_AS_GIVEN) first cuts the batch to CHECK_FLOPS (within_budget), inside its own
+    time limit and error handling, as the forward is the user's code; it and every later check but WHOLE_BATCH then run
+    on the cut batch, and say so in details["batch_cut"].
     """
     results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
+    cut = None
     for check_id, module_name in checks or CHECKS:
         if started is not None:
             started(check_id)
-        began = time.perf_counter()
+        began, runs_on = time.perf_counter(), case
         try:
             with time_limit(timeout):
-                result = getattr(importlib.import_module(module_name), f"check_{check_id}")(case)
+                if budget and check_id not in ON_THE_BATCH_AS_GIVEN:
+                    budget = False
+                    cut = within_budget(case)
+                runs_on = cut[0] if cut is not None and cut[1] is not None and check_id not in WHOLE_BATCH else case
+                result = getattr(importlib.import_module(module_name), f"check_{check_id}")(runs_on)
         except CheckTimeout:  # preserved() inside the check restored the model on the way out; a budget run out: no verdict
             result = CheckResult(check_id, "skip", f"inconclusive: ran past the {timeout:g} s time limit (--timeout) and was "
                                  "stopped", {"next": "a forward or loss that hangs or is far slower than one batch should be; "
@@ -229,6 +278,8 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None):
                                          {"error": error, "where": where,
                                           "next": "fix this error first: the model or loss cannot run on the batch as given"})
         result.details["seconds"] = round(time.perf_counter() - began, 2)
+        if runs_on is not case:
+            result.details["batch_cut"] = cut[1]
         results.append(result)
         if finished is not None:
             finished(result)
@@ -263,7 +314,7 @@ def examine(args, script_args):
         case["task"] = {**case["task"], **args.task}
         send("title", title)
         run_checks(case, timeout=timeout, started=lambda check_id: send("phase", [check_id, timeout]),
-                   finished=lambda result: send("result", result.to_dict()))
+                   finished=lambda result: send("result", result.to_dict()), budget=True)
         return title
 
     first = f"{os.path.basename(args.script)} before its first optimizer step" if args.script else f"loading {args.case}"
@@ -296,6 +347,11 @@ def examine(args, script_args):
 
 def report(results, title):
     """The short readable report: one line per check, what to try next and the playbook entry for warn/fail."""
+    cut = next((result.details["batch_cut"] for result in results if "batch_cut" in result.details), None)
+    if cut:
+        title = (f"{title}; checks from {next(r.id for r in results if 'batch_cut' in r.details)} on but "
+                 f"{', '.join(WHOLE_BATCH)} ran on the first {cut['rows']} of {cut['of']} rows: a forward costs "
+                 f"{cut['gflop_a_row']:g} GFLOP a row (budget {CHECK_FLOPS / 1e9:g} GFLOP)")
     lines = [f"doctor: {title}"]
     width = max((len(result.id) for result in results), default=0)
     indent = " " * (2 + 5 + 1 + width + 1)  # under the summary

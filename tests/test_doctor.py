@@ -293,3 +293,115 @@ def test_hf_style_cases_pass_every_check(factory):
     if factory == "make_hf_style_lm_labels_inside":
         expected["target_leak"] = "skip"  # the model returns its own loss: the scoring is inside the model
     assert statuses == expected, statuses
+
+
+def _forward_flops(case):
+    from torch.utils.flop_counter import FlopCounterMode
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        case["model"](case["batch"][0])
+    return counter.get_total_flops()
+
+
+def test_a_batch_over_the_flop_budget_is_cut_to_its_first_rows_and_the_model_is_left_as_found(monkeypatch):
+    """resnet18 at 224x224 costs 3.6 GFLOP a row: 4 of them made the doctor take 36 s on imagenet/main.py. The cut is
+    counted in FLOPs (the same on any machine); the forward that counts them must not move BatchNorm's running
+    statistics, the RNG (dropout draws) or the mode."""
+    case = doctor.validate_case(healthy.make_cnn_classifier())  # 16 rows, BatchNorm and dropout
+    per_row = _forward_flops(case) / 16
+    monkeypatch.setattr(doctor, "CHECK_FLOPS", 5.5 * per_row)
+    model = case["model"]
+    buffers = [b.clone() for b in model.buffers()]
+    rng = torch.get_rng_state()
+    cut, rows = doctor.within_budget(case)
+    assert rows["rows"] == 5 and rows["of"] == 16 and rows["gflop_a_row"] == round(per_row / 1e9, 3), rows
+    assert torch.equal(cut["batch"][0], case["batch"][0][:5]) and cut["batch"][1].tolist() == case["batch"][1][:5].tolist()
+    assert case["batch"][0].shape[0] == 16  # the case itself is not changed
+    assert all(torch.equal(a, b) for a, b in zip(buffers, model.buffers())) and torch.equal(rng, torch.get_rng_state())
+    assert model.training and all(m.training for m in model.modules())
+
+
+@pytest.mark.parametrize("budget_rows, rows", [(16.5, None), (40, None), (0.01, 2)])
+def test_a_batch_within_the_budget_is_kept_whole_and_a_cut_keeps_min_rows(monkeypatch, budget_rows, rows):
+    case = doctor.validate_case(healthy.make_cnn_classifier())
+    monkeypatch.setattr(doctor, "CHECK_FLOPS", budget_rows * _forward_flops(case) / 16)
+    cut, found = doctor.within_budget(case)
+    if rows is None:
+        assert cut is case and found is None
+    else:
+        assert cut["batch"][0].shape[0] == rows == cut["batch"][1].shape[0] == found["rows"], found
+
+
+def test_the_budget_is_4_gflop_a_forward():
+    """A convolution of 1.05 GFLOP a row (16 channels, 3x3, at 477x477): 3 rows fit in 4 GFLOP, a fourth does not."""
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+    model = torch.nn.Sequential(conv, torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 2))
+    case = doctor.validate_case({"model": model, "batch": (torch.randn(5, 16, 477, 477), torch.randint(0, 2, (5,))),
+                                 "loss_fn": torch.nn.functional.cross_entropy})
+    cut, rows = doctor.within_budget(case)
+    assert rows["rows"] == 3 and 1.04 < rows["gflop_a_row"] < 1.06, rows
+
+
+def test_no_cut_for_one_graph_or_a_loss_that_the_cut_batch_breaks(monkeypatch):
+    """A graph's nodes need their edges; a loss that raises on fewer rows is met by the checks on the batch as given."""
+    monkeypatch.setattr(doctor, "CHECK_FLOPS", 1.0)
+    case = doctor.validate_case(healthy.make_cnn_classifier())
+    graph = dict(case, task={**case["task"], "graph": True})
+    assert doctor.within_budget(graph) == (graph, None)
+    fussy = dict(case, loss_fn=lambda out, y: torch.nn.functional.cross_entropy(out, y) if len(y) == 16 else 1 / 0)
+    assert doctor.within_budget(fussy) == (fussy, None)
+
+
+def _spies(seen, *check_ids):
+    spy = type(sys)("spy_checks")
+    for check_id in check_ids:
+        def check(case, check_id=check_id):
+            seen[check_id] = len(case["batch"][1])
+            return doctor.CheckResult(check_id, "pass", "")
+        setattr(spy, f"check_{check_id}", check)
+    return spy
+
+
+def test_the_checks_from_the_first_forward_on_but_update_ratio_run_on_the_cut_batch(monkeypatch):
+    """data_sanity and init_scale judge the batch and the weights before any forward; update_ratio's overshoot
+    experiment needs the batch the run steps on: resnet18 at lr 1.6 (SGD, momentum) raised the loss on 4 rows and
+    recovered to 1e-4 on 2 of them (measured), which hid the harm."""
+    seen, ids = {}, ("data_sanity", "init_scale", "labels", "update_ratio", "overfit_one_batch")
+    monkeypatch.setitem(sys.modules, "spy_checks", _spies(seen, *ids))
+    case = doctor.validate_case(healthy.make_cnn_classifier())
+    monkeypatch.setattr(doctor, "CHECK_FLOPS", 4 * _forward_flops(case) / 16)
+    results = doctor.run_checks(case, [(check_id, "spy_checks") for check_id in ids], budget=True)
+    assert seen == {"data_sanity": 16, "init_scale": 16, "labels": 4, "update_ratio": 16, "overfit_one_batch": 4}
+    assert [r.details.get("batch_cut", {}).get("rows") for r in results] == [None, None, 4, None, 4]
+    assert doctor.run_checks(case, [("labels", "spy_checks")]) and seen["labels"] == 16  # no budget: the batch as given
+
+
+def test_a_forward_that_exits_while_the_flops_are_counted_is_the_first_forward_checks_finding(monkeypatch):
+    """The count is the user's forward: what it raises is reported by the check it ran for, as that check's own
+    forward would be; the checks before it ran."""
+    class Exits(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            raise SystemExit(3)
+    seen = {}
+    monkeypatch.setitem(sys.modules, "spy_checks", _spies(seen, "data_sanity", "labels"))
+    case = doctor.validate_case({"model": Exits(), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+                                 "loss_fn": torch.nn.functional.cross_entropy})
+    results = doctor.run_checks(case, [("data_sanity", "spy_checks"), ("labels", "spy_checks")], budget=True)
+    assert [r.status for r in results] == ["pass", "fail"] and "SystemExit" in results[1].summary, results
+    assert seen == {"data_sanity": 8}
+
+
+def test_the_report_says_when_the_checks_ran_on_fewer_rows(monkeypatch, capsys):
+    monkeypatch.setattr(doctor, "CHECK_FLOPS", 1.0)
+    case = f"{ZOO / 'healthy.py'}:make_cnn_classifier"
+    assert doctor.main(["--case", case]) == 0
+    title = capsys.readouterr().out.splitlines()[0]
+    assert f"checks from labels on but update_ratio ran on the first {doctor.MIN_ROWS} of 16 rows" in title, title
+    assert doctor.main(["--case", case, "--json"]) == 0
+    cuts = {c["id"]: c["details"].get("batch_cut", {}).get("rows") for c in json.loads(capsys.readouterr().out)["checks"]}
+    assert {check_id for check_id, rows in cuts.items() if rows is None} == {"data_sanity", "init_scale", "update_ratio"}
+    assert set(cuts.values()) == {None, doctor.MIN_ROWS}, cuts
