@@ -652,7 +652,8 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                 details.update(failure="inconclusive", next=f"rerun with more steps: check_overfit_one_batch(case, "
                                f"steps={4 * steps})")
                 missed = "stalled" if stop == "stalled" else f"ran out of its {steps} steps"
-                unstable = "diverged" if retry_failure == "diverging" else f"jumped to {RUNAWAY:g}x its start"
+                details["retry_unstable"] = "diverged" if retry_failure == "diverging" else "jumped"
+                unstable = {"diverged": "diverged", "jumped": f"jumped to {RUNAWAY:g}x its start"}[details["retry_unstable"]]
                 return CheckResult("overfit_one_batch", "skip", f"inconclusive: the loss fell at your lr ({_trace(losses, samples)}) "
                                    f"but {missed} above the target, and {unstable} at {RETRY_LR:g}x: this sprint cannot tell "
                                    f"a slow lr from a bug{not_optimised}", details)

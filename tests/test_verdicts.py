@@ -650,6 +650,8 @@ def test_overfit_a_jump_the_next_steps_undo_is_no_runaway():
     assert overfit_one_batch._ran_away(stays) and not overfit_one_batch._ran_away(stays[:-1])
     assert not overfit_one_batch._ran_away(stays[:-1] + [3.9]) and overfit_one_batch._ran_away([1.0, float("nan")])
     assert overfit_one_batch._ran_away([1.0] + [-4.5] * overfit_one_batch.RUNAWAY_STEPS)  # heading to -inf: |loss|
+    assert overfit_one_batch._ran_away([1.0, float("inf")]) and overfit_one_batch._ran_away([1.0, -float("inf")])
+    assert overfit_one_batch._finite([1.0, -3e38]) and not overfit_one_batch._finite([1.0, float("inf")])
 
 
 @pytest.mark.parametrize("retry_peak, status", [(4.5, "skip"), (3.5, "fail")])
@@ -670,6 +672,7 @@ def test_overfit_a_retry_that_jumped_is_no_reference_for_a_slow_lr(monkeypatch, 
     result = overfit(case)
     assert result.status == status and result.details["failure"] == ("inconclusive" if status == "skip" else "plateau"), \
         result.summary
+    assert result.details.get("retry_unstable") == ("jumped" if status == "skip" else None), result.details
 
 
 def test_overfit_on_course_to_miss_is_the_pace_of_the_last_50_steps_kept_up():
