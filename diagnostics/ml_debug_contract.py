@@ -261,7 +261,7 @@ def batch_rows(obj, n, start, count, bdim=0, flattened=False):
         if flattened and bdim == 0 and obj.dim() >= 1 and obj.shape[0] % n == 0:
             per_row = obj.shape[0] // n
             return obj.narrow(0, start * per_row, count * per_row)
-        return obj
+        return obj  # another size: not a tensor of the batch
     if isinstance(obj, dict):
         return {key: batch_rows(value, n, start, count, bdim, flattened) for key, value in obj.items()}
     if isinstance(obj, (tuple, list)):

@@ -467,3 +467,24 @@ def test_capture_refuses_a_loss_summed_from_two_loss_calls():
     with pytest.raises(capture.CaptureError):
         capture.capture_case(train)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_contracts_batch_helpers_find_the_rows_and_cut_only_tensors_of_the_batch():
+    """first_tensor, count_rows and batch_rows: what overfit_one_batch, update_ratio and the doctor's FLOP budget slice
+    batches with. A dict gives its values; a tensor without the batch dim has no rows and is never cut; flattened
+    targets (B*T rows of a batch of B) give T rows per batch row, and only when asked, batch-first."""
+    from ml_debug_contract import batch_rows, count_rows, first_tensor
+    ids, mask = torch.arange(6).reshape(3, 2), torch.ones(3, 2)
+    assert first_tensor({"ids": ids, "mask": mask}) is ids and first_tensor(("text", [None, mask])) is mask
+    assert first_tensor({"ids": [1, 2]}) is None and first_tensor(ids) is ids
+    assert count_rows({"ids": ids}) == 3 and count_rows(ids, bdim=1) == 2 and count_rows(torch.tensor(3.0)) == 0
+    assert count_rows(torch.zeros(5), bdim=1) == 0 and count_rows(None) == 0 and count_rows([]) == 0
+    cut = batch_rows({"ids": ids, "scale": torch.tensor(2.0), "name": "x"}, 3, 1, 2)
+    assert cut["ids"].tolist() == [[2, 3], [4, 5]] and cut["scale"].item() == 2.0 and cut["name"] == "x"
+    assert batch_rows(torch.zeros(3), 3, 0, 2, bdim=1).shape == (3,)  # no dim 1: not the batch
+    as_list, as_tuple = batch_rows([ids], 2, 0, 1, bdim=1), batch_rows((ids,), 2, 1, 1, bdim=1)
+    assert type(as_list) is list and as_list[0].tolist() == [[0], [2], [4]] and as_tuple[0].tolist() == [[1], [3], [5]]
+    flat = torch.arange(12)  # 4 rows of 3 positions
+    assert batch_rows(flat, 4, 1, 2, flattened=True).tolist() == [3, 4, 5, 6, 7, 8]
+    assert batch_rows(flat, 4, 1, 2).tolist() == flat.tolist() and batch_rows(flat, 4, 1, 2, bdim=1, flattened=True) is flat
+    assert batch_rows(torch.arange(10), 4, 1, 2, flattened=True).shape == (10,)  # 10 is no 4 x T
