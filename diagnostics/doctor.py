@@ -187,8 +187,8 @@ CHECKS = [  # (id, module) in cost order; the module defines check_<id>(case) ->
 # The checks take some 30 forward and backward passes between them, and overfit_one_batch up to 2 x 300 steps on 8 rows.
 # A batch whose forward costs more than CHECK_FLOPS is cut to its first rows for them, counted in FLOPs (the same cut on
 # any machine, as a verdict must be), never below MIN_ROWS.
-CHECK_FLOPS = 4e9  # one forward of the checks' batch: 4 GFLOP, one resnet18 row at 224x224 (3.6 GFLOP, measured), ~0.1 s
-# on one CPU core; 4 rows of it took the doctor 36 s on imagenet/main.py --dummy -b 4, 26 s of it in the checks (measured)
+CHECK_FLOPS = 4e9  # one forward of the checks' batch: 4 GFLOP, one resnet18 row at 224x224 (3.6 GFLOP, 0.07 s on one CPU
+# core); 4 rows of it took the doctor 36 s on imagenet/main.py --dummy -b 4, 26 s of it in the checks (measured)
 MIN_ROWS = 2  # batch_independence compares rows, and BatchNorm needs two to normalise in train mode
 ON_THE_BATCH_AS_GIVEN = ("data_sanity", "init_scale")  # they judge the data and the weights, before any forward
 WHOLE_BATCH = ("update_ratio",)  # its overshoot experiment needs the batch the run steps on: 10 steps at lr 1.6 (SGD with
@@ -249,7 +249,7 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None, bud
     on the cut batch, and say so in details["batch_cut"].
     """
     results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
-    cut = None
+    cut, rows = case, None
     for check_id, module_name in checks or CHECKS:
         if started is not None:
             started(check_id)
@@ -258,8 +258,8 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None, bud
             with time_limit(timeout):
                 if budget and check_id not in ON_THE_BATCH_AS_GIVEN:
                     budget = False
-                    cut = within_budget(case)
-                runs_on = cut[0] if cut is not None and cut[1] is not None and check_id not in WHOLE_BATCH else case
+                    cut, rows = within_budget(case)
+                runs_on = cut if rows and check_id not in WHOLE_BATCH else case
                 result = getattr(importlib.import_module(module_name), f"check_{check_id}")(runs_on)
         except CheckTimeout:  # preserved() inside the check restored the model on the way out; a budget run out: no verdict
             result = CheckResult(check_id, "skip", f"inconclusive: ran past the {timeout:g} s time limit (--timeout) and was "
@@ -279,7 +279,7 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None, bud
                                           "next": "fix this error first: the model or loss cannot run on the batch as given"})
         result.details["seconds"] = round(time.perf_counter() - began, 2)
         if runs_on is not case:
-            result.details["batch_cut"] = cut[1]
+            result.details["batch_cut"] = rows
         results.append(result)
         if finished is not None:
             finished(result)
@@ -349,7 +349,7 @@ def report(results, title):
     """The short readable report: one line per check, what to try next and the playbook entry for warn/fail."""
     cut = next((result.details["batch_cut"] for result in results if "batch_cut" in result.details), None)
     if cut:
-        title = (f"{title}; checks from {next(r.id for r in results if 'batch_cut' in r.details)} on but "
+        title = (f"{title}; from {next(r.id for r in results if 'batch_cut' in r.details)} on, every check but "
                  f"{', '.join(WHOLE_BATCH)} ran on the first {cut['rows']} of {cut['of']} rows: a forward costs "
                  f"{cut['gflop_a_row']:g} GFLOP a row (budget {CHECK_FLOPS / 1e9:g} GFLOP)")
     lines = [f"doctor: {title}"]

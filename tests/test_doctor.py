@@ -400,7 +400,7 @@ def test_the_report_says_when_the_checks_ran_on_fewer_rows(monkeypatch, capsys):
     case = f"{ZOO / 'healthy.py'}:make_cnn_classifier"
     assert doctor.main(["--case", case]) == 0
     title = capsys.readouterr().out.splitlines()[0]
-    assert f"checks from labels on but update_ratio ran on the first {doctor.MIN_ROWS} of 16 rows" in title, title
+    assert f"from labels on, every check but update_ratio ran on the first {doctor.MIN_ROWS} of 16 rows" in title, title
     assert doctor.main(["--case", case, "--json"]) == 0
     cuts = {c["id"]: c["details"].get("batch_cut", {}).get("rows") for c in json.loads(capsys.readouterr().out)["checks"]}
     assert {check_id for check_id, rows in cuts.items() if rows is None} == {"data_sanity", "init_scale", "update_ratio"}
