@@ -646,6 +646,10 @@ def test_a_box_of_name_value_rows_is_one_record_at_its_first_row():
     ("{'loss': np.float64(1.5), 'grad_norm': tensor(0.3), 'epoch': 0.5}", {"loss": "1.5", "grad_norm": "0.3", "epoch": "0.5"}),
     ('{"lm loss": 1.2E+00, "grad norm": 0.3, "x": NaN}', {"lm loss": "1.2E+00", "grad norm": "0.3", "x": "NaN"}),
     ("Epoch one started", None),
+    # deep-text-recognition-benchmark: the iteration of N opens the line, the validation loss is a name on it
+    ("[100/200000] Train loss: 0.00414, Valid loss: 0.00665, Elapsed_time: 665.83799",
+     {"step": "100", "Train loss": "0.00414", "Valid loss": "0.00665", "Elapsed_time": "665.83799"}),
+    ("[3/10] step: 500 loss: 1.2", {"step": "500", "loss": "1.2"}),  # a named counter before an opening [i/N]
 ])
 def test_the_general_reader_takes_named_numbers_and_the_lines_own_step(line, record):
     parsed = general.parse(line)

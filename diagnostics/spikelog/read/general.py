@@ -6,7 +6,7 @@ colour codes (ANSI) are stripped first. A number glued to a unit (`12ms`, `38%`,
 or a word is no value. The step is the line's own counter: a global one (`global_step`, `num_updates`,
 `current_steps`, `time/iterations`) first, then the i of `Epoch [e][i/N]` (mmdetection, mmengine, torchvision's
 references; with e as the epoch) or `Iter [i/N]` (after `Epoch: [e/E]`, its epoch), then `step`, `iteration`, `iter`, `it`, then a number that opens
-the line before a name (`1200 train 3.21`). A counter that starts
+the line before a name (`1200 train 3.21`) or an `[i/N]` that opens it (`[100/200000] Train loss: 0.004`). A counter that starts
 again each epoch is composed into a global step by columns.epoch_steps. A line that says it is validation (`valid`, `eval`,
 `(val)`, `test` outside its names) is no training row, and lines in a row with the same step are one row (a
 trainer's own summary of that step adds what the row lacks). Which name is the loss is decided after, by
@@ -24,6 +24,7 @@ EPOCH_ITER = re.compile(r"\bepoch\s*(?:\(\w+\))?\s*:?\s*\[\s*(\d+)\s*\]\s*\[\s*(
 EPOCH_OF = re.compile(r"\bepoch\s*:?\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.IGNORECASE)  # Epoch: [ 0/200] (its iter follows)
 ITER_OF = re.compile(r"\biter\s*(?:\(\w+\))?\s*:?\s*\[\s*(\d+)\s*/\s*\d+\s*\]", re.IGNORECASE)  # Iter(train) [50/90000]
 LEADING_STEP = re.compile(r"(\d+) (?=[A-Za-z_])")
+LEADING_OF = re.compile(r"\s*\[\s*(\d+)\s*/\s*\d+\s*\]")  # `[100/200000] Train loss: ...` (deep-text-recognition-benchmark)
 PHASE = re.compile(r"(?<![\w/.-])(?:val|valid|validation|validating|eval|evaluation|evaluating|test|testing)(?![\w/.-])",
                    re.IGNORECASE)
 GLOBAL_STEPS = ("global_step", "num_updates", "current_steps", "time/iterations")  # whole-run counters first
@@ -62,7 +63,8 @@ def parse(line):
     if found is not None:
         record["step"] = record.pop(found)
     else:
-        m = LEADING_STEP.match(line)  # `1200 train 3.21` (build-nanogpt's log.txt): the line opens with its step
+        m = LEADING_STEP.match(line) or LEADING_OF.match(line)  # `1200 train 3.21` (build-nanogpt's log.txt),
+        # `[100/200000] Train loss: 0.004`: the line opens with its step
         if m is not None:
             record["step"] = m.group(1)
     return record
