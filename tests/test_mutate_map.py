@@ -164,6 +164,24 @@ def test_a_listed_equivalent_mutant_is_counted_and_not_run(repo, tmp_path):
     assert "survived 4, timed out 0, equivalent 1" in proc.stdout
 
 
+def test_an_equivalent_whose_line_text_is_on_two_lines_names_neither(tmp_path):
+    """`return obj` ends two functions: an entry by that text cannot say which line was judged, so it holds for
+    neither, and both mutants run (session 12: `return obj` listed for batch_rows also hid first_tensor's killable
+    mutant). A text of its own (a comment will do) names its line."""
+    import types
+
+    import mutate as tool
+    (tmp_path / "lib.py").write_text("def a(obj):\n    return obj\n\n\ndef b(obj):\n    return obj  # b's own\n"
+                                     "\n\ndef c(obj):\n    return obj\n")
+    listed = tmp_path / "equivalent.txt"
+    drop = "drop the `return` that ends this if-branch"
+    listed.write_text(f"lib.py\t{drop}\treturn obj\twhich one?\nlib.py\t{drop}\treturn obj  # b's own\tthis one\n")
+    equivalents = tool.Equivalents(listed)
+    holds = {line: equivalents.holds(tmp_path, types.SimpleNamespace(path="lib.py", line=line, what=drop))
+             for line in (2, 6, 10)}
+    assert holds == {2: False, 6: True, 10: False}
+
+
 def test_a_map_of_ours_is_updated_by_a_later_build_on_some_tests(repo):
     root, line_map = repo
     own = root.parent / "map.json"

@@ -59,7 +59,8 @@ tests (what the other tests run of it is unknown), only from one on all.
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
 reason: one a line, file, the mutation as printed, the stripped text of its line and why, tab-separated. They are
-counted as equivalent and not run.
+counted as equivalent and not run. A line text that more than one line of the file holds names none of them: give the
+judged line a text of its own (a comment will do).
 
 Prints, per file: mutants generated, killed, survived (each with file:line and the mutation), timed out and
 equivalent. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
@@ -816,7 +817,9 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
 class Equivalents:
     """The mutants judged equivalent (they change no output): not run, counted apart. One a line, four fields
     separated by tabs: the file, the mutation as this tool prints it (`` `<` -> `<=` ``), the text of the line it
-    edits (stripped), and why it is equivalent. Lines starting with # are comments."""
+    edits (stripped), and why it is equivalent. Lines starting with # are comments. A text that more than one line of
+    the file holds names none of them (`return obj` in two functions: which one was judged?): those mutants run; give
+    the judged line a text of its own (a comment will do)."""
 
     def __init__(self, path):
         self.entries, self.sources = set(), {}
@@ -835,8 +838,9 @@ class Equivalents:
     def holds(self, root, mutant):
         if mutant.path not in self.sources:
             self.sources[mutant.path] = (root / mutant.path).read_bytes().decode("utf-8", "replace").splitlines()
-        text = self.sources[mutant.path][mutant.line - 1].strip()
-        return (mutant.path, mutant.what, text) in self.entries
+        lines = self.sources[mutant.path]
+        text = lines[mutant.line - 1].strip()
+        return (mutant.path, mutant.what, text) in self.entries and sum(line.strip() == text for line in lines) == 1
 
 
 def summary_lines(result):
