@@ -347,11 +347,12 @@ def examine(args, script_args):
 
 def report(results, title):
     """The short readable report: one line per check, what to try next and the playbook entry for warn/fail."""
-    cut = next((result.details["batch_cut"] for result in results if "batch_cut" in result.details), None)
-    if cut:
-        title = (f"{title}; from {next(r.id for r in results if 'batch_cut' in r.details)} on, every check but "
-                 f"{', '.join(WHOLE_BATCH)} ran on the first {cut['rows']} of {cut['of']} rows: a forward costs "
-                 f"{cut['gflop_a_row']:g} GFLOP a row (budget {CHECK_FLOPS / 1e9:g} GFLOP)")
+    first_cut = next((result for result in results if "batch_cut" in result.details), None)
+    if first_cut is not None:
+        cut = first_cut.details["batch_cut"]
+        title = (f"{title}; from {first_cut.id} on, every check but {', '.join(WHOLE_BATCH)} ran on the first "
+                 f"{cut['rows']} of {cut['of']} rows: a forward costs {cut['gflop_a_row']:g} GFLOP a row (budget "
+                 f"{CHECK_FLOPS / 1e9:g} GFLOP)")
     lines = [f"doctor: {title}"]
     width = max((len(result.id) for result in results), default=0)
     indent = " " * (2 + 5 + 1 + width + 1)  # under the summary
