@@ -379,8 +379,35 @@ def test_validation_losses_are_never_a_dataset_series():
 
 @pytest.mark.parametrize("call, flagged", [("nn.Softmax(-1)", False), ("nn.Softmax(dim=-1)", False), ("nn.Softmax()", True)])
 def test_softmax_with_a_positional_dim_is_not_flagged(call, flagged):
-    findings = [(f.rule, f.line) for f in lint.lint_source(f"import torch.nn as nn\nact = {call}\n")]
-    assert findings == ([("softmax-no-dim", 2)] if flagged else [])
+    code = f"import torch\nimport torch.nn as nn\nact = {call}\nact(torch.randn(2, 3, 4))\n"
+    findings = [(f.rule, f.line) for f in lint.lint_source(code)]
+    assert findings == ([("softmax-no-dim", 3)] if flagged else [])
+
+
+RANKS = [  # an expression over x, y (tensors), a, b, c, d, n (ints as far as the code shows), idx, shape: its rank
+    ("x.view(a, b, -1)", 3), ("x.view(-1)", 1), ("x.view(shape)", None), ("torch.zeros(n)", None),
+    ("torch.zeros(len(y))", 1), ("torch.full((2, 3), 0.0)", 2), ("x.view(a, b, c, d).flatten(1)", 2),
+    ("x.view(a, b, c, d).flatten(1, 2)", 3), ("x.flatten()", 1), ("x.view(a, b).unsqueeze(0)", 3),
+    ("x.view(a, b).squeeze(0)", 1), ("x.view(a, b, c).sum(1)", 2), ("x.view(a, b, c).sum(1, keepdim=True)", 3),
+    ("x.sum()", 0), ("torch.cat([x.view(a, b), y], 1)", 2), ("torch.stack([x.view(a, b)])", 3),
+    ("x.view(a, b)[:, 0]", 1), ("x.view(a, b)[None]", 3), ("x.view(a, b)[idx]", None),
+    ("x.view(a, b, c) @ y.view(a, c, d)", 3), ("x.view(a, b) * 2", 2), ("x.view(a, b) * y", None),
+    ("nn.Sequential(nn.Linear(4, 2), nn.Flatten())(x.view(a, b, c))", 2), ("nn.Conv2d(1, 1, 3)(x.view(a, b, c, d))", None),
+    ("F.relu(x.view(a, b))", 2), ("x.view(a, b).permute(1, 0)", 2), ("x.view(a, b) / math.sqrt(d)", 2),
+]
+
+
+@pytest.mark.parametrize("expression, expected", RANKS, ids=[e for e, _ in RANKS])
+def test_lint_follows_a_tensors_rank_through_the_code(expression, expected):
+    import ast
+
+    from trainlint.ranks import rank
+    from trainlint.source import Source
+
+    code = ("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+            f"def f(x, y, a, b, c, d, n, idx, shape):\n    return {expression}\n")
+    src = Source(ast.parse(code), text=code)
+    assert rank(src, src.of_type(ast.Return)[0].value) == expected
 
 
 @pytest.mark.parametrize("values, x", [(("1", "10"), "log10"), (("1", "9"), "linear")])

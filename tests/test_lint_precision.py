@@ -331,8 +331,8 @@ STILL_FOUND = [
     ("softmax-no-dim", """
         import torch.nn.functional as F
 
-        def attend(scores):
-            return F.softmax(scores.flatten(1, 2))  # BUG: flatten(1, 2) keeps the rank open
+        def attend(scores, b, h, t):
+            return F.softmax(scores.view(b, h, t, t).flatten(1, 2))  # BUG: 4-D flattened over 1..2 is 3-D
         """),
     ("scaler-without-update", """
         class Trainer:
@@ -423,6 +423,25 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
 
 FOUND = [
+    ("softmax-no-dim", "a Sequential ending in LogSoftmax applied to a 3-D input", """
+        import torch.nn as nn
+
+        class LanguageModel(nn.Module):
+            def __init__(self, d, vocab):
+                super().__init__()
+                self.head = nn.Sequential(nn.Linear(d, vocab), nn.LogSoftmax())  # BUG: applied to (batch, time, d)
+
+            def forward(self, h, batch, time):
+                return self.head(h.view(batch, time, -1))
+        """),
+    ("softmax-no-dim", "attention scores made by matmul of 4-D heads", """
+        import torch.nn.functional as F
+
+        def attend(x, batch, time, heads):
+            q = x.view(batch, time, heads, -1).transpose(1, 2)
+            scores = (q @ q.transpose(-2, -1)) * 0.125
+            return F.softmax(scores.masked_fill(scores > 9, 0.0))  # BUG: dim 1 of (batch, heads, q, k) is heads
+        """),
     ("softmax-into-ce", "a softmax fed to a criterion passed in as a parameter", """
         import torch.nn.functional as F
 
@@ -802,6 +821,46 @@ CORPUS_SILENT = {
                 opt.step()
                 latents = x_in.detach()
             return latents
+        """,
+    "softmax-no-dim: 2-D inputs through Linear layers, a Sequential, Variable and a conditional .cuda() (tutorials)": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+        from torch.autograd import Variable
+
+        class Discriminator(nn.Module):
+            def __init__(self, n_classes):
+                super().__init__()
+                self.conv = nn.Conv2d(3, 16, 3)
+                self.aux_layer = nn.Sequential(nn.Linear(16 * 30 * 30, n_classes), nn.Softmax())
+                self.out = nn.Linear(128, 10)
+                self.never_applied = nn.LogSoftmax()
+
+            def forward(self, img):
+                out = self.conv(img)
+                out = out.view(out.shape[0], -1)
+                return self.aux_layer(out)
+
+            def classify(self, x):
+                x = x.view(1, -1)
+                x = F.relu(self.out(x))
+                return F.log_softmax(x)
+
+        def attention_weights(batch, length, use_cuda):
+            energies = Variable(torch.zeros(batch, length))
+            if use_cuda:
+                energies = energies.cuda()
+            return F.softmax(energies)
+
+        def bag_of_words(context):
+            embedded = torch.zeros(len(context), 8)
+            return F.log_softmax(torch.sum(embedded, 0, keepdim=True)), F.softmax(embedded[:, :4])
+        """,
+    "softmax-no-dim: an input whose rank the code does not show is left to PyTorch's warning": """
+        import torch.nn.functional as F
+
+        def policy(x, head):
+            return F.softmax(head(x))
         """,
 }
 

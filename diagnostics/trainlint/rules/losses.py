@@ -1,6 +1,7 @@
 """Rules on what goes into a loss: an activation the loss applies itself, and softmax without dim."""
 import ast
 
+from ..ranks import rank, spelled_rank, through
 from ..registry import rule
 from ..syntax import argument, dotted, has_star_kwargs, keyword, method_call, place, position, terminal
 
@@ -144,50 +145,28 @@ def check_sigmoid_into_bce_logits(src):
                          f"gets a second one, so predictions are stuck in (0.5, 0.73). Pass the raw logits.")
 
 
-SHAPED = {"view", "reshape", "randn", "rand", "zeros", "ones", "empty", "full"}  # their positional sizes give the rank
-
-
-def rank(src, node):
-    """The number of dimensions of node's value when the code spells it out: x.view(n, -1), x.reshape(n, c, h, w),
-    torch.randn(4, 10), x.flatten(1); else None."""
-    value = src.resolve(node) if node is not None else None
-    if not isinstance(value, ast.Call) or value.keywords and terminal(value.func) != "flatten" or \
-            any(isinstance(a, ast.Starred) for a in value.args):
-        return None
-    name, args = terminal(value.func), value.args
-    if name == "flatten":
-        start = argument(value, 0, "start_dim")
-        whole = len(args) < 2 and keyword(value, "end_dim") is None
-        return 2 if whole and isinstance(start, ast.Constant) and start.value == 1 else None
-    if name not in SHAPED or (name in ("randn", "rand", "zeros", "ones", "empty", "full") and
-                              not (src.qualname(value.func) or "").startswith("torch.")):
-        return None
-    if name == "full":
-        args = args[:1]
-    if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
-        return len(args[0].elts)
-    return len(args) if args and not (len(args) == 1 and name in ("view", "reshape")) else None
-
-
 @rule(
     "softmax-no-dim",
     "F.softmax / F.log_softmax / nn.Softmax without dim=, which picks a dimension that depends on the input's rank.",
     """Without dim, PyTorch uses dim 0 for 0-D, 1-D and 3-D inputs and dim 1 otherwise (with a
     deprecation warning that is easy to miss). For a (batch, time, vocab) tensor that normalises
-    across the batch: every number is a valid-looking probability and the model trains on
-    nonsense. Always pass dim, usually dim=-1. An input whose rank the code spells out as 2 or 4
-    (x.view(n, -1), x.reshape(n, c, h, w), x.flatten(1)) is left alone: there dim 1 is the class
-    or channel dimension, the one meant.""",
+    across the batch; for (batch, heads, query, key) attention scores, across the heads: every
+    number is a valid-looking probability and the model trains on nonsense. Always pass dim,
+    usually dim=-1. The rule follows the input's rank through the code (view and reshape sizes,
+    factories, Linear layers, elementwise ops, matmul, cat, indexing) and speaks only when that
+    rank makes the implicit dim wrong: 3-D, or 4-D and more not spelled out as an image batch
+    (x.view(n, c, h, w), where dim 1 is the channel dimension, is left alone). A 1-D or 2-D
+    input, and one whose rank the code does not show, is left to PyTorch's own warning.""",
     """
     import torch.nn.functional as F
 
-    logits = model(tokens)  # (batch, time, vocab)
+    logits = model(tokens).view(batch, time, vocab)
     log_probs = F.log_softmax(logits)  # BUG: no dim; a 3-D input is normalised over the batch
     """,
     """
     import torch.nn.functional as F
 
-    logits = model(tokens)  # (batch, time, vocab)
+    logits = model(tokens).view(batch, time, vocab)
     log_probs = F.log_softmax(logits, dim=-1)
     """,
 )
@@ -198,13 +177,68 @@ def check_softmax_no_dim(src):
         if has_star_kwargs(call) or any(isinstance(a, ast.Starred) for a in call.args):
             continue
         if name.startswith("torch.nn.functional.") and last in ("softmax", "log_softmax", "softmin") \
-                and len(call.args) < 2 and keyword(call, "dim") is None and rank(src, argument(call, 0, "input")) not in (2, 4):
-            yield call, (f"{last} without dim uses dim 0 for 1-D and 3-D inputs and dim 1 otherwise; for "
-                         f"(batch, time, classes) that normalises across the batch. Pass dim explicitly (usually dim=-1).")
+                and len(call.args) < 2 and keyword(call, "dim") is None:
+            tensor = argument(call, 0, "input")
+            of = rank(src, tensor)
+            if implicit_dim_is_wrong(of, spelled_rank(src, tensor)):
+                yield call, f"{last} without dim {normalised_over(of)}. Pass dim explicitly (usually dim=-1)."
         elif name.startswith("torch.nn.") and last in ("Softmax", "LogSoftmax", "Softmin") \
                 and not call.args and keyword(call, "dim") is None:
-            yield call, (f"nn.{last}() without dim picks the dimension from the input's rank (dim 0 for 3-D input, "
-                         f"across the batch). Pass dim explicitly, e.g. nn.{last}(dim=-1).")
+            wrong = [(use, of) for use, of in module_inputs(src, call) if implicit_dim_is_wrong(of, None)]
+            if wrong:
+                use, of = wrong[0]
+                yield call, (f"nn.{last}() without dim, applied at line {use.lineno}, {normalised_over(of)}. "
+                             f"Pass dim explicitly, e.g. nn.{last}(dim=-1).")
+
+
+def implicit_dim_is_wrong(of, spelled):
+    """Without dim, softmax normalises dim 0 of a 0-D, 1-D or 3-D input and dim 1 otherwise. For a 3-D input that
+    is the batch (or time); for 4-D and more it is the channel dimension of an image batch, which is meant when the
+    code spells its sizes out (x.view(n, c, h, w)), and otherwise the heads of attention scores. A rank the code
+    leaves open (None) is no finding: PyTorch warns about the implicit dim at run time."""
+    return of == 3 or of is not None and of >= 4 and spelled != of
+
+
+def normalised_over(of):
+    if of == 3:
+        return "normalises this 3-D input over dim 0: across the batch of a (batch, time, classes) tensor"
+    return (f"normalises this {of}-D input over dim 1: the channels of an image batch, but the heads of "
+            f"(batch, heads, query, key) attention scores")
+
+
+def module_inputs(src, made):
+    """(call, rank) for each call in this file that applies the softmax module built by `made` (after the layers
+    before it when it sits in an nn.Sequential); none when it is never applied here or a use cannot be followed."""
+    container, before = made, []
+    parent = src.parent.get(made)
+    if isinstance(parent, ast.Call) and made in parent.args and (src.qualname(parent.func) or "").endswith(".Sequential"):
+        container, before = parent, parent.args[:parent.args.index(made)]
+        if not all(isinstance(a, ast.Call) for a in before):
+            return []
+    found = []
+    for use in module_uses(src, container):
+        called = src.parent.get(use)
+        if isinstance(called, ast.Call) and called.func is use and len(called.args) == 1 and not called.keywords:
+            found.append((called, through(src, before, rank(src, called.args[0]))))
+    return found
+
+
+def module_uses(src, module):
+    """The expressions that read the module built by `module`: `self.head` in its class, `head` in its scope, or
+    the call itself for `nn.Softmax()(x)`; none when the module is put somewhere this cannot follow."""
+    holder = src.parent.get(module)
+    if isinstance(holder, ast.Call) and holder.func is module:
+        return [module]
+    if not (isinstance(holder, ast.Assign) and len(holder.targets) == 1):
+        return []
+    target = holder.targets[0]
+    if isinstance(target, ast.Name):
+        return [n for n in src.of_type(ast.Name) if n.id == target.id and isinstance(n.ctx, ast.Load) and
+                src.resolve(n) is module]
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and src.method(holder) is not None):
+        return []
+    return [n for n in src.of_type(ast.Attribute) if n.attr == target.attr and isinstance(n.ctx, ast.Load) and
+            src.self_attribute(n) is module]
 
 
 def summed_loss_reduction(src, term):

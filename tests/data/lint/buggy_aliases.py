@@ -189,6 +189,9 @@ class Block(nn.Module):
         s = fn.alpha_dropout(e, 0.1)  # BUG: dropout-missing-training
         return fn.dropout2d(s)  # BUG: dropout-missing-training
 
+    def attend(self, scores, batch, time):
+        return self.softmax(scores.view(batch, time, -1))  # the 3-D input the softmax above is applied to
+
 
 def clamped_output(model, loader, opt):
     for x, y in loader:
