@@ -423,6 +423,66 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
 
 FOUND = [
+    ("eval-mode-not-restored", "the same model with a Dropout in its head", """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Rnn(nn.Module):
+            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
+                super().__init__()
+                self.n_layer = n_layer
+                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True)
+                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True), nn.Dropout(0.5))
+                self.head = head
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.classifier(out[:, -1, :])
+
+        model = Rnn(28, 128, 2, 10)
+        if torch.cuda.is_available():
+            model = model.cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval()  # BUG: the next epoch trains with dropout off
+            with torch.no_grad():
+                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+        """),
+    ("eval-mode-not-restored", "the same model with dropout between its LSTM layers", """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Rnn(nn.Module):
+            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
+                super().__init__()
+                self.n_layer = n_layer
+                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True, dropout=0.3)
+                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True))
+                self.head = head
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.classifier(out[:, -1, :])
+
+        model = Rnn(28, 128, 2, 10)
+        if torch.cuda.is_available():
+            model = model.cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval()  # BUG: the next epoch trains with dropout off
+            with torch.no_grad():
+                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+        """),
     ("softmax-no-dim", "a Sequential ending in LogSoftmax applied to a 3-D input", """
         import torch.nn as nn
 
@@ -861,6 +921,36 @@ CORPUS_SILENT = {
 
         def policy(x, head):
             return F.softmax(head(x))
+        """,
+    "eval-mode-not-restored: a model whose layers all compute the same in eval mode (pytorch-beginner)": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Rnn(nn.Module):
+            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
+                super().__init__()
+                self.n_layer = n_layer
+                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True)
+                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True))
+                self.head = head
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.classifier(out[:, -1, :])
+
+        model = Rnn(28, 128, 2, 10)
+        if torch.cuda.is_available():
+            model = model.cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval()
+            with torch.no_grad():
+                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
         """,
 }
 

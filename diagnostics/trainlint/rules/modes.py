@@ -3,7 +3,7 @@ ignores the mode."""
 import ast
 
 from ..registry import rule
-from ..syntax import argument, has_star_kwargs, is_false, method_call, position
+from ..syntax import argument, has_star_kwargs, is_false, keyword, method_call, position
 from ..torch_names import DROPOUTS, INPUT_GRADS
 from .parameters import is_module_class, is_optimizer_class
 from .step_order import jump_after
@@ -78,11 +78,12 @@ def trained_models(src):
 
 
 def eval_target(src, call):
-    """The model a call leaves in eval mode: `model.eval()` -> model; `evaluate(net)` where the
-    helper evaluate(model) calls model.eval() and never model.train() -> net. Else None."""
+    """The model a call leaves in eval mode, as written and as an expression: `model.eval()` -> model;
+    `evaluate(net)` where the helper evaluate(model) calls model.eval() and never model.train() -> net.
+    Else (None, None)."""
     direct = [e for e in src.classify(call) if e.kind == "eval"]
     if direct:
-        return direct[0].target
+        return direct[0].target, direct[0].node.func.value
     for helper in src.helpers(call):
         if "eval" in src.kinds(helper) and "train" not in src.kinds(helper):
             params = [a.arg for a in helper.args.args]
@@ -92,9 +93,9 @@ def eval_target(src, call):
                 if event.target in params:
                     index = params.index(event.target)
                     arg = argument(call, index, event.target)
-                    return ast.unparse(arg) if arg is not None else None
-                return event.target
-    return None
+                    return (ast.unparse(arg), arg) if arg is not None else (None, None)
+                return event.target, None
+    return None, None
 
 
 def frozen_with(src, call, target):
@@ -110,7 +111,10 @@ def frozen_with(src, call, target):
     """After model.eval() for validation, dropout stays off and batch norm keeps using its running
     statistics for every later training step. Nothing fails; the model just overfits sooner or
     trains differently from what the code says. Call model.train() at the start of each epoch
-    (or right after evaluation), or have the evaluation helper restore the mode it found.""",
+    (or right after evaluation), or have the evaluation helper restore the mode it found. A model
+    the file shows to have no layer that depends on the mode (its class holds only layers such as
+    Linear, Conv2d, LSTM without dropout, no Dropout or batch norm) is left alone: eval() changes
+    nothing there.""",
     """
     import torch
     import torch.nn.functional as F
@@ -156,8 +160,8 @@ def check_eval_mode_not_restored(src):
             continue
         fresh = {n.id for n in ast.walk(loop.target) if isinstance(n, ast.Name)} if isinstance(loop, ast.For) else set()
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call) and n not in reported):
-            target = eval_target(src, call)
-            if target in trained and target not in fresh and \
+            target, model = eval_target(src, call)
+            if target in trained and target not in fresh and not mode_free(src, built_by(src, model)) and \
                     not isinstance(jump_after(src, call), (ast.Break, ast.Return, ast.Raise)) and \
                     not frozen_with(src, call, target):  # `for model in models:` trains a new one each time
                 reported.add(call)
@@ -167,6 +171,16 @@ def check_eval_mode_not_restored(src):
 
 
 MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train")  # return the module they are called on
+# torch.nn layers that compute the same in train and eval mode (a recurrent layer's dropout= is checked on its own)
+MODE_FREE = {
+    "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "Embedding", "EmbeddingBag", "LayerNorm", "GroupNorm", "RMSNorm", "Flatten", "Unflatten",
+    "Identity", "ReLU", "ReLU6", "LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish", "Tanh",
+    "Sigmoid", "Softplus", "Softmax", "LogSoftmax", "Hardtanh", "Hardswish", "MaxPool1d", "MaxPool2d", "MaxPool3d",
+    "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Upsample", "PixelShuffle", "ZeroPad2d", "ReflectionPad2d",
+    "ReplicationPad2d", "ConstantPad2d", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+}
 
 
 def mode_layers(src, made, depth=0):
@@ -199,6 +213,69 @@ def mode_layers(src, made, depth=0):
         return any(mode_layers(other, n, depth + 1) or training_dropout(other, n)
                    for n in ast.walk(cls) if isinstance(n, ast.Call))
     return False
+
+
+def mode_free(src, made, depth=0):
+    """Every module the calls in `made` build provably computes the same in train and eval mode: torch.nn layers
+    of MODE_FREE (a recurrent one without a dropout= that is not a literal 0), Sequentials and ModuleLists of them,
+    and classes of this file whose attributes are such modules and which call no dropout that follows
+    self.training. False when unsure (a model of another file, a factory, a name not followed)."""
+    return bool(made) and depth <= 6 and all(layer_mode_free(src, m, depth) for m in made)
+
+
+def layer_mode_free(src, made, depth):
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MOVES:
+        made = src.origin(made.func.value)  # model = Net(); model = model.cuda()
+    if not isinstance(made, ast.Call):
+        return False
+    name = src.qualname(made.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    if name.startswith("torch.nn."):
+        if last in ("Sequential", "ModuleList"):
+            layers = made.args[0].elts if last == "ModuleList" and made.args and \
+                isinstance(made.args[0], (ast.List, ast.Tuple)) else made.args
+            return mode_free(src, list(layers), depth + 1) or not layers
+        dropout = keyword(made, "dropout")
+        return last in MODE_FREE and (dropout is None or isinstance(dropout, ast.Constant) and dropout.value == 0)
+    classes = src.classes.get(made.func.id, []) if isinstance(made.func, ast.Name) and not name else []
+    if len(classes) != 1 or not is_module_class(classes[0]) or \
+            any(training_dropout(src, n) for n in ast.walk(classes[0]) if isinstance(n, ast.Call)):
+        return False
+    held = [passed(src, made, classes[0], v) for values in src.class_attrs(classes[0]).values() for v in values]
+    return all(v is not None and (layer_mode_free(src, v, depth + 1) if builds_module(src, v) else plain_value(src, v))
+               for v in held)
+
+
+def passed(src, made, cls, value):
+    """What an attribute value that names a parameter of cls.__init__ (`self.n_layer = n_layer`) is at the call
+    `made` that builds the object: the argument given, else the default; None when neither shows; other values
+    as they are."""
+    init = next((f for f in cls.body if isinstance(f, ast.FunctionDef) and f.name == "__init__"), None)
+    params = [a.arg for a in init.args.args[1:]] if init is not None else []
+    if not isinstance(value, ast.Name) or value.id not in params:
+        return value
+    given = argument(made, params.index(value.id), value.id)
+    if given is None:
+        defaults = dict(zip(params[len(params) - len(init.args.defaults):], init.args.defaults))
+        given = defaults.get(value.id)
+    return src.resolve(given) if given is not None else None
+
+
+def builds_module(src, value):
+    """value builds a module: a torch.nn class (`nn.Linear(...)`) or a class of this file."""
+    name = src.qualname(value.func) or "" if isinstance(value, ast.Call) else ""
+    return name.startswith("torch.nn.") and name.rsplit(".", 1)[-1][:1].isupper() or \
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id in src.classes
+
+
+def plain_value(src, value):
+    """An attribute value that holds no module: a literal, arithmetic, or a call of a builtin, math or a torch
+    function (`torch.zeros(...)`); a name or another call might be a module passed in or built elsewhere."""
+    if isinstance(value, ast.Call):
+        name = src.qualname(value.func) or ""
+        return isinstance(value.func, ast.Name) and value.func.id in ("int", "float", "len", "list", "tuple", "dict", "range") \
+            or name.startswith(("math.", "torch.")) and not name.startswith("torch.nn.")
+    return not any(isinstance(n, (ast.Name, ast.Call)) for n in ast.walk(value)) or isinstance(value, ast.BinOp)
 
 
 def all_mode_layers(src, made):

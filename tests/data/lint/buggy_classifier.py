@@ -9,10 +9,11 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.conv = nn.Conv2d(3, 16, 3, padding=1)
+        self.drop = nn.Dropout(0.25)
         self.fc = nn.Linear(16 * 32 * 32, 10)
 
     def forward(self, x):
-        h = F.relu(self.conv(x)).flatten(1)
+        h = self.drop(F.relu(self.conv(x)).flatten(1))
         return F.softmax(self.fc(h), dim=1)
 
 
