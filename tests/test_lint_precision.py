@@ -423,6 +423,39 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
 
 FOUND = [
+    ("softmax-into-ce", "a softmax head returned in a tuple and unpacked (PyTorch-GAN's acgan)", """
+        import torch
+        import torch.nn as nn
+
+        class Discriminator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.adv_layer = nn.Sequential(nn.Linear(128, 1), nn.Sigmoid())
+                self.aux_layer = nn.Sequential(nn.Linear(128, 10), nn.Softmax(dim=1))
+
+            def forward(self, features):
+                return self.adv_layer(features), self.aux_layer(features)
+
+        adversarial_loss, auxiliary_loss = nn.BCELoss(), nn.CrossEntropyLoss()
+        discriminator = Discriminator()
+        optimizer_D = torch.optim.Adam(discriminator.parameters())
+        for features, valid, labels in loader:
+            optimizer_D.zero_grad()
+            real_pred, real_aux = discriminator(features)
+            d_loss = adversarial_loss(real_pred, valid) + auxiliary_loss(real_aux, labels)  # BUG: real_aux is a softmax output
+            d_loss.backward()
+            optimizer_D.step()
+        """),
+    ("eval-without-no-grad", "inputs made volatile, the no-grad of PyTorch 0.3 that does nothing since 0.4", """
+        from torch.autograd import Variable
+
+        def evaluate(model, loader):
+            model.eval()
+            for x, y in loader:
+                x = Variable(x, volatile=True)
+                out = model(x)  # BUG: volatile no longer turns autograd off
+                print((out.argmax(1) == y).float().mean())
+        """),
     ("eval-mode-not-restored", "the same model with a Dropout in its head", """
         import torch
         import torch.nn as nn
@@ -951,6 +984,29 @@ CORPUS_SILENT = {
             model.eval()
             with torch.no_grad():
                 correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+        """,
+    "softmax-into-ce: the logits head of a tuple, beside a sigmoid head into BCELoss": """
+        import torch
+        import torch.nn as nn
+
+        class Discriminator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.adv_layer = nn.Sequential(nn.Linear(128, 1), nn.Sigmoid())
+                self.aux_layer = nn.Sequential(nn.Linear(128, 10))
+
+            def forward(self, features):
+                return self.adv_layer(features), self.aux_layer(features)
+
+        adversarial_loss, auxiliary_loss = nn.BCELoss(), nn.CrossEntropyLoss()
+        discriminator = Discriminator()
+        optimizer_D = torch.optim.Adam(discriminator.parameters())
+        for features, valid, labels in loader:
+            optimizer_D.zero_grad()
+            real_pred, real_aux = discriminator(features)
+            d_loss = adversarial_loss(real_pred, valid) + auxiliary_loss(real_aux, labels)
+            d_loss.backward()
+            optimizer_D.step()
         """,
 }
 

@@ -339,7 +339,10 @@ class Source:
             return None
         if isinstance(node, ast.Name):
             value = self.definition(node)
-            return self.activation(value, depth + 1) if value is not None else None
+            if value is None:
+                unpacked = self.unpacked(node)
+                return self.element_activation(*unpacked, depth + 1) if unpacked else None
+            return self.activation(value, depth + 1)
         if isinstance(node, ast.Subscript):
             return self.activation(node.value, depth + 1)
         if not isinstance(node, ast.Call):
@@ -408,6 +411,35 @@ class Source:
         found = [self.activation(r.value, depth + 1) if r.value is not None else None for r in returns]
         kinds = {f[0] if f else None for f in found}
         return found[0] if found and len(kinds) == 1 and None not in kinds else None
+
+    def unpacked(self, name):
+        """(call, index) when name was last bound by unpacking a call's result (`validity, label = D(x)`: the
+        call and 1 for label), else None."""
+        scope = self.scope(name)
+        bound = self.bindings(scope).get(name.id, [])
+        earlier = [b for b in bound if b[0] <= position(name)]
+        if not earlier or earlier[-1][1] is not None:
+            return None
+        for node in self.local(scope):
+            if isinstance(node, ast.Assign) and end_position(node) == earlier[-1][0] and isinstance(node.value, ast.Call) \
+                    and len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple):
+                names = [e.id if isinstance(e, ast.Name) else None for e in node.targets[0].elts]
+                return (node.value, names.index(name.id)) if name.id in names else None
+        return None
+
+    def element_activation(self, call, index, depth):
+        """The activation applied to element `index` of what the call returns, when it calls a module of a class of
+        this file whose forward returns a tuple at every return (`return self.adv(x), self.aux(x)`)."""
+        made = self.origin(call.func)
+        classes = self.classes.get(made.func.id, []) if made is not None and isinstance(made.func, ast.Name) else []
+        forward = next((f for f in classes[0].body if isinstance(f, ast.FunctionDef) and f.name == "forward"), None) \
+            if len(classes) == 1 else None
+        returns = [n.value for n in self.local(forward) if isinstance(n, ast.Return)] if forward else []
+        if not returns or not all(isinstance(r, ast.Tuple) and len(r.elts) > index for r in returns):
+            return None
+        found = [self.activation(r.elts[index], depth + 1) for r in returns]
+        kinds = {f[0] if f else None for f in found}
+        return found[0] if len(kinds) == 1 and None not in kinds else None
 
     def self_class(self, name):
         """The class whose method has `name` as its self parameter (`self(x)` in a LightningModule), else None."""

@@ -61,9 +61,13 @@ def check_eval_without_no_grad(src):
                 continue
             switch = last_switch(src, scope, target, position(call))
             if switch is not None and switch.kind == "eval" and not src.grad_off(call, True):
+                volatile = next((n for n in src.local(scope) if isinstance(n, ast.Call) and
+                                 isinstance(keyword(n, "volatile"), ast.Constant) and keyword(n, "volatile").value is True), None)
                 yield call, (f"{target} is in eval mode here but autograd is still on: every forward pass of this "
-                             f"loop records a graph (memory, time, and graphs kept alive by stored outputs). Wrap the "
-                             f"loop in torch.no_grad() or torch.inference_mode(), or decorate the function.")
+                             f"loop records a graph (memory, time, and graphs kept alive by stored outputs)"
+                             + (f"; the volatile=True at line {volatile.lineno} turned autograd off only before "
+                                f"PyTorch 0.4, and does nothing since" if volatile is not None else "")
+                             + ". Wrap the loop in torch.no_grad() or torch.inference_mode(), or decorate the function.")
                 break
 
 
