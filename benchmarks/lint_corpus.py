@@ -10,7 +10,7 @@ the figures are its CPU time and peak resident memory (from os.wait4). A finding
 diagnostics/trainlint/run.py's test_file says so for its path inside the repository.
 
 Whether a finding is a real bug is a person's judgement, read the way the repository's author would: VERDICTS
-is a JSON object {"repo/path:line:rule": true or false, ...} written by whoever reviewed the findings; the table
+is a JSON object {"repo/path:line:rule": true or false, ...} ("repo/path:cell N:line:rule" in a notebook) written by whoever reviewed the findings; the table
 then gives each rule's true and false findings outside tests and its precision. Without it, only the counts.
 
 The machine and its load are printed with the figures: they mean little without them.
@@ -42,7 +42,15 @@ def lint(repo):
 
 
 def lines_of(repo):
-    return sum(len(p.read_bytes().splitlines()) for p in repo.rglob("*.py") if p.is_file())
+    """Lines of Python: the .py files, and the code cells of the notebooks (as lint.py reads them)."""
+    lines = sum(len(p.read_bytes().splitlines()) for p in repo.rglob("*.py") if p.is_file())
+    for notebook in (p for p in repo.rglob("*.ipynb") if p.is_file()):
+        try:
+            cells = json.loads(notebook.read_bytes()).get("cells", [])
+        except (ValueError, AttributeError):
+            continue  # lint.py reports it as skipped
+        lines += sum(len("".join(c.get("source", [])).splitlines()) for c in cells if c.get("cell_type") == "code")
+    return lines
 
 
 def main():
@@ -61,7 +69,8 @@ def main():
         print(f"{repo.name}: {size} lines, {len(findings)} findings, {len(errors)} files skipped, {cpu:.1f} s CPU, {mb:.0f} MB")
         for f in findings:
             relative = Path(f["path"]).relative_to(repo)
-            key = f"{repo.name}/{relative.as_posix()}:{f['line']}:{f['rule']}"
+            cell = f":cell {f['cell']}" if "cell" in f else ""  # a notebook's line counts within its cell
+            key = f"{repo.name}/{relative.as_posix()}{cell}:{f['line']}:{f['rule']}"
             tested = test_file(relative)
             found[key] = {"rule": f["rule"], "test": tested, "message": f["message"]}
             rows[f["rule"], "tests" if tested else verdicts.get(key, "unjudged")] += 1

@@ -1008,6 +1008,26 @@ CORPUS_SILENT = {
             d_loss.backward()
             optimizer_D.step()
         """,
+    "probs-into-nll: a LogSoftmax module named self.softmax, its output unpacked from a tuple (char-rnn)": """
+        import torch.nn as nn
+
+        class RNN(nn.Module):
+            def __init__(self, n_in, n_hidden, n_out):
+                super().__init__()
+                self.i2o = nn.Linear(n_in + n_hidden, n_out)
+                self.softmax = nn.LogSoftmax(dim=1)
+
+            def forward(self, input, hidden):
+                output = self.softmax(self.i2o(input))
+                return output, hidden
+
+        rnn, criterion = RNN(57, 128, 18), nn.NLLLoss()
+
+        def train(line, category, hidden):
+            for i in range(line.size(0)):
+                output, hidden = rnn(line[i], hidden)
+            criterion(output, category).backward()
+        """,
 }
 
 

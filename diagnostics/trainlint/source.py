@@ -354,6 +354,9 @@ class Source:
             return self.logged(self.activation(node.args[0], depth + 1))
         if isinstance(node.func, ast.Attribute) and name is None:
             attr, receiver = node.func.attr, node.func.value
+            made = self.origin(node.func)  # self.softmax(x) with self.softmax = nn.LogSoftmax(): the module decides
+            if made is not None:
+                return self.module_activation(made, depth + 1)
             if attr in ("softmax", "log_softmax", "sigmoid"):
                 return attr, node
             if attr == "log":
