@@ -369,6 +369,17 @@ def test_a_level_still_climbing_after_a_spike_is_a_divergence_below_1_5x(tmp_pat
     assert [(s.step, s.type, s.ended_by) for s in report.spikes] == [(300, "divergence", "settled")]
 
 
+@pytest.mark.parametrize("batch, loss", [(100, "Batch loss"), (99, None)])
+def test_a_loss_logged_ten_times_as_often_as_the_other_is_the_loss(batch, loss):
+    """`Batch loss` beside an epoch's `Average Train Loss`: 10x as many values decide; fewer, the log is refused."""
+    counts = {"Batch loss": batch, "Average Train Loss": 10}
+    if loss is None:
+        with pytest.raises(spikes.CliError, match="no loss found"):
+            Columns(list(counts), counts=counts)
+    else:
+        assert Columns(list(counts), counts=counts).loss == loss
+
+
 def test_validation_losses_are_never_a_dataset_series():
     names = ["step", "loss", "eval_loss", "val_loss", "valid/loss", "validation_loss", "test_loss", "loss/cm4"]
     assert Columns(names).extras == ["loss/cm4"]

@@ -577,6 +577,7 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
     "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
     "dit_two_runs.txt": ("text", "Train Loss", 170, 100, 12000, [(9000, "fast_recovery")]),  # 228 lines before any
+    "batch_loss_beside_epoch_average.log": ("text", "Batch loss", 80, 0, 79, [(51, "fast_recovery")]),  # no counter
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],

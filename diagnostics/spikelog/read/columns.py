@@ -27,6 +27,8 @@ VALIDATION = re.compile(r"(^|[/_.\- ])(val|valid|validation|eval|test)([/_.\- ]|
 CAMEL_VALIDATION = re.compile(r"(Val|Valid|Eval|Test)[A-Z]")  # ValLoss, TestLoss
 # Summary columns: a W&B export's min/max envelope of each series, Lightning's per-epoch means. Not datasets.
 SUMMARY = re.compile(r"(__min|__max|_epoch)$", re.IGNORECASE)
+SUMMARY_SHARE = 10  # a loss logged 10x as often as every other is the per-step one, the others summaries (an
+# epoch's average): an epoch of fewer than 10 logged steps gives too few values for spikes to judge anyway
 PREVIEW_ROWS = 1000  # JSONL and event files name their columns row by row: the first rows decide
 TEXT_SCAN = 100_000  # plain text: the first 1000 lines with a loss decide, looked for among this many (ours)
 
@@ -64,7 +66,7 @@ class Columns:
         self.parts = []  # the loss is the sum of these (the first is self.loss), when the log has no total
         if self.loss is None and not loss_name:
             self.parts = [name for low, name in base.items() if PART.match(low)]
-            self.loss = self.parts[0] if self.parts else self._only_loss(base)
+            self.loss = self.parts[0] if self.parts else self._only_loss(base, counts)
         if self.loss is None:
             self._refuse(kept, loss_name, counts)
         self.grad = next((base[n] for n in GRAD_NAMES if n in base), None)
@@ -76,15 +78,24 @@ class Columns:
             and "scale" not in low
         ]
 
-    def _only_loss(self, base):
+    def _only_loss(self, base, counts):
         """No loss by a name we know: the one column named like a loss (`avg_loss`, `TrainLoss`) that is no validation
-        loss, loss scale or loss weight (a config's LOSS_WEIGHT: 1.0), or the one of those named for training; else a
-        column named `train` (build-nanogpt's `1200 train 3.21`); else None."""
+        loss, loss scale or loss weight (a config's LOSS_WEIGHT: 1.0), or the one of those named for training, or,
+        where records name their values, the one logged SUMMARY_SHARE times as often as each other (`Batch loss`
+        beside an epoch's `Average Train Loss`); else a column named `train` (build-nanogpt's `1200 train 3.21`);
+        else None."""
         named = [name for low, name in base.items() if "loss" in low and not VALIDATION.search(low)
                  and not CAMEL_VALIDATION.match(name.strip()) and "scale" not in low and "weight" not in low
                  and not name.isupper()]
         train = [name for name in named if base_name(name).startswith("train")]
-        return named[0] if len(named) == 1 else train[0] if len(train) == 1 else base.get("train")
+        if len(named) == 1:
+            return named[0]
+        if len(train) == 1:
+            return train[0]
+        most = max(named, key=lambda n: counts.get(n, 0)) if named and counts else None
+        if most is not None and all(counts[most] >= SUMMARY_SHARE * counts.get(n, 0) for n in named if n != most):
+            return most
+        return base.get("train")
 
     def _refuse(self, kept, loss_name, counts):
         """No loss: say which series the log holds (numeric ones, with their counts, where records name them)."""
