@@ -35,8 +35,10 @@ its last 64 healthy values; while the loss falls fast, a line through them inste
 logarithms for a positive loss: a fast fall is by a factor per step), so the baseline follows the fall.
 Before 64 values (all of a short table of one row per epoch) and until three block medians can tell a
 fast fall, a falling line through the window or its newer half is the baseline when it explains the
-spread (never under the median of the latest 8 values). A value above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens
-a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
+spread (never under the median of the latest 8 values). A positive loss whose logarithms spread by more
+than 0.5 (a batch loss near zero, log-normal: its middle half spans a factor of 2 or more) has its 6
+sigma widened toward where a log-normal's 6-sigma point lies, so its ordinary right tail is no spike. A value
+above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
 max(3 sigma, 1%)):

@@ -11,6 +11,7 @@ import synthetic_curves
 from conftest import ROOT
 from spikelog.detect import analyze, screen
 from spikelog.detect.series import Series
+from spikelog.detect.thresholds import SPIKE_Z
 from spikelog.read import jsonl, open_log, table
 
 np = pytest.importorskip("numpy")
@@ -91,6 +92,8 @@ def curve(kind, count, seed=0):
     rng = random.Random(seed)
     if kind == "power_law":
         return [2.0 + 3.0 * (1 + k / 300) ** -0.5 + 0.02 * rng.gauss(0, 1) for k in range(count)]
+    if kind == "heavy_tail":  # a fine-tune's batch loss: log-normal around a fast-falling median (its logs spread by 0.8)
+        return [(0.004 + 5.0 * math.exp(-k / 150)) * math.exp(0.8 * rng.gauss(0, 1)) for k in range(count)]
     return [0.004 + 5.0 * math.exp(-k / 150) + 0.0002 * rng.gauss(0, 1) for k in range(count)]
 
 
@@ -100,12 +103,12 @@ def state(series):
             series.episode is None)
 
 
-@pytest.mark.parametrize("kind", ["power_law", "near_zero"])
+@pytest.mark.parametrize("kind", ["power_law", "near_zero", "heavy_tail"])
 @pytest.mark.parametrize("spike_at", [None, 5003])
 def test_the_screen_leaves_a_series_exactly_as_feeding_it_in_python(kind, spike_at):
     values = curve(kind, 12000)
     if spike_at:
-        values[spike_at] += 0.5
+        values[spike_at] += 5.0 if kind == "heavy_tail" else 0.5  # beyond a log-normal tail: 1000x its median
     steps = list(range(10, 10 + 10 * len(values), 10))
     calls = {"python": [], "numpy": []}
     python = Series("loss", on_block=lambda *a: calls["python"].append(a + (python.falling,)))
@@ -132,7 +135,10 @@ def test_the_screen_leaves_a_series_exactly_as_feeding_it_in_python(kind, spike_
         assert python.episode is not None and python.episode.start == steps[spike_at]
     assert state(fast) == state(python)
     assert calls["numpy"] == calls["python"] and len(calls["python"]) > 100
-    assert any(falling for *_, falling in calls["python"])  # the fast fall was met, and handed over
+    if kind == "heavy_tail":  # the log-normal tail widened the threshold (series.tail_distance), in both
+        assert python.threshold - python.med > 2 * SPIKE_Z * python.sigma
+    else:
+        assert any(falling for *_, falling in calls["python"])  # the fast fall was met, and handed over
 
 
 def test_the_screen_takes_the_bulk_of_a_healthy_log(tmp_path, monkeypatch):

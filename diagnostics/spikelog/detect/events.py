@@ -1,10 +1,11 @@
 """What the whole log shows beyond one series' spikes: creeping divergence, resumes and repeated data,
 grad-norm leads, grad-norm spikes alone, resume spikes, spikes per dataset."""
 import bisect
+import math
 import statistics
 from collections import deque
 
-from .thresholds import (BLOCK, CREEP_ABS, CREEP_BLOCKS, CREEP_REL, DROP_REL, DROP_Z, GRAD_ALONE_RATIO,
+from .thresholds import (BLOCK, CREEP_ABS, CREEP_BLOCKS, CREEP_REL, CREEP_Z, MEDIAN_SE, DROP_REL, DROP_Z, GRAD_ALONE_RATIO,
                          JUMP_CONFIRM, LEAD_STEPS, RESUME_NEAR, SHARED_GAP)
 
 
@@ -23,7 +24,9 @@ class Creep:
         self.low, self.low_step, self.above, self.event = None, None, 0, None
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 
-    def add_block(self, step, row, level, scale):
+    def add_block(self, step, row, level, scale, spread):
+        """A healthy block's median `level`, the run's scale, and the robust sigma of the block's logs (0 unless
+        positive): a rise within CREEP_Z standard errors of a block median, in logs, is that median's noise."""
         if self.paused:
             return
         if self.low is None or level < self.low:
@@ -32,7 +35,8 @@ class Creep:
                 self.event = None
             self.low, self.low_step, self.above = level, step, 0
             return
-        if level <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale):
+        if level <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale) or \
+                level <= self.low * math.exp(CREEP_Z * MEDIAN_SE * spread):
             self.above = 0
             return
         self.above += 1

@@ -13,9 +13,12 @@ single IEEE operation on the same doubles as in Python, so the verdicts and the 
 
 numpy is imported only when the accelerated reader is used (spikelog/read/table.py).
 """
+import math
+
 import numpy as np
 
-from .thresholds import BLOCK, FALLING_Z, IQR_PER_SIGMA, REFRESH, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW
+from .series import log_spread, tail_distance
+from .thresholds import BLOCK, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW
 
 FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
 # soon (the next spike) costs little, and a long healthy one is screened in a few large numpy calls (ours)
@@ -24,6 +27,10 @@ W_LOW, W_MID, W_HIGH = WINDOW >> 2, WINDOW >> 1, (3 * WINDOW) >> 2  # the window
 B_LOW, B_MID, B_HIGH = BLOCK >> 2, BLOCK >> 1, (3 * BLOCK) >> 2  # ...and the block's (its median: mean of two)
 assert BLOCK == REFRESH and WINDOW == 2 * REFRESH  # every refresh is a block refresh, as Series assumes, and a
 # window is two refresh stretches
+
+
+HEAVY_RATIO = math.exp(HEAVY_SPREAD * IQR_PER_SIGMA) * (1 - 1e-9)  # quartiles this far apart may be heavy-tailed:
+# tail_distance decides (the margin: numpy's and Python's exp and log may differ in the last bit)
 
 
 def increasing(steps):
@@ -97,6 +104,11 @@ def _screen(series, steps, values, row, start, stop):
     windows.sort(axis=1)  # (in place: 9x faster than a partition)
     med = windows[:, W_MID]
     sigma = (windows[:, W_HIGH] - windows[:, W_LOW]) / IQR_PER_SIGMA
+    distance = SPIKE_Z * sigma
+    low, high = windows[:, W_LOW], windows[:, W_HIGH]
+    for i in np.flatnonzero((low > 0) & (high > low * HEAVY_RATIO)).tolist():  # the few heavy-tailed windows,
+        distance[i] = tail_distance(float(med[i]), float(distance[i]), log_spread(float(high[i]), float(low[i])))
+        # (in Python's math, as Series._refresh)
     level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
     local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
     # Falling: the block median two blocks back is far above this one (the scalar path then fits a line); -inf
@@ -106,7 +118,7 @@ def _screen(series, steps, values, row, start, stop):
                                level))[:count]
     size = np.abs(med)
     scale = np.maximum(np.maximum.accumulate(size), series.scale)  # (the running maximum from the series' own)
-    threshold_after = med + np.maximum(np.maximum(SPIKE_Z * sigma, SPIKE_REL * size), SPIKE_ABS * scale)
+    threshold_after = med + np.maximum(np.maximum(distance, SPIKE_REL * size), SPIKE_ABS * scale)
     held_to = np.concatenate(((series.threshold,), threshold_after[:-1]))
     finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
     settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= 3  # before, Series may fit a line
@@ -127,7 +139,8 @@ def _screen(series, steps, values, row, start, stop):
     series.blocks.extend(zip(range(row + ends[0], row + ends[-1] + 1, REFRESH)[-TREND_BLOCKS:], levels[-TREND_BLOCKS:]))
     series.last_step = int(steps[ends[-1]])
     if series.on_block is not None:
-        for k, step, lv, sc in zip(ends, steps[ends[0]:ends[-1] + 1:REFRESH].tolist() if not isinstance(steps, range)
-                                   else steps[ends[0]:ends[-1] + 1:REFRESH], levels, scale[:taken].tolist()):
-            series.on_block(step, row + k, lv, sc)
+        spreads = [log_spread(h, lo) for h, lo in zip(blocks[:taken, B_HIGH].tolist(), blocks[:taken, B_LOW].tolist())]
+        for k, step, lv, sc, sp in zip(ends, steps[ends[0]:ends[-1] + 1:REFRESH].tolist() if not isinstance(steps, range)
+                                       else steps[ends[0]:ends[-1] + 1:REFRESH], levels, scale[:taken].tolist(), spreads):
+            series.on_block(step, row + k, lv, sc, sp)
     return start + taken * REFRESH

@@ -5,7 +5,7 @@ import statistics
 from collections import deque
 
 from .. import json_float, json_int
-from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND,
+from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND, HEAVY_SPREAD,
                          FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
                          MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL,
                          SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY, WINDOW)
@@ -240,16 +240,35 @@ class Episode:
 
 
 def _trend(values, log=True):
-    """(level at the newest value, robust sigma of the residuals, slope per row) of a window that falls: a line
+    """(level at the newest value, robust sigma of the residuals, slope per row, that sigma in logs or 0) of a
+    window that falls: a line
     through the medians of its two halves, so the baseline follows a fast-falling loss instead of lagging. A
     positive loss is fitted in logs (a loss that falls fast falls by a factor per step, a straight line there) and
     the result given back at the newest value: a 3x spike stands out however steep and curved the fall."""
     if log and min(values) > 0:
         level, sigma, slope = _line([math.log(v) for v in values])
         level = math.exp(level)
-        return level, level * sigma, min(level * slope, 0.0)
+        return level, level * sigma, min(level * slope, 0.0), sigma
     level, sigma, slope = _line(values)
-    return level, sigma, min(slope, 0.0)
+    return level, sigma, min(slope, 0.0), 0.0
+
+
+def log_spread(high, low):
+    """The robust sigma of the logs of values whose quartiles are high and low; 0 unless both are positive."""
+    return math.log(high / low) / IQR_PER_SIGMA if low > 0 else 0.0
+
+
+def tail_distance(level, distance, spread):
+    """How far above `level` a spike starts, for a positive loss whose logs spread by `spread` (robust sigma) and
+    whose quartiles give `distance` (SPIKE_Z sigma): that distance up to HEAVY_SPREAD; from 2 * HEAVY_SPREAD on,
+    the distance to a log-normal's SPIKE_Z-sigma point, level * (exp(SPIKE_Z * spread) - 1); between, a blend of
+    the two (continuous). A batch loss near zero, whose logs spread by ~1, then has its ordinary tail (rows 20x
+    and 50x the median) below the threshold."""
+    if spread <= HEAVY_SPREAD:
+        return distance
+    lognormal = level * math.expm1(min(SPIKE_Z * spread, 50.0))
+    weight = min(1.0, (spread - HEAVY_SPREAD) / HEAVY_SPREAD)
+    return distance + weight * (lognormal - distance) if lognormal > distance else distance
 
 
 def _line(values):
@@ -306,14 +325,16 @@ class Series:
             blocks = self.blocks
             blocks.append((row, level))
             local = (b[(3 * BLOCK) >> 2] - b[BLOCK >> 2]) / IQR_PER_SIGMA  # noise, and a little of the trend
+            block_spread = log_spread(b[(3 * BLOCK) >> 2], b[BLOCK >> 2])
             self.falling = n == WINDOW and len(blocks) >= 3 and blocks[-3][1] - level > FALLING_Z * local
         if self.falling:  # the median lags above a fast-falling curve and the trend widens the IQR: a line instead
-            med, sigma, slope = _trend(list(window))
+            med, sigma, slope, spread = _trend(list(window))
             last_row, last = self.blocks[-1]  # a drop is a step, not a slope: never below the latest block,
             recent = sorted(itertools.islice(window, n - FALL_REFRESH, n))  # nor the latest values (a fall that
             med = max(med, last + slope * ((BLOCK >> 1) + row - last_row), recent[FALL_REFRESH >> 1])  # stops)
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
+            spread = log_spread(w[(3 * n) >> 2], w[n >> 2])
             if n < WINDOW or self.refreshes < 3:  # a short log (one row per epoch) may be all descent, and so may
                 # the start of a run before the falling test has three blocks: a line, if it explains the spread,
                 values = list(window)  # through the whole window or, on a curve that bends, its newer half
@@ -322,21 +343,21 @@ class Series:
                         if fit[2] < 0  # falling (a rising line is clamped to slope 0)
                         and fit[1] < EARLY_TREND * sigma]
                 if fits:
-                    med, sigma, slope = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
+                    med, sigma, slope, spread = min(fits, key=lambda fit: fit[1])  # the line that leaves the least spread,
                     recent = sorted(values[-EARLY_RECENT:])  # never under the latest values: a bending curve leaves a
                     med = max(med, recent[len(recent) >> 1])  # line below it
         self.med, self.sigma, self.slope = med, sigma, slope
         size = med if med >= 0 else -med
         if size > self.scale:
             self.scale = size
-        self.threshold = med + max(SPIKE_Z * sigma, SPIKE_REL * size, SPIKE_ABS * self.scale)
+        self.threshold = med + max(tail_distance(med, SPIKE_Z * sigma, spread), SPIKE_REL * size, SPIKE_ABS * self.scale)
         if not block:
             self.minis -= 1
         elif self.falling:
             self.minis = REFRESH // FALL_REFRESH - 1
         self.until_refresh = FALL_REFRESH if self.minis or not block else REFRESH
         if block and self.on_block is not None:
-            self.on_block(step, row, level, self.scale)
+            self.on_block(step, row, level, self.scale, block_spread)
 
     def trend(self):
         """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last

@@ -11,6 +11,12 @@ FALL_REFRESH = 8  # ...and every 8 in a fast fall (FALLING_Z): held for 32 rows,
 IQR_PER_SIGMA = 1.349  # interquartile range of a normal distribution, in standard deviations
 SPIKE_Z = 6.0  # robust z-score that opens a spike; our assumption, tuned on the synthetic curves and
 # the modded-nanogpt log, whose heavy lower tail alone reaches z = -5 about 34 times in 20k steps
+HEAVY_SPREAD = 0.5  # the logs of a positive loss spread (robust sigma) by more than 0.5, its middle half over a
+# factor of 2: the batch-to-batch luck of a converged fine-tune or a loss near zero, log-normal, where 3x rows are
+# the ordinary tail. The threshold widens from there to a log-normal's 6-sigma point at twice that spread
+# (series.tail_distance). Below, nothing changes: pretraining's few percent, and a detection or segmentation batch
+# loss's ~0.2 whose one-row 3-4x jumps stay fast_recovery spikes (ours; issue 23's T5 and OCR logs spread by
+# 0.7-1.8 and 0.45-1.05, Fast-SCNN's by 0.16-0.27)
 SPIKE_REL = 0.05  # ...and at least 5% above the baseline: smaller bumps are noise for this purpose (ours)
 BAND_Z = 3.0  # the pre-spike noise band: baseline + 3 robust sigma (our assumption)
 BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption)
@@ -38,6 +44,9 @@ SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baselin
 CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
 CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
 CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
+MEDIAN_SE = 1.2533 / BLOCK ** 0.5  # the standard error of a block median, in sigmas (sqrt(pi/2) / sqrt(n))
+CREEP_Z = 3.0  # ...and more than 3 of those above the lowest, in logs: a heavy-tailed batch loss near zero (its logs
+# spread by ~1.5) has block medians 1.5x apart by chance, no creep (issue 23's OCR log; ours)
 DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
 DROP_REL = 0.01  # ...and at least 1% lower is a suspicious drop (our assumption)
 JUMP_CONFIRM = 16  # values whose median must stay above the midpoint to call the jump back up
