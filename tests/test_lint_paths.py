@@ -89,6 +89,21 @@ def test_notebook_shell_lines_with_continuations_are_skipped(tmp_path):
     assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
 
 
+@pytest.mark.parametrize("statement", [
+    "print('epoch %d, loss %.3f'\n      % (epoch, loss))",  # %-formatting continued on the next line
+    "keep = (label\n        != ignore_index)",  # a comparison continued inside brackets
+    'text = """\n%d steps\n!done\n"""',  # lines of a string
+])
+def test_a_notebook_line_opening_with_percent_or_bang_inside_a_statement_is_python(tmp_path, statement):
+    """Lines of a statement still open (brackets, a string) are code, not IPython magics: blanking them made the
+    notebook unparsable and skipped it whole (7 notebooks of issue 24's fresh corpus)."""
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook("epoch, loss, label, ignore_index = 1, 0.5, 2, -100\n" + statement + "\n%time x = 1", BUG))
+    proc = run_cli("lint.py", path, "--json", "--no-config")
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
+
+
 def test_notebook_errors_name_the_cell_and_the_line_in_it(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(notebook("import torch\nx = 1", "y = 2\nz = (3,\n"))

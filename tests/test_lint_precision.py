@@ -423,6 +423,47 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
 
 FOUND = [
+    ("backward-under-no-grad", "a leaf that requires grad, its whole loss made under no_grad", """
+        import torch
+
+        x = torch.tensor(1.0, requires_grad=True)
+        with torch.no_grad():
+            y2 = x ** 3
+        y2.backward()  # BUG: y2 has no graph
+        """),
+    ("dropout-missing-training", "the same discriminator, evaluated after training", """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Discriminator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = nn.Linear(784, 256), nn.Linear(256, 1)
+
+            def forward(self, x):
+                return torch.sigmoid(self.fc2(F.dropout(F.leaky_relu(self.fc1(x), 0.2), 0.3)))  # BUG: on in eval
+
+        D = Discriminator()
+        opt = torch.optim.Adam(D.parameters())
+        for x, real in loader:
+            opt.zero_grad()
+            F.binary_cross_entropy(D(x), real).backward()
+            opt.step()
+        D.eval()
+        with torch.no_grad():
+            scores = [D(x) for x, _ in val_loader]
+        """),
+    ("data-write", "an activation moved to the device, then written through .data", """
+        import torch
+        import torch.nn as nn
+
+        class Gate(nn.Module):
+            def forward(self, x, mask):
+                h = torch.sigmoid(self.proj(x)).to(x.device)
+                h.data.mul_(mask)  # BUG: sigmoid's backward reads h
+                return h
+        """),
     ("softmax-into-ce", "a softmax head returned in a tuple and unpacked (PyTorch-GAN's acgan)", """
         import torch
         import torch.nn as nn
@@ -1027,6 +1068,46 @@ CORPUS_SILENT = {
             for i in range(line.size(0)):
                 output, hidden = rnn(line[i], hidden)
             criterion(output, category).backward()
+        """,
+    "data-write: a noise buffer made by a factory and moved to the device, refilled through .data (pytorch-book)": """
+        import torch
+
+        def train(netg, optimizer, batches, device):
+            noises = torch.randn(64, 100, 1, 1).to(device)
+            for _ in range(batches):
+                optimizer.zero_grad()
+                noises.data.copy_(torch.randn(64, 100, 1, 1))
+                netg(noises).mean().backward()
+                optimizer.step()
+        """,
+    "dropout-missing-training: a GAN discriminator its file builds and never evaluates (pytorch-mnist-GAN)": """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Discriminator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc1, self.fc2 = nn.Linear(784, 256), nn.Linear(256, 1)
+
+            def forward(self, x):
+                return torch.sigmoid(self.fc2(F.dropout(F.leaky_relu(self.fc1(x), 0.2), 0.3)))
+
+        D = Discriminator()
+        opt = torch.optim.Adam(D.parameters())
+        for x, real in loader:
+            opt.zero_grad()
+            F.binary_cross_entropy(D(x), real).backward()
+            opt.step()
+        """,
+    "backward-under-no-grad: a sum of which only one term was made under no_grad (Dive-into-DL's autograd demo)": """
+        import torch
+
+        x = torch.tensor(1.0, requires_grad=True)
+        y1 = x ** 2
+        with torch.no_grad():
+            y2 = x ** 3
+        (y1 + y2).backward()
         """,
 }
 

@@ -168,17 +168,34 @@ def notebook_source(text):
     for number, code in codes:
         if not isinstance(code, str):
             raise ValueError(f"not a Jupyter notebook (cell {number} has no text)")
-        magic_cell, continued = code.lstrip().startswith("%%"), False
+        magic_cell, continued, statement = code.lstrip().startswith("%%"), False, []
         for line_number, line in enumerate(code.splitlines() or [""], 1):
             body = line.lstrip()
             if continued:  # `!pip install a \` goes on on the next line
                 continued, line = body.endswith("\\"), ""
-            elif magic_cell or body.startswith(("%", "!")) or body.endswith("?") and not body.startswith("#"):
+            elif magic_cell or not statement and (body.startswith(("%", "!")) or body.endswith("?") and
+                                                  not body.startswith("#")):
                 line = line[:len(line) - len(body)] + "pass" if body and not magic_cell else ""
                 continued = not magic_cell and body.endswith("\\")
+            else:  # Python: a line that opens with % or != inside a statement's brackets is no magic
+                statement.append(line)
+                if complete(statement):
+                    statement = []
             lines.append(line)
             where.append((number, line_number))
     return "\n".join(lines) + "\n", where
+
+
+def complete(lines):
+    """The lines end a Python statement: no bracket, string or backslash left open (tokenize reaches the end)."""
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline):
+            pass
+    except tokenize.TokenError:
+        return False
+    except (SyntaxError, ValueError):
+        return True  # not Python at all: the parse of the whole notebook reports it
+    return True
 
 
 PY2_HINTS = {"Missing parentheses in call to 'print'": "print statement",

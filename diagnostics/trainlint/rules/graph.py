@@ -3,7 +3,7 @@ reduced to a scalar, or summed across iterations with its graph."""
 import ast
 
 from ..registry import rule
-from ..syntax import LOOPS, dotted, end_position, method_call, position, terminal
+from ..syntax import LOOPS, dotted, end_position, keyword, method_call, position, terminal
 from ..torch_names import DETACHING_METHODS, RESHAPES, REWRAPS, TENSOR_METHODS
 
 
@@ -55,6 +55,11 @@ def _flow(src, node, seen, depth):
         return LIVE
     func, args = node.func, node.args + [kw.value for kw in node.keywords]
     name = src.qualname(func)
+    wants = keyword(node, "requires_grad")
+    if isinstance(wants, ast.Constant) and wants.value is True and \
+            combine(flow(src, a, set(seen), depth) for a in node.args) == CONST:
+        return LIVE  # a new leaf of numbers that requires grad (torch.tensor(1.0, requires_grad=True)); a re-wrap of a
+        # value cut from the model stays cut
     if method_call(node, *DETACHING_METHODS) and name is None:
         return ("cut", node, "detach")
     if name in REWRAPS or (name or "").startswith("numpy."):

@@ -15,9 +15,15 @@ OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorD
              ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 
 
+SAME_TENSOR = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "clone"}  # its values, moved
+
+
 def is_activation(src, value, function):
     """value is a tensor computed on the autograd path: the output of a torch op or module, or of a
     model call in code that runs backward()."""
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in SAME_TENSOR:
+        receiver = value.func.value  # torch.randn(8, 4).to(device): judged by what it moves, a factory's buffer
+        value = src.definition(receiver) if isinstance(receiver, ast.Name) else receiver
     if not isinstance(value, ast.Call):
         return False
     name = src.qualname(value.func)

@@ -440,7 +440,8 @@ def deliberate(comment):
     anything. Pass training=self.training, or use nn.Dropout. Only calls inside the methods of a
     module class are checked: a free function has no self.training to pass. A call whose comment
     says the dropout stays on by design (`# always on, also at inference`, as in Tacotron's
-    prenet or Monte Carlo dropout) is left alone.""",
+    prenet or Monte Carlo dropout) is left alone, and so is a class that its own file builds and never
+    switches anything to eval mode (a GAN's discriminator that only ever trains).""",
     """
     import torch.nn as nn
     import torch.nn.functional as F
@@ -459,13 +460,15 @@ def deliberate(comment):
     """,
 )
 def check_dropout_missing_training(src):
+    evaluates = any(e.kind == "eval" for e in src.all_events())
     for call in src.calls:
         name = src.qualname(call.func) or ""
         last = name.rsplit(".", 1)[-1]
+        cls = src.parent.get(src.method(call))
         if name.startswith("torch.nn.functional.") and last in DROPOUTS and argument(call, 2, "training") is None \
                 and not has_star_kwargs(call) and not any(isinstance(a, ast.Starred) for a in call.args) \
-                and is_module_class(src.parent.get(src.method(call))) and not deliberate(src.comment(call)) \
-                and not under_training_test(src, call):
+                and is_module_class(cls) and not deliberate(src.comment(call)) \
+                and not under_training_test(src, call) and (evaluates or cls.name not in src.calls_by_name):
             if DROPOUTS[last]:
                 yield call, (f"F.{last} defaults to training=True and ignores model.eval(): it keeps dropping at "
                              f"evaluation time. Pass training=self.training (or use the nn.Dropout module).")
