@@ -20,7 +20,7 @@ from conftest import DIAGNOSTICS, assert_one_line_error, run_cli
 
 TIMEOUT = 5  # seconds per collective in the planted runs, as in the docstring's demo
 
-RUNS = {  # name: (ranks, extra args); two healthy ranks run under torchrun (the fixture's fifth run)
+RUNS = {  # name: (ranks, extra args); two healthy ranks run under torchrun (the fixture's last run)
     "healthy4": (4, []),
     "skip": (2, ["--plant", "skip", "--timeout", str(TIMEOUT)]),
     "sleep": (2, ["--plant", "sleep", "--timeout", str(TIMEOUT)]),
@@ -41,7 +41,7 @@ def runs(tmp_path_factory):
     for name in [*RUNS, "torchrun"]:
         if name == "skip":
             procs["torchrun"] = subprocess.Popen(torchrun_command(base / "torchrun"), stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                                                 stderr=subprocess.PIPE, text=True, env=torchrun_env(base))
         out, err = procs[name].communicate(timeout=240)
         results[name] = {"code": procs[name].returncode, "out": out, "err": err, "dir": base / name,
                          "seconds": time.monotonic() - started, "pid": procs[name].pid}
@@ -243,6 +243,12 @@ def test_the_abort_watch_stops_before_teardown(tmp_path):
     assert not [t for t in threading.enumerate() if t.name == "dist_check-abort-watch"]
 
 
+def torchrun_env(folder):
+    """torchrun's environment: one torch thread, and its torchelastic_* log folders in the test's own folder (in /tmp
+    they stayed after every run)."""
+    return dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(folder))
+
+
 def torchrun_command(out):
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
             str(DIAGNOSTICS / "dist_check.py"), "--timeout", "20", "--out", str(out)]
@@ -256,8 +262,7 @@ def test_a_healthy_torchrun_run_passes_and_a_second_run_reuses_its_folder(runs):
     first, out = runs["torchrun"], runs["torchrun"]["dir"]
     _passes_under_torchrun(first["code"], first["out"], first["err"], out)
     (out / "notes.txt").write_text("mine\n")
-    second = subprocess.run(torchrun_command(out), capture_output=True, text=True, timeout=240,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    second = subprocess.run(torchrun_command(out), capture_output=True, text=True, timeout=240, env=torchrun_env(out.parent))
     _passes_under_torchrun(second.returncode, second.stdout, second.stderr, out)
     assert (out / "notes.txt").read_text() == "mine\n"
 

@@ -578,11 +578,13 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
     "dit_two_runs.txt": ("text", "Train Loss", 170, 100, 12000, [(9000, "fast_recovery")]),  # 228 lines before any
     "batch_loss_beside_epoch_average.log": ("text", "Batch loss", 80, 0, 79, [(51, "fast_recovery")]),  # no counter
+    "rl_total_timesteps_two_runs.csv": ("csv", "total_loss", 120, 2048, 163840, [(124928, "fast_recovery")]),
 }
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
     "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
     "dit_two_runs.txt": [{"kind": "new_run", "step": 100, "from_step": 5000, "run": 2}],  # run 1 fell before a baseline
+    "rl_total_timesteps_two_runs.csv": [{"kind": "new_run", "step": 2048, "from_step": 81920, "run": 2}],
 }
 
 
