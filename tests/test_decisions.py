@@ -380,6 +380,15 @@ def test_a_loss_logged_ten_times_as_often_as_the_other_is_the_loss(batch, loss):
         assert Columns(list(counts), counts=counts).loss == loss
 
 
+@pytest.mark.parametrize("names, step", [
+    (["num_episodes", "total_loss", "total timesteps"], "total timesteps"),  # an RL script's progress.csv
+    (["total/epochs", "total/steps", "train/loss_critic"], "total/steps"),  # OpenAI baselines' DDPG
+    (["time/iterations", "time/total_timesteps", "train/loss"], "time/iterations"),  # SB3: its iteration first
+])
+def test_an_rl_logs_environment_steps_are_its_step_after_any_iteration_counter(names, step):
+    assert Columns(names, loss_name=names[-1] if "loss" in names[-1] else None).step == step
+
+
 def test_validation_losses_are_never_a_dataset_series():
     names = ["step", "loss", "eval_loss", "val_loss", "valid/loss", "validation_loss", "test_loss", "loss/cm4"]
     assert Columns(names).extras == ["loss/cm4"]

@@ -12,9 +12,9 @@ from .. import CliError
 
 
 STEP_NAMES = ("step", "global_step", "trainer/global_step", "_step", "current_steps", "num_updates", "time/iterations",
-              "iter", "iteration", "time/total_timesteps", "total_timesteps", "total timesteps")  # current_steps:
-# LLaMA-Factory; time/iterations: stable-baselines3 (its time/total_timesteps, and an RL script's `total timesteps`,
-# count environment steps: a step too, when no iteration counter is logged)
+              "iter", "iteration", "time/total_timesteps", "total_timesteps", "total timesteps", "total/steps")
+# current_steps: LLaMA-Factory; time/iterations: stable-baselines3 (its time/total_timesteps, OpenAI baselines'
+# total/steps and an RL script's `total timesteps` count environment steps: a step too, when no iteration counter is)
 LOSS_NAMES = ("total_loss", "loss", "train_loss", "train/loss", "lm_loss", "xent")  # a loss in parts: its total first
 # (detectron2's total_loss, mmdetection's loss); lm_loss: Megatron-LM's `lm loss`; xent: OpenNMT-py
 GRAD_NAMES = ("grad_norm", "train/grad_norm", "gnorm")  # train/...: the HF Trainer's TensorBoard tags; gnorm: fairseq
