@@ -404,6 +404,110 @@ def test_softmax_with_a_positional_dim_is_not_flagged(call, flagged):
     assert findings == ([("softmax-no-dim", 3)] if flagged else [])
 
 
+SOFTMAX_CASES = [  # code after `import torch`, `import torch.nn as nn`, `import torch.nn.functional as F`, `def f(x, b, t, layers, apply, other):`; flagged?
+    ("return F.softmax(x.view(b, t, -1))", True),
+    ("return F.softmax(x.view(b, t, -1), 1)", False),  # a positional dim
+    ("return nn.Softmax()(x.view(b, t, -1))", True),  # applied where it is built
+    ("nn.Softmax()\nreturn x", False),  # built and dropped
+    ("head = nn.Sequential(*layers, nn.Softmax())\nreturn head(x.view(b, t, -1))", False),  # layers it cannot see
+    ("act = nn.Softmax()\nkept = [act]\nreturn apply(act, x.view(b, t, -1))", False),  # handed on, not applied here
+    ("act = nn.Softmax()\nact = other\nreturn act(x.view(b, t, -1))", False),  # the name holds something else
+    ("act = nn.Softmax()\nreturn act(x.view(b, -1))", False),  # 2-D: dim 1 is meant
+]
+
+
+@pytest.mark.parametrize("body, flagged", SOFTMAX_CASES, ids=[b.replace("\n", "; ") for b, _ in SOFTMAX_CASES])
+def test_softmax_no_dim_speaks_on_a_rank_it_proves_wrong_where_the_softmax_is_applied(body, flagged):
+    code = ("import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
+            "def f(x, b, t, layers, apply, other):\n" + "".join(f"    {line}\n" for line in body.splitlines()))
+    found = [f for f in lint.lint_source(code) if f.rule == "softmax-no-dim"]
+    assert bool(found) == flagged
+    if found:
+        assert "3-D input over dim 0" in found[0].message
+
+
+def test_softmax_no_dim_says_an_attention_score_is_normalised_over_its_heads():
+    code = ("import torch.nn.functional as F\n\n\ndef attend(x, b, t, h):\n    q = x.view(b, t, h, -1).transpose(1, 2)\n"
+            "    return F.softmax(q @ q.transpose(-2, -1))\n")
+    [found] = lint.lint_source(code)
+    assert found.rule == "softmax-no-dim" and "4-D input over dim 1" in found.message
+
+
+def test_softmax_no_dim_follows_self_attributes_only_on_self():
+    code = ("import torch.nn as nn\n\n\nclass Head(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        self.softmax = nn.Softmax()\n\n\nmodel = Head()\nprobs = model.softmax(x.view(b, t, -1))\n"
+            "holder.softmax = nn.Softmax()\n")
+    assert lint.lint_source(code) == []  # applied on another object: not followed, so not judged
+
+
+@pytest.mark.parametrize("volatile", [True, False])
+def test_eval_without_no_grad_names_a_volatile_input_only_where_there_is_one(volatile):
+    code = ("from torch.autograd import Variable\n\n\ndef evaluate(model, loader):\n    model.eval()\n"
+            "    for x, y in loader:\n" + ("        x = Variable(x, volatile=True)\n" if volatile else "") +
+            "        out = model(x)\n")
+    [found] = lint.lint_source(code)
+    assert found.rule == "eval-without-no-grad"
+    assert ("the volatile=True at line 7" in found.message) == volatile
+
+
+EVAL_MODE = """import math
+
+import mylib
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def forward(self, x):
+        return x
+
+    def __init__(self, width=4):
+        super().__init__()
+        self.width = width
+        self.fc = nn.Linear(width, width)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = {layers}
+
+
+{build}
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(3):
+    for x, y in loader:
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+    {evaluate}
+"""
+
+
+@pytest.mark.parametrize("layers, build, evaluate, flagged", [
+    ("nn.ModuleList([nn.Linear(4, 4), nn.ReLU()])", "model = Net()", "model.eval()", False),  # nothing mode-dependent
+    ("nn.ModuleList([nn.Linear(4, 4), nn.Dropout(0.1)])", "model = Net()", "model.eval()", True),
+    ("nn.Sequential(" * 5 + "nn.Linear(4, 4)" + ")" * 5, "model = Net()", "model.eval()", False),  # 5 deep: followed
+    ("nn.Sequential(" * 6 + "nn.Linear(4, 4)" + ")" * 6, "model = Net()", "model.eval()", True),  # 6: unsure, said
+    ("nn.Linear(4, 4)", "def build(net):\n    return net.cuda()\n\n\nmodel = build(Net())", "model.eval()", True),
+    ("nn.Dropout(0.1)", "model = Net()\n\n\ndef evaluate(model=None):\n    model.eval()", "evaluate()", False),
+    ("nn.LSTM(4, 4, 2, dropout=0)", "model = Net()", "model.eval()", False),  # a literal 0: no dropout
+    ("nn.Linear(4, 4)", "model = mylib.Net()", "model.eval()", True),  # a model of another file: unsure
+    ("nn.Linear(4, 4)", "model = Net()\nmodel.a = Net()", "model.eval()", False),
+    ("nn.Parameter(torch.zeros(4))", "model = Net()", "model.eval()", False),  # a learned tensor, no layer
+    ("torch.Tensor(4)", "model = Net()", "model.eval()", False),
+    ("Block()", "model = Net()", "model.eval()", False),  # a mode-free class of this file
+    ("int(4)", "model = Net()", "model.eval()", False),
+    ("math.sqrt(4)", "model = Net()", "model.eval()", False),
+    ("mylib.table()", "model = Net()", "model.eval()", True),  # might be a module: unsure
+    ("Net()", "model = Net()", "model.eval()", True),  # a class that holds itself: given up, unsure
+])
+def test_eval_mode_not_restored_on_a_model_whose_layers_all_ignore_the_mode_is_no_finding(layers, build, evaluate, flagged):
+    code = EVAL_MODE.format(layers=layers, build=build, evaluate=evaluate)
+    assert [f.rule for f in lint.lint_source(code)] == (["eval-mode-not-restored"] if flagged else [])
+
+
 RANKS = [  # an expression over x, y (tensors), a, b, c, d, n (ints as far as the code shows), idx, shape: its rank
     ("x.view(a, b, -1)", 3), ("x.view(-1)", 1), ("x.view(shape)", None), ("torch.zeros(n)", None),
     ("torch.zeros(len(y))", 1), ("torch.full((2, 3), 0.0)", 2), ("x.view(a, b, c, d).flatten(1)", 2),
@@ -414,18 +518,51 @@ RANKS = [  # an expression over x, y (tensors), a, b, c, d, n (ints as far as th
     ("x.view(a, b, c) @ y.view(a, c, d)", 3), ("x.view(a, b) * 2", 2), ("x.view(a, b) * y", None),
     ("nn.Sequential(nn.Linear(4, 2), nn.Flatten())(x.view(a, b, c))", 2), ("nn.Conv2d(1, 1, 3)(x.view(a, b, c, d))", None),
     ("F.relu(x.view(a, b))", 2), ("x.view(a, b).permute(1, 0)", 2), ("x.view(a, b) / math.sqrt(d)", 2),
+    ("x.view(a, b) @ y.view(b, c)", 2), ("x.view(-1) @ y.view(a, b)", None), ("-x.view(a, b)", 2), ("[x, y]", None),
+    ("x[0]", None), ("x.view(a, b)[..., 0]", None), ("x.view(-1)[0]", 0), ("x.view(-1)[0, 0]", None),
+    ("x.view(a, b).permute((1, 0))", 2), ("x.permute()", None), ("x.view(a, b, c).permute(2, 0, 1)", 3),
+    ("np.exp(x.view(a, b))", None), ("torch.zeros(a, b, dtype=torch.float)", 2), ("x.reshape(shape=(a, b))", None),
+    ("torch.zeros(2.5)", None), ("torch.zeros(len(y) * shape)", None), ("torch.zeros(len(y) * 2)", 1),
+    ("torch.zeros(y.shape[0])", 1), ("torch.zeros(y.shape[1:])", None), ("torch.zeros(y.lengths[0])", None),
+    ("torch.zeros(y.size(0))", 1), ("torch.zeros(y.size())", None), ("m = len(y)\ntorch.zeros(m)", 1),
+    ("x.flatten(-1)", None), ("x.flatten(n)", None), ("x.flatten(1, -1)", 2), ("x.view(a, b, c, d).flatten(1, -2)", None),
+    ("x.view(a, b, c).flatten(0, n)", None), ("x.view(a, b).sum(dtype=torch.float)", None), ("x.view(a, b).sum(n)", None),
+    ("x.view(a, b).sum(1, keepdim=n)", None), ("m = mylib.Linear(4)\nm(x.view(a, b))", None),
+    ("nn.Sequential(nn.Flatten())(x)", None), ("nn.Flatten(0, 1)(x.view(a, b, c))", None),
+    ("x0 = x.view(a, b)\n" + "\n".join(f"x{k} = x{k - 1} + 0" for k in range(1, 12)) + "\nx11", 2),  # 24 steps deep
+    ("x0 = x.view(a, b)\n" + "\n".join(f"x{k} = x{k - 1} + 0" for k in range(1, 13)) + "\nx12", None),  # past them
+    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 4)) + "\ntorch.zeros(n3)", 1),  # 8 deep
+    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 5)) + "\ntorch.zeros(n4)", None),
 ]
 
 
-@pytest.mark.parametrize("expression, expected", RANKS, ids=[e for e, _ in RANKS])
+@pytest.mark.parametrize("expression, expected", RANKS, ids=[e.splitlines()[-1] for e, _ in RANKS])
 def test_lint_follows_a_tensors_rank_through_the_code(expression, expected):
+    """The rank of the expression (after the statements before it, where there are lines): lint's softmax-no-dim
+    speaks only on a rank these rules prove; recursion stops 24 steps deep (8 for a size), where it gives up."""
     import ast
 
     from trainlint.ranks import rank
     from trainlint.source import Source
 
-    code = ("import math\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n"
-            f"def f(x, y, a, b, c, d, n, idx, shape):\n    return {expression}\n")
+    *statements, returned = expression.splitlines()
+    body = "".join(f"    {line}\n" for line in statements)
+    code = ("import math\nimport mylib\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
+            "import torch.nn.functional as F\n\n\n"
+            f"def f(x, y, a, b, c, d, n, idx, shape):\n{body}    return {returned}\n")
+    src = Source(ast.parse(code), text=code)
+    assert rank(src, src.of_type(ast.Return)[0].value) == expected
+
+
+@pytest.mark.parametrize("owner, expected", [("self", 3), ("other", None)])
+def test_lint_follows_a_rank_through_an_attribute_set_once_in_its_class(owner, expected):
+    import ast
+
+    from trainlint.ranks import rank
+    from trainlint.source import Source
+
+    code = ("import torch\n\n\nclass M:\n    def __init__(self):\n        self.h = torch.zeros(2, 3, 4)\n\n"
+            f"    def f(self, other):\n        return {owner}.h\n")
     src = Source(ast.parse(code), text=code)
     assert rank(src, src.of_type(ast.Return)[0].value) == expected
 

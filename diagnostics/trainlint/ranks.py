@@ -110,8 +110,6 @@ def sized_rank(src, call, name):
     """x.view(n, -1), torch.zeros(b, s), torch.full((b, s), v): the number of sizes given. One argument is a
     size when it is a number (`view(-1)`, `zeros(x.size(0))`), and a shape of unknown length otherwise."""
     args = call.args[:1] if name == "full" else call.args
-    if call.keywords and name in SIZED:
-        return None
     if len(args) == 1 and isinstance(args[0], (ast.Tuple, ast.List)):
         return len(args[0].elts)
     if len(args) == 1:

@@ -184,6 +184,7 @@ MODE_FREE = {
     "AvgPool1d", "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
     "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Upsample", "PixelShuffle", "ZeroPad2d", "ReflectionPad2d",
     "ReplicationPad2d", "ConstantPad2d", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
+    "Parameter",  # no layer: a tensor the model learns (self.pos = nn.Parameter(torch.zeros(...)))
 }
 
 
@@ -246,7 +247,7 @@ def layer_mode_free(src, made, depth):
             any(training_dropout(src, n) for n in ast.walk(classes[0]) if isinstance(n, ast.Call)):
         return False
     held = [passed(src, made, classes[0], v) for values in src.class_attrs(classes[0]).values() for v in values]
-    return all(v is not None and (layer_mode_free(src, v, depth + 1) if builds_module(src, v) else plain_value(src, v))
+    return all(v is not None and (mode_free(src, [v], depth + 1) if builds_module(src, v) else plain_value(src, v))
                for v in held)
 
 
