@@ -508,6 +508,41 @@ def test_eval_mode_not_restored_on_a_model_whose_layers_all_ignore_the_mode_is_n
     assert [f.rule for f in lint.lint_source(code)] == (["eval-mode-not-restored"] if flagged else [])
 
 
+TUPLE_MODEL = """import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class D(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.adv = nn.Linear(8, 1)
+        self.aux = nn.Sequential(nn.Linear(8, 4), nn.Softmax(dim=1))
+
+    def forward(self, x, flag=False):
+{forward}
+
+
+d = D()
+{use}
+"""
+
+
+@pytest.mark.parametrize("forward, use, flagged", [
+    ("        return self.adv(x), self.aux(x)", "valid, label = d(x)\nloss = F.cross_entropy(label, y)", True),
+    ("        return self.adv(x), self.aux(x)", "valid, label = d(x)\nloss = F.cross_entropy(valid, y)", False),
+    ("        return self.adv(x), self.aux(x)", "a, b, c = d(x)\nloss = F.cross_entropy(c, y)", False),  # past the tuple
+    ("        return self.aux(x)", "a, b = d(x)\nloss = F.cross_entropy(b, y)", False),  # a tensor unpacked by rows
+    ("        if flag:\n            return self.adv(x), self.aux(x)\n        return self.adv(x), torch.sigmoid(x)",
+     "valid, label = d(x)\nloss = F.cross_entropy(label, y)", False),  # two returns, two activations: unsure
+    ("        return self.adv(x), self.aux(x)", "valid, label = unknown(x)\nloss = F.cross_entropy(label, y)", False),
+    ("        return self.adv(x), self.aux(x)", "loss = F.cross_entropy(never_assigned, y)", False),
+])
+def test_softmax_into_ce_follows_one_element_of_a_returned_tuple(forward, use, flagged):
+    found = [f.rule for f in lint.lint_source(TUPLE_MODEL.format(forward=forward, use=use))]
+    assert found == (["softmax-into-ce"] if flagged else [])
+
+
 RANKS = [  # an expression over x, y (tensors), a, b, c, d, n (ints as far as the code shows), idx, shape: its rank
     ("x.view(a, b, -1)", 3), ("x.view(-1)", 1), ("x.view(shape)", None), ("torch.zeros(n)", None),
     ("torch.zeros(len(y))", 1), ("torch.full((2, 3), 0.0)", 2), ("x.view(a, b, c, d).flatten(1)", 2),

@@ -104,6 +104,14 @@ def test_a_notebook_line_opening_with_percent_or_bang_inside_a_statement_is_pyth
     assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
 
 
+def test_a_notebook_help_line_is_skipped_and_a_comment_ending_in_a_question_is_kept(tmp_path):
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook("import torch\ntorch.nn.Linear?\n# does it train?", BUG))
+    proc = run_cli("lint.py", path, "--json", "--no-config")
+    assert proc.returncode == 1, proc.stderr
+    assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
+
+
 def test_notebook_errors_name_the_cell_and_the_line_in_it(tmp_path):
     path = tmp_path / "nb.ipynb"
     path.write_text(notebook("import torch\nx = 1", "y = 2\nz = (3,\n"))

@@ -1062,7 +1062,8 @@ CORPUS_SILENT = {
                 output = self.softmax(self.i2o(input))
                 return output, hidden
 
-        rnn, criterion = RNN(57, 128, 18), nn.NLLLoss()
+        rnn = RNN(57, 128, 18)
+        criterion = nn.NLLLoss()
 
         def train(line, category, hidden):
             for i in range(line.size(0)):
