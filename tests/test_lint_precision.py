@@ -422,6 +422,60 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
 
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
 
+RNN_CLASSIFIER = """
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Rnn(nn.Module):
+            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
+                super().__init__()
+                self.n_layer = n_layer
+                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True{lstm})
+                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True){extra})
+                self.head = head
+
+            def forward(self, x):
+                out, _ = self.lstm(x)
+                return self.classifier(out[:, -1, :])
+
+        model = Rnn(28, 128, 2, 10)
+        if torch.cuda.is_available():
+            model = model.cuda()
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            model.eval(){bug}
+            with torch.no_grad():
+                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
+        """  # the RNN classifier of pytorch-beginner: eval-mode-not-restored's look-alikes
+GAN_HEADS = """
+        import torch
+        import torch.nn as nn
+
+        class Discriminator(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.adv_layer = nn.Sequential(nn.Linear(128, 1), nn.Sigmoid())
+                self.aux_layer = nn.Sequential(nn.Linear(128, 10){softmax})
+
+            def forward(self, features):
+                return self.adv_layer(features), self.aux_layer(features)
+
+        adversarial_loss, auxiliary_loss = nn.BCELoss(), nn.CrossEntropyLoss()
+        discriminator = Discriminator()
+        optimizer_D = torch.optim.Adam(discriminator.parameters())
+        for features, valid, labels in loader:
+            optimizer_D.zero_grad()
+            real_pred, real_aux = discriminator(features)
+            d_loss = adversarial_loss(real_pred, valid) + auxiliary_loss(real_aux, labels){bug}
+            d_loss.backward()
+            optimizer_D.step()
+        """  # a discriminator with two heads (PyTorch-GAN): softmax-into-ce through a tuple
+
 FOUND = [
     ("backward-under-no-grad", "a leaf that requires grad, its whole loss made under no_grad", """
         import torch
@@ -464,29 +518,8 @@ FOUND = [
                 h.data.mul_(mask)  # BUG: sigmoid's backward reads h
                 return h
         """),
-    ("softmax-into-ce", "a softmax head returned in a tuple and unpacked (PyTorch-GAN's acgan)", """
-        import torch
-        import torch.nn as nn
-
-        class Discriminator(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.adv_layer = nn.Sequential(nn.Linear(128, 1), nn.Sigmoid())
-                self.aux_layer = nn.Sequential(nn.Linear(128, 10), nn.Softmax(dim=1))
-
-            def forward(self, features):
-                return self.adv_layer(features), self.aux_layer(features)
-
-        adversarial_loss, auxiliary_loss = nn.BCELoss(), nn.CrossEntropyLoss()
-        discriminator = Discriminator()
-        optimizer_D = torch.optim.Adam(discriminator.parameters())
-        for features, valid, labels in loader:
-            optimizer_D.zero_grad()
-            real_pred, real_aux = discriminator(features)
-            d_loss = adversarial_loss(real_pred, valid) + auxiliary_loss(real_aux, labels)  # BUG: real_aux is a softmax output
-            d_loss.backward()
-            optimizer_D.step()
-        """),
+    ("softmax-into-ce", "a softmax head returned in a tuple and unpacked (PyTorch-GAN's acgan)",
+     GAN_HEADS.format(softmax=", nn.Softmax(dim=1)", bug="  # BUG: real_aux is a softmax output")),
     ("eval-without-no-grad", "inputs made volatile, the no-grad of PyTorch 0.3 that does nothing since 0.4", """
         from torch.autograd import Variable
 
@@ -497,66 +530,10 @@ FOUND = [
                 out = model(x)  # BUG: volatile no longer turns autograd off
                 print((out.argmax(1) == y).float().mean())
         """),
-    ("eval-mode-not-restored", "the same model with a Dropout in its head", """
-        import torch
-        import torch.nn as nn
-        import torch.nn.functional as F
-
-        class Rnn(nn.Module):
-            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
-                super().__init__()
-                self.n_layer = n_layer
-                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True)
-                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True), nn.Dropout(0.5))
-                self.head = head
-
-            def forward(self, x):
-                out, _ = self.lstm(x)
-                return self.classifier(out[:, -1, :])
-
-        model = Rnn(28, 128, 2, 10)
-        if torch.cuda.is_available():
-            model = model.cuda()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-            model.eval()  # BUG: the next epoch trains with dropout off
-            with torch.no_grad():
-                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
-        """),
-    ("eval-mode-not-restored", "the same model with dropout between its LSTM layers", """
-        import torch
-        import torch.nn as nn
-        import torch.nn.functional as F
-
-        class Rnn(nn.Module):
-            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
-                super().__init__()
-                self.n_layer = n_layer
-                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True, dropout=0.3)
-                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True))
-                self.head = head
-
-            def forward(self, x):
-                out, _ = self.lstm(x)
-                return self.classifier(out[:, -1, :])
-
-        model = Rnn(28, 128, 2, 10)
-        if torch.cuda.is_available():
-            model = model.cuda()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-            model.eval()  # BUG: the next epoch trains with dropout off
-            with torch.no_grad():
-                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
-        """),
+    ("eval-mode-not-restored", "the same model with a Dropout in its head",
+     RNN_CLASSIFIER.format(lstm="", extra=", nn.Dropout(0.5)", bug="  # BUG: the next epoch trains with dropout off")),
+    ("eval-mode-not-restored", "the same model with dropout between its LSTM layers",
+     RNN_CLASSIFIER.format(lstm=", dropout=0.3", extra="", bug="  # BUG: the next epoch trains with dropout off")),
     ("softmax-no-dim", "a Sequential ending in LogSoftmax applied to a 3-D input", """
         import torch.nn as nn
 
@@ -996,59 +973,9 @@ CORPUS_SILENT = {
         def policy(x, head):
             return F.softmax(head(x))
         """,
-    "eval-mode-not-restored: a model whose layers all compute the same in eval mode (pytorch-beginner)": """
-        import torch
-        import torch.nn as nn
-        import torch.nn.functional as F
-
-        class Rnn(nn.Module):
-            def __init__(self, in_dim, hidden_dim, n_layer, n_class, head=None):
-                super().__init__()
-                self.n_layer = n_layer
-                self.lstm = nn.LSTM(in_dim, hidden_dim, n_layer, batch_first=True)
-                self.classifier = nn.Sequential(nn.Linear(hidden_dim, n_class), nn.ReLU(True))
-                self.head = head
-
-            def forward(self, x):
-                out, _ = self.lstm(x)
-                return self.classifier(out[:, -1, :])
-
-        model = Rnn(28, 128, 2, 10)
-        if torch.cuda.is_available():
-            model = model.cuda()
-        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-            model.eval()
-            with torch.no_grad():
-                correct = sum((model(x).argmax(1) == y).sum().item() for x, y in test_loader)
-        """,
-    "softmax-into-ce: the logits head of a tuple, beside a sigmoid head into BCELoss": """
-        import torch
-        import torch.nn as nn
-
-        class Discriminator(nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.adv_layer = nn.Sequential(nn.Linear(128, 1), nn.Sigmoid())
-                self.aux_layer = nn.Sequential(nn.Linear(128, 10))
-
-            def forward(self, features):
-                return self.adv_layer(features), self.aux_layer(features)
-
-        adversarial_loss, auxiliary_loss = nn.BCELoss(), nn.CrossEntropyLoss()
-        discriminator = Discriminator()
-        optimizer_D = torch.optim.Adam(discriminator.parameters())
-        for features, valid, labels in loader:
-            optimizer_D.zero_grad()
-            real_pred, real_aux = discriminator(features)
-            d_loss = adversarial_loss(real_pred, valid) + auxiliary_loss(real_aux, labels)
-            d_loss.backward()
-            optimizer_D.step()
-        """,
+    "eval-mode-not-restored: a model whose layers all compute the same in eval mode (pytorch-beginner)":
+        RNN_CLASSIFIER.format(lstm="", extra="", bug=""),
+    "softmax-into-ce: the logits head of a tuple, beside a sigmoid head into BCELoss": GAN_HEADS.format(softmax="", bug=""),
     "probs-into-nll: a LogSoftmax module named self.softmax, its output unpacked from a tuple (char-rnn)": """
         import torch.nn as nn
 
