@@ -1231,3 +1231,14 @@ def test_a_heavy_tailed_batch_loss_near_zero_has_spikes_only_beyond_its_own_tail
     report = spikes.analyze(tmp_path / "log.csv")
     assert [(s.step, s.type) for s in report.spikes] == found
     assert report.to_json()["events"] == []
+
+
+def test_a_loss_at_zero_on_a_quarter_of_its_rows_is_read_without_a_log_of_zero(tmp_path):
+    """A hinge or RL loss that is exactly 0 on many rows: the quartile under the heavy-tail test is 0, which has no
+    logarithm; the log's spread is then taken as 0 (the linear threshold), in the scalar path and the numpy screen."""
+    rng = random.Random(3)
+    values = [0.0 if k % 3 == 0 else 0.5 + 0.01 * rng.gauss(0, 1) for k in range(3000)]
+    values[2001] = 5.0
+    (tmp_path / "log.csv").write_text("step,loss\n" + "".join(f"{k},{v}\n" for k, v in enumerate(values)))
+    report = spikes.analyze(tmp_path / "log.csv")
+    assert [(s.step, s.type) for s in report.spikes] == [(2001, "fast_recovery")]
