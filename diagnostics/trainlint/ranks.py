@@ -31,7 +31,7 @@ def rank(src, node, depth=0):
         return None
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
         return 0
-    if isinstance(node, ast.Name) or isinstance(node, ast.Attribute) and src.self_attribute(node) is not None:
+    if isinstance(node, (ast.Name, ast.Attribute)):  # a name, or self.x set once in its class
         value = src.resolve(node)
         return None if value is node else rank(src, value, depth + 1)
     if isinstance(node, ast.BinOp):
@@ -67,15 +67,13 @@ def indexed_rank(of, index):
     if of is None:
         return None
     parts = index.elts if isinstance(index, ast.Tuple) else [index]
-    if any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts):
-        return None
     for part in parts:
         if isinstance(part, ast.Constant) and isinstance(part.value, int) and not isinstance(part.value, bool):
             of -= 1
         elif isinstance(part, ast.Constant) and part.value is None:
             of += 1
         elif not isinstance(part, ast.Slice):
-            return None  # a tensor or a name: fancy indexing
+            return None  # a tensor or a name (fancy indexing), or an ellipsis (what it spans is unknown)
     return of if of >= 0 else None
 
 
