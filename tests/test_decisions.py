@@ -569,8 +569,9 @@ RANKS = [  # an expression over x, y (tensors), a, b, c, d, n (ints as far as th
     ("nn.Sequential(nn.Flatten())(x)", None), ("nn.Flatten(0, 1)(x.view(a, b, c))", None),
     ("x0 = x.view(a, b)\n" + "\n".join(f"x{k} = x{k - 1} + 0" for k in range(1, 12)) + "\n-x11", 2),  # 24 steps deep
     ("x0 = x.view(a, b)\n" + "\n".join(f"x{k} = x{k - 1} + 0" for k in range(1, 12)) + "\n--x11", None),  # past them
-    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 4)) + "\ntorch.zeros(n3)", 1),  # 8 deep
-    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 5)) + "\ntorch.zeros(n4)", None),
+    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 4)) + "\ntorch.zeros(-n3)", 1),  # 8 deep
+    ("n0 = len(y)\n" + "\n".join(f"n{k} = n{k - 1} + 1" for k in range(1, 4)) + "\ntorch.zeros(--n3)", None),
+    ("nn.Flatten(1)(x.view(a, b, c))", 2),
 ]
 
 

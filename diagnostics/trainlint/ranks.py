@@ -57,9 +57,9 @@ def spelled_rank(src, node):
         return None
     name = src.qualname(value.func) or ""
     last = name.rsplit(".", 1)[-1] if name else terminal(value.func)
-    method = isinstance(value.func, ast.Attribute) and not name
-    return sized_rank(src, value, last) if method and last in SIZED or name.startswith("torch.") and last in FACTORIES \
-        else None
+    if isinstance(value.func, ast.Attribute) and not name and last in SIZED:  # x.view(n, c, h, w)
+        return sized_rank(src, value, last)
+    return sized_rank(src, value, last) if name.startswith("torch.") and last in FACTORIES else None  # torch.zeros(...)
 
 
 def indexed_rank(of, index):
