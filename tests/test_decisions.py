@@ -413,6 +413,7 @@ SOFTMAX_CASES = [  # code in `def f(x, b, t, layers, apply, other):` after the t
     ("act = nn.Softmax()\nkept = [act]\nreturn apply(act, x.view(b, t, -1))", None),  # handed on, not applied here
     ("act = nn.Softmax()\nact = other\nreturn act(x.view(b, t, -1))", None),  # the name holds something else
     ("act = nn.Softmax()\nreturn act(x.view(b, -1))", None),  # 2-D: dim 1 is meant
+    ("acts = {}\nacts['sm'] = nn.Softmax()\nreturn acts['sm'](x.view(b, t, -1))", None),  # kept in a dict: not followed
     ("return F.softmax(x.view(b, t, 2, 2))", None),  # 4 sizes spelled out: an image batch, dim 1 its channels
     ("return F.softmax(torch.zeros(b, t, 2, 2))", None),
     ("return F.softmax(x.view(b, t, 2, 2).permute(0, 2, 1, 3))", "4-D input over dim 1"),  # 4-D, its layout not spelled out
@@ -441,6 +442,9 @@ def test_softmax_no_dim_follows_self_attributes_only_on_self():
             "        self.softmax = nn.Softmax()\n\n\nmodel = Head()\nprobs = model.softmax(x.view(b, t, -1))\n"
             "holder.softmax = nn.Softmax()\n")
     assert lint.lint_source(code) == []  # applied on another object: not followed, so not judged
+    kept = ("import torch.nn as nn\n\n\nclass Head(nn.Module):\n    def forward(self, h, b, t):\n        acts = {}\n"
+            "        acts['sm'] = nn.Softmax()\n        return acts['sm'](h.view(b, t, -1))\n")
+    assert lint.lint_source(kept) == []  # kept in a dict inside a method: not followed either
 
 
 @pytest.mark.parametrize("volatile", [True, False])
@@ -505,6 +509,7 @@ for epoch in range(3):
     ("math.sqrt(4)", "model = Net()", "model.eval()", False),
     ("mylib.table()", "model = Net()", "model.eval()", True),  # might be a module: unsure
     ("Net()", "model = Net()", "model.eval()", True),  # a class that holds itself: given up, unsure
+    ("nn.Linear(4, 4)", "models = [Net()]\nmodel = models[0].cuda()", "model.eval()", True),  # built where unseen
 ])
 def test_eval_mode_not_restored_on_a_model_whose_layers_all_ignore_the_mode_is_no_finding(layers, build, evaluate, flagged):
     code = EVAL_MODE.format(layers=layers, build=build, evaluate=evaluate)
