@@ -541,7 +541,7 @@ d = D()
     ("        return self.adv(x), self.aux(x)", "valid, label = d(x)\nloss = F.cross_entropy(valid, y)", False),
     ("        return self.adv(x), self.aux(x)", "a, b, c = d(x)\nloss = F.cross_entropy(c, y)", False),  # past the tuple
     ("        return self.aux(x)", "a, b = d(x)\nloss = F.cross_entropy(b, y)", False),  # a tensor unpacked by rows
-    ("        if flag:\n            return self.adv(x), self.aux(x)\n        return self.adv(x), torch.sigmoid(x)",
+    ("        if flag:\n            return self.adv(x), torch.sigmoid(x)\n        return self.adv(x), self.aux(x)",
      "valid, label = d(x)\nloss = F.cross_entropy(label, y)", False),  # two returns, two activations: unsure
     ("        return self.adv(x), self.aux(x)", "valid, label = unknown(x)\nloss = F.cross_entropy(label, y)", False),
     ("        return self.adv(x), self.aux(x)", "loss = F.cross_entropy(never_assigned, y)", False),
