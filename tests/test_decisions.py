@@ -369,6 +369,14 @@ def test_a_level_still_climbing_after_a_spike_is_a_divergence_below_1_5x(tmp_pat
     assert [(s.step, s.type, s.ended_by) for s in report.spikes] == [(300, "divergence", "settled")]
 
 
+@pytest.mark.parametrize("names, loss", [
+    (["step", "avg_loss"], "avg_loss"),  # the one column named like a loss, in a table (no counts)
+    (["step", "avg_loss", "train_total_loss"], "train_total_loss"),  # of two, the one named for training
+])
+def test_a_tables_loss_by_its_name_alone(names, loss):
+    assert Columns(names).loss == loss
+
+
 @pytest.mark.parametrize("batch, loss", [(100, "Batch loss"), (99, None)])
 def test_a_loss_logged_ten_times_as_often_as_the_other_is_the_loss(batch, loss):
     """`Batch loss` beside an epoch's `Average Train Loss`: 10x as many values decide; fewer, the log is refused."""
