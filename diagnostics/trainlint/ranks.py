@@ -5,12 +5,13 @@ model of another file, a call this module does not know."""
 import ast
 
 from .syntax import argument, keyword, terminal
+from .torch_names import MOVES
 
 SIZED = {"view", "reshape"}  # tensor methods whose positional sizes give the rank
 FACTORIES = {"randn", "rand", "zeros", "ones", "empty", "full"}
 # tensor methods and torch functions whose result has the rank of their (first) input
-KEEP_RANK = {
-    "float", "double", "half", "bfloat16", "long", "int", "to", "cpu", "cuda", "type", "type_as", "contiguous",
+KEEP_RANK = MOVES | {
+    "long", "int", "type", "type_as", "contiguous",
     "detach", "clone", "requires_grad_", "masked_fill", "clamp", "clip", "abs", "neg", "exp", "log", "sqrt",
     "rsqrt", "pow", "square", "relu", "relu6", "gelu", "silu", "elu", "selu", "celu", "leaky_relu", "softplus",
     "tanh", "sigmoid", "hardtanh", "dropout", "mul", "div", "add", "sub", "transpose", "linear", "layer_norm",
@@ -55,9 +56,8 @@ def spelled_rank(src, node):
     value = src.resolve(node) if node is not None else None
     if not isinstance(value, ast.Call):
         return None
-    name = src.qualname(value.func) or ""
-    last = name.rsplit(".", 1)[-1] if name else terminal(value.func)
-    if isinstance(value.func, ast.Attribute) and not name and last in SIZED:  # x.view(n, c, h, w)
+    name, last, method = callee(src, value)
+    if method and last in SIZED:  # x.view(n, c, h, w)
         return sized_rank(src, value, last)
     return sized_rank(src, value, last) if name.startswith("torch.") and last in FACTORIES else None  # torch.zeros(...)
 
@@ -77,10 +77,15 @@ def indexed_rank(of, index):
     return of if of >= 0 else None
 
 
-def call_rank(src, call, depth):
+def callee(src, call):
+    """(qualified name or "", its last part, whether it is a method of a tensor: `x.view(...)`)."""
     name = src.qualname(call.func) or ""
     last = name.rsplit(".", 1)[-1] if name else terminal(call.func)
-    method = isinstance(call.func, ast.Attribute) and not name  # x.view(...): a method of a tensor
+    return name, last, isinstance(call.func, ast.Attribute) and not name
+
+
+def call_rank(src, call, depth):
+    name, last, method = callee(src, call)
     receiver = call.func.value if method else None
     if name.startswith("math.") or is_size(src, call) or method and last == "item":
         return 0  # a Python number

@@ -7,6 +7,8 @@ ACTIVATIONS = {
     "torch.sigmoid": "sigmoid", "torch.nn.functional.sigmoid": "sigmoid", "torch.special.expit": "sigmoid",
 }
 ACTIVATION_MODULES = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Sigmoid": "sigmoid"}
+# methods that move a tensor (or a module) to a device or dtype and hand it back: its values are the same
+MOVES = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16"}
 # methods that keep what a tensor holds (probabilities stay probabilities)
 RESHAPES = {"view", "reshape", "flatten", "squeeze", "unsqueeze", "permute", "transpose", "contiguous",
             "float", "double", "half", "bfloat16", "to", "cpu", "cuda", "clone", "clamp", "clip",

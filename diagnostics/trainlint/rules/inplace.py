@@ -4,7 +4,7 @@ import ast
 
 from ..registry import rule
 from ..syntax import terminal
-from ..torch_names import NOT_INPLACE, SAVES_OUTPUT, SAVES_OUTPUT_METHODS
+from ..torch_names import MOVES, NOT_INPLACE, SAVES_OUTPUT, SAVES_OUTPUT_METHODS
 from .graph import backward_calls
 
 
@@ -15,7 +15,7 @@ OPERATORS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorD
              ast.MatMult: "@", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
 
 
-SAME_TENSOR = {"to", "cuda", "cpu", "float", "double", "half", "bfloat16", "contiguous", "clone"}  # its values, moved
+SAME_TENSOR = MOVES | {"contiguous", "clone"}  # its values, moved or copied
 
 
 def is_activation(src, value, function):

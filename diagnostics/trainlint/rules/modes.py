@@ -4,7 +4,7 @@ import ast
 
 from ..registry import rule
 from ..syntax import argument, has_star_kwargs, is_false, keyword, method_call, position
-from ..torch_names import DROPOUTS, INPUT_GRADS
+from ..torch_names import DROPOUTS, INPUT_GRADS, MOVES
 from .parameters import is_module_class, is_optimizer_class
 from .step_order import jump_after
 
@@ -174,7 +174,7 @@ def check_eval_mode_not_restored(src):
                              f"{target}.train() at the start of each epoch or right after evaluating.")
 
 
-MOVES = ("to", "cuda", "cpu", "float", "double", "half", "bfloat16", "train")  # return the module they are called on
+MODULE_MOVES = MOVES | {"train"}  # return the module they are called on
 # torch.nn layers that compute the same in train and eval mode (a recurrent layer's dropout= is checked on its own)
 MODE_FREE = {
     "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
@@ -193,7 +193,7 @@ def mode_layers(src, made, depth=0):
     nn.Dropout with a rate that is not a literal 0, a batch norm, or F.dropout(..., training=self.training); a
     Sequential of such, a class of this file (or of another file of the run) or a factory of this file that
     builds one. False when unsure."""
-    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MOVES:
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MODULE_MOVES:
         made = made.func.value  # Net().to(device)
     if not isinstance(made, ast.Call) or depth > 6:
         return False
@@ -229,7 +229,7 @@ def mode_free(src, made, depth=0):
 
 
 def layer_mode_free(src, made, depth):
-    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MOVES:
+    while isinstance(made, ast.Call) and isinstance(made.func, ast.Attribute) and made.func.attr in MODULE_MOVES:
         made = src.origin(made.func.value)  # model = Net(); model = model.cuda()
     if not isinstance(made, ast.Call):
         return False
