@@ -53,13 +53,19 @@ def report(rank, out_dir, results):
     os._exit(0)
 
 
-def run_on_ranks(rank_main, out_dir, hang_message, world=2):
-    """Run rank_main on `world` spawned ranks and return each rank's results, rank 0 first."""
+def run_on_ranks(rank_main, out_dir, hang_message, world=2, start_method="fork"):
+    """Run rank_main on `world` ranks and return each rank's results, rank 0 first.
+
+    Forked by default: a rank starts with the test process's imports, where a spawned one imports torch again (3.5 s
+    of CPU per rank on the 2-core CI machine, measured). The test process never starts a process group, so a forked
+    rank starts clean. start_method="spawn" for a rank that reads process-wide state an earlier test in the same
+    worker may have set (accelerate's, under the HF Trainer).
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     context = mp.start_processes(rank_main, args=(world, port, str(out_dir)), nprocs=world, join=False,
-                                 start_method="spawn")
+                                 start_method=start_method)
     deadline = time.monotonic() + DEADLINE
     try:
         while not context.join(timeout=1):

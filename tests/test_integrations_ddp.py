@@ -1,6 +1,10 @@
-"""The Lightning callback under real DDP: two gloo ranks on CPU that Lightning spawns itself, a batch that makes NaN on
+"""The Lightning callback under real DDP: two gloo ranks on CPU that Lightning forks itself, a batch that makes NaN on
 rank 1 only. The step must be skipped on every rank (their weights stay equal and finite), the log, written once by
-rank 0, must name the module and the rank that made the NaN, and spikes.py must read it back."""
+rank 0, must name the module and the rank that made the NaN, and spikes.py must read it back.
+
+Lightning is imported in the test, not at collection: it takes 9 s of CPU beyond torch (it imports torchmetrics, which
+imports transformers and scipy), and every xdist worker collects every file. The ranks are forked (`ddp_fork`): a
+spawned rank imports Lightning again, 25 s of the test's 40 s of CPU (measured on the 2-core VM)."""
 import json
 
 import pytest
@@ -8,32 +12,31 @@ import torch
 
 import spikes
 
-lightning = pytest.importorskip("lightning")
-from lightning_cases import Classifier  # noqa: E402  (after the importorskip)
-from ml_debug.integrations.lightning import MLDebugCallback  # noqa: E402
-
 STEPS, BAD, WORLD, ROWS = 12, 8, 2, 8
 
 
-class RankedClassifier(Classifier):  # module level: ddp_spawn pickles it into each rank
-    def __init__(self, out_dir):
-        super().__init__()
-        self.out_dir = out_dir
-
-    def train_dataloader(self):  # each rank its own rows; rank 1's batch at step BAD holds one all-zero row
-        g = torch.Generator().manual_seed(self.global_rank)
-        x, y = torch.randn(STEPS * ROWS, 8, generator=g), torch.randint(0, 3, (STEPS * ROWS,), generator=g)
-        if self.global_rank == 1:
-            x[BAD * ROWS] = 0.0
-        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=ROWS)
-
-    def on_train_end(self):  # each rank's weights, for the test to compare
-        torch.save(self.state_dict(), f"{self.out_dir}/rank{self.global_rank}.pt")
-
-
 def test_lightning_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
+    lightning = pytest.importorskip("lightning")
+    from lightning_cases import Classifier
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    class RankedClassifier(Classifier):
+        def __init__(self, out_dir):
+            super().__init__()
+            self.out_dir = out_dir
+
+        def train_dataloader(self):  # each rank its own rows; rank 1's batch at step BAD holds one all-zero row
+            g = torch.Generator().manual_seed(self.global_rank)
+            x, y = torch.randn(STEPS * ROWS, 8, generator=g), torch.randint(0, 3, (STEPS * ROWS,), generator=g)
+            if self.global_rank == 1:
+                x[BAD * ROWS] = 0.0
+            return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=ROWS)
+
+        def on_train_end(self):  # each rank's weights, for the test to compare
+            torch.save(self.state_dict(), f"{self.out_dir}/rank{self.global_rank}.pt")
+
     torch.manual_seed(0)
-    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=WORLD, strategy="ddp_spawn",
+    trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=WORLD, strategy="ddp_fork",
                                 logger=lightning.pytorch.loggers.CSVLogger(tmp_path, name="run"), log_every_n_steps=1,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, callbacks=[MLDebugCallback()],

@@ -76,7 +76,9 @@ def rank_main(rank, world, port, out_dir):
 
 def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
     pytest.importorskip("transformers")
-    ranks = gloo.run_on_ranks(rank_main, tmp_path, "a rank of the HF Trainer run hung")
+    # spawned: an HF test earlier in this worker leaves accelerate's process-wide state set up for one process, and a
+    # forked rank would inherit it and train alone
+    ranks = gloo.run_on_ranks(rank_main, tmp_path, "a rank of the HF Trainer run hung", start_method="spawn")
     assert ranks[0]["weights"] == ranks[1]["weights"]  # one decision, taken on both ranks
     assert all(math.isfinite(v) for p in ranks[0]["weights"] for v in p)  # the NaN step never reached them
     assert ranks[0]["reports"] == ranks[1]["reports"] == [[BAD, "encoder.1", "forward", 1]]  # the same on every rank
