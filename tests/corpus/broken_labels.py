@@ -12,12 +12,16 @@ Run one: `python diagnostics/label_alignment.py --case tests/corpus/broken_label
 """
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig, BertForTokenClassification, GPT2Config, GPT2LMHeadModel, T5Config, \
-    T5ForConditionalGeneration
-from transformers.utils import logging
 
-logging.set_verbosity_error()  # tiny configs make transformers chatty about special token ids
 VOCAB, PAD = 64, 0
+
+
+def quiet_transformers():
+    """transformers, imported when a model is built: its model classes take 5 s of CPU to import, which every test
+    worker collecting this file would pay. Tiny configs make it chatty about special token ids: errors only."""
+    import transformers
+    transformers.utils.logging.set_verbosity_error()
+    return transformers
 
 
 def seeded_batch(seed, rows=4, length=16):
@@ -31,10 +35,11 @@ def seeded_batch(seed, rows=4, length=16):
 
 
 def gpt2(seed):
+    transformers = quiet_transformers()
     torch.manual_seed(seed)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2, bos_token_id=1,
-                        eos_token_id=1, pad_token_id=PAD)
-    return GPT2LMHeadModel(config)
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=2, bos_token_id=1,
+                                     eos_token_id=1, pad_token_id=PAD)
+    return transformers.GPT2LMHeadModel(config)
 
 
 def gpt2_labels_case(broken):
@@ -96,10 +101,12 @@ TAGS = 5  # tag 0 is "O" (outside any entity), the most frequent tag, as in CoNL
 
 
 def bert(seed):
+    transformers = quiet_transformers()
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32, num_labels=TAGS, pad_token_id=PAD)
-    return BertForTokenClassification(config)
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=64, max_position_embeddings=32, num_labels=TAGS,
+                                     pad_token_id=PAD)
+    return transformers.BertForTokenClassification(config)
 
 
 def tags_for(input_ids, attention_mask):
@@ -154,11 +161,12 @@ def make_bert_ignores_frequent_tag():
 
 def make_t5_labels():
     """A seq2seq: the decoder is scored against labels that are not the encoder's input ids."""
+    transformers = quiet_transformers()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(4)
-        config = T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
-                          decoder_start_token_id=PAD, pad_token_id=PAD, eos_token_id=1)
-        model = T5ForConditionalGeneration(config)
+        config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+                                       decoder_start_token_id=PAD, pad_token_id=PAD, eos_token_id=1)
+        model = transformers.T5ForConditionalGeneration(config)
     input_ids, attention_mask = seeded_batch(4)
     labels, label_mask = seeded_batch(5, length=10)
     labels = labels.masked_fill(label_mask == 0, -100)
