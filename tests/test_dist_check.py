@@ -1,7 +1,7 @@
 """dist_check on local gloo ranks: healthy 2- and 4-rank runs pass; a skipped collective and a sleeping rank are
 named within the time limit, with their stacks on disk; no process is left behind; bad usage is one line.
 
-The three runs start together (each is a launcher plus its ranks) so that their torch imports overlap."""
+The three runs start together (each is a launcher plus its ranks, forked from it) so that their waits overlap."""
 import json
 import os
 import socket
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 
 import dist_check
 
@@ -295,3 +296,25 @@ def test_a_peer_killed_mid_run_is_a_report_not_a_traceback(tmp_path):
     stdout, stderr = procs[0].communicate(timeout=120)
     assert procs[0].returncode == 1 and "Traceback" not in stderr and stderr.strip() == "", stderr
     assert "rank 1" in stdout and "never reported" in stdout, stdout
+
+
+def test_a_launched_rank_gets_one_torch_thread_unless_omp_num_threads_says(monkeypatch):
+    """A forked rank has the launcher's torch, whose thread count OMP_NUM_THREADS set at import: without the variable
+    the rank sets one thread itself (ranks share the machine's cores), with it the count is left as it is."""
+    seen = []
+    monkeypatch.setattr(dist_check, "main", lambda argv: seen.append((os.environ["OMP_NUM_THREADS"], torch.get_num_threads())))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DIST_CHECK_LAUNCHED", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)  # restored (removed) after the test
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with pytest.raises(SystemExit):
+            dist_check.run_launched_rank(0, 2, [])
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        torch.set_num_threads(2)
+        with pytest.raises(SystemExit):
+            dist_check.run_launched_rank(1, 2, [])
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [("1", 1), ("3", 2)]
+    assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["DIST_CHECK_LAUNCHED"]) == ("1", "2", "1")
