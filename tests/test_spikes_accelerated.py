@@ -155,6 +155,20 @@ def test_the_screen_takes_the_bulk_of_a_healthy_log(tmp_path, monkeypatch):
     assert in_python < len(refreshes) / 10
 
 
+@pytest.mark.parametrize("scenario", ["clean", "creep"])
+def test_a_big_csv_without_a_step_column_is_stepped_by_its_rows_the_same_way(tmp_path, monkeypatch, scenario):
+    """No step column: the rows are the steps (a range, not a numpy column) on both paths, the creep watch's blocks
+    too; the numpy screen still takes the bulk."""
+    stepped, path = tmp_path / "stepped.csv", tmp_path / "rows.csv"
+    synthetic_curves.make_curve(scenario, seed=3, rows=20000).write_csv(stepped)
+    path.write_text("".join(line.split(",", 1)[1] for line in stepped.read_text().splitlines(keepends=True)))
+    pure, fast = both_ways(path, monkeypatch)
+    assert fast == pure
+    assert (pure["log"]["first_step"], pure["log"]["last_step"]) == (0, 19999)
+    assert [e["kind"] for e in pure["events"]] == ([] if scenario == "clean" else ["non_spike_divergence"])
+    assert numpy_chunks(path)[0] > 0
+
+
 def test_the_accelerator_is_used_for_big_files_only_and_never_without_pandas(tmp_path, monkeypatch):
     path = tmp_path / "small.csv"
     synthetic_curves.make_curve("clean", seed=0, rows=2000).write_csv(path)
