@@ -72,6 +72,29 @@ def ctrl_c_reaches_the_commands():
         signal.signal(signal.SIGINT, previous)
 
 
+SET_BY_OTHERS = {  # environment variables set in this process by pytest or a library, not by a test: name -> by whom
+    "PYTEST_CURRENT_TEST": "pytest names the test and its phase",
+    "PYTORCH_NVML_BASED_CUDA_CHECK": "lightning.fabric sets it when first imported, in whichever test that is",
+    "TORCHINDUCTOR_CACHE_DIR": "torch sets it the first time inductor looks up its cache folder",
+}
+
+
+@pytest.fixture(autouse=True)
+def environment_left_as_found():
+    """A test (or the code it runs in this process) that leaves an environment variable set, changed or removed
+    fails, and the environment is put back: every later test in the worker, and every process it starts, would
+    inherit it (a RANK left set made the HF Trainer tests start a process group). SET_BY_OTHERS are left alone."""
+    before = dict(os.environ)
+    yield
+    after = dict(os.environ)
+    changed = sorted(name for name in before.keys() | after.keys()
+                     if before.get(name) != after.get(name) and name not in SET_BY_OTHERS)
+    if changed:
+        os.environ.clear()
+        os.environ.update(before)
+    assert not changed, f"environment variables changed by this test and not restored: {changed}"
+
+
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM, signal.SIGUSR1)
 
 

@@ -303,8 +303,10 @@ def test_a_launched_rank_gets_one_torch_thread_unless_omp_num_threads_says(monke
     the rank sets one thread itself (ranks share the machine's cores), with it the count is left as it is."""
     seen = []
     monkeypatch.setattr(dist_check, "main", lambda argv: seen.append((os.environ["OMP_NUM_THREADS"], torch.get_num_threads())))
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DIST_CHECK_LAUNCHED", "OMP_NUM_THREADS"):
-        monkeypatch.delenv(name, raising=False)  # restored (removed) after the test
+    launched = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "DIST_CHECK_LAUNCHED", "OMP_NUM_THREADS")
+    # a copy of the environment for the rank to set: a RANK left set in this worker starts a process group in every
+    # later HF Trainer test (monkeypatch.delenv of an unset name would not remove it afterwards)
+    monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in launched})
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
