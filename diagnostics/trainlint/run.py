@@ -155,8 +155,11 @@ def read_python(path):
 
 
 def notebook_source(text):
-    """(source, cells) for a Jupyter notebook's text: its code cells joined into one module, with IPython
-    magics (`%time`, `!pip`, `%%bash` cells) blanked; cells[i] is (cell number, line in cell) of line i + 1."""
+    """(source, cells, unparsed) for a Jupyter notebook's text: its code cells joined into one module, with IPython
+    magics (`%time`, `!pip`, `x = !ls`, `obj?`, `%%bash` cells) blanked and a cell indented as a whole dedented, as
+    IPython does; cells[i] is (cell number, line in cell) of line i + 1. Jupyter compiles each cell alone, and so
+    does this: a cell that still does not parse is left out (its lines blank), and unparsed lists it as (cell
+    number, line in cell, the parser's message); the other cells are linted."""
     try:
         notebook = json.loads(text)
         cells = notebook["cells"]
@@ -164,26 +167,71 @@ def notebook_source(text):
         codes = [(n, "".join(code) if isinstance(code, list) else code) for n, code in codes]
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         raise ValueError("not a Jupyter notebook (no list of cells in its JSON)")
-    lines, where = [], []
+    lines, where, unparsed = [], [], []
     for number, code in codes:
         if not isinstance(code, str):
             raise ValueError(f"not a Jupyter notebook (cell {number} has no text)")
-        magic_cell, continued, statement = code.lstrip().startswith("%%"), False, []
-        for line_number, line in enumerate(code.splitlines() or [""], 1):
-            body = line.lstrip()
-            if continued:  # `!pip install a \` goes on on the next line
-                continued, line = body.endswith("\\"), ""
-            elif magic_cell or not statement and (body.startswith(("%", "!")) or body.endswith("?") and
-                                                  not body.startswith("#")):
-                line = line[:len(line) - len(body)] + "pass" if body and not magic_cell else ""
-                continued = not magic_cell and body.endswith("\\")
-            else:  # Python: a line that opens with % or != inside a statement's brackets is no magic
-                statement.append(line)
-                if complete(statement):
-                    statement = []
-            lines.append(line)
-            where.append((number, line_number))
-    return "\n".join(lines) + "\n", where
+        cell = python_lines(code)
+        try:
+            ast.parse("\n".join(cell) + "\n")
+        except SyntaxError as error:
+            unparsed.append((number, error.lineno or 1, error.msg))
+            cell = [""] * len(cell)
+        lines += cell
+        where += [(number, line_number) for line_number in range(1, len(cell) + 1)]
+    return "\n".join(lines) + "\n", where, unparsed
+
+
+SHELL_ASSIGNMENT = re.compile(r"(\s*[A-Za-z_][\w\s,]*=\s*)[!%]")  # `files = !ls`, `t = %timeit -o f()`
+
+
+def python_lines(code):
+    """A code cell's lines as Python: each magic line `pass` (or `x = None` for `x = !cmd`), its continuation lines
+    blank, the lines of a `%%` cell blank, the cell dedented by its first line's indent."""
+    raw = code.splitlines() or [""]
+    first = next((line for line in raw if line.strip()), "")
+    indent = first[:len(first) - len(first.lstrip())]
+    if indent:
+        raw = [line[len(indent):] if line.startswith(indent) else line for line in raw]
+    magic_cell, continued, statement, out = code.lstrip().startswith("%%"), False, [], []
+    for line in raw:
+        body = line.lstrip()
+        if continued:  # `!pip install a \` goes on on the next line
+            continued, line = body.endswith("\\"), ""
+        elif magic_cell:
+            line = ""
+        elif not statement and (body.startswith(("%", "!")) or help_line(body)):
+            line = line[:len(line) - len(body)] + "pass" if body else ""
+            continued = body.endswith("\\")
+        elif not statement and SHELL_ASSIGNMENT.match(line):
+            line = SHELL_ASSIGNMENT.match(line).group(1) + "None"
+            continued = body.endswith("\\")
+        else:  # Python: a line that opens with % or != inside a statement's brackets is no magic
+            statement.append(line)
+            if complete(statement):
+                statement = []
+        out.append(line)
+    return out
+
+
+def help_line(body):
+    """IPython's `obj?` / `obj??`: an expression and question marks (a line with a comment ending in `?` is Python)."""
+    if not body.endswith("?") or "#" in body:
+        return False
+    try:
+        ast.parse(body.rstrip("?"), mode="eval")
+    except SyntaxError:
+        return False
+    return True
+
+
+def cells_left_out(unparsed):
+    """One line on the cells of a notebook that do not parse: the first one's error, the others' numbers."""
+    (number, line, message), rest = unparsed[0], unparsed[1:]
+    label = python2(SyntaxError(message))
+    why = f"Python 2 source ({label})" if label else message
+    also = f"; also cell{'s' if len(rest) > 1 else ''} {', '.join(str(n) for n, _, _ in rest)}" if rest else ""
+    return f"cell {number} does not parse, left out: {why} (cell {number}, line {line}){also}; the other cells were linted"
 
 
 def complete(lines):
@@ -280,9 +328,11 @@ def lint_paths(paths, select=None, config=None, exclude=(), tests=True, skipped=
             text = read_python(path)
             chosen = select if config is None else config.rules_for(path, select)
             if path.suffix == ".ipynb":
-                source, cells = notebook_source(text)
+                source, cells, unparsed = notebook_source(text)
                 findings += [Finding(f.rule, f.path, cells[f.line - 1][1], f.message, cells[f.line - 1][0])
                              for f in lint_source(source, str(path), chosen)]
+                if unparsed:
+                    errors.append((str(path), cells_left_out(unparsed), False))
             else:
                 findings += lint_source(text, str(path), chosen, project)
             read += 1
