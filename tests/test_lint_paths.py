@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import lint
+from trainlint import run
 from conftest import run_cli
 
 BUG = "import torch.nn.functional as F\nloss = F.cross_entropy(F.softmax(z, dim=-1), y)\n"
@@ -110,6 +111,24 @@ def test_a_notebook_help_line_is_skipped_and_a_comment_ending_in_a_question_is_k
     proc = run_cli("lint.py", path, "--json", "--no-config")
     assert proc.returncode == 1, proc.stderr
     assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
+
+
+@pytest.mark.parametrize("cell, python", [
+    ("torch.nn.Linear?", ["pass"]),  # IPython's help
+    ("torch.nn.Linear??", ["pass"]),
+    ("x = f(1)  # why?", ["x = f(1)  # why?"]),  # code with a comment ending in ?
+    ("model.train()  # why?", ["model.train()  # why?"]),  # ... an expression too
+    ("print(loss)", ["print(loss)"]),  # an expression with no ?
+    ("# does it train?", ["# does it train?"]),
+    ("files = !ls data", ["files = None"]),
+    ("for i in range(2):\n    %time f(i)", ["for i in range(2):", "    pass"]),  # a block keeps its statement
+    ("!pip install a \\\n    b\nimport torch", ["pass", "", "import torch"]),
+    ("    x = 1\n\n    y = x", ["x = 1", "", "y = x"]),
+    ("%%bash\nls", ["", ""]),
+    ("keep = (label\n        != ignore)", ["keep = (label", "        != ignore)"]),
+])
+def test_a_cells_lines_as_python(cell, python):
+    assert run.python_lines(cell) == python
 
 
 @pytest.mark.hostile
