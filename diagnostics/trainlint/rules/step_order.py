@@ -168,7 +168,7 @@ def check_scheduler_before_optimizer(src):
             steps = [e for e in src.events(loop) if e.kind == "step"] or \
                 [e for e in src.run_events(loop) if e.kind == "step"]  # a train_one_epoch of another file
             if steps:
-                if sched.pos < steps[0].pos and not guarded(src, sched.node, loop):
+                if sched.pos < steps[0].pos and not guarded(src, sched.node, loop, steps[0].node):
                     stepper = f"{steps[0].target}.step()" if steps[0].target else "the optimizer step"
                     yield sched.node, (f"{sched.target}.step() runs before {stepper} (line {steps[0].pos[0]}) in this "
                                        f"loop, so the schedule skips its first value and runs one period early. Call "
@@ -176,15 +176,22 @@ def check_scheduler_before_optimizer(src):
                 break
 
 
-def guarded(src, node, loop):
+def guarded(src, node, loop, step):
     """node sits under an `if` inside loop that may skip the first pass (`if step % n == 0: scheduler.step()`),
-    not one that only asks whether the scheduler exists (`if scheduler:`, `if scheduler is not None:`)."""
+    not one that only asks whether the scheduler exists (`if scheduler:`, `if scheduler is not None:`), nor one
+    whose same branch holds the optimizer step too (`if (i + 1) % k == 0: scheduler.step(); optimizer.step()`:
+    they run together). step: the optimizer step's node (one of another file is in no branch here)."""
     subject = ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else None
-    p = src.parent[node]
+    step_branch, child, p = {}, step, src.parent.get(step)
+    while p is not None and p is not loop:  # each `if` above the step: whether the step is in its body
+        if isinstance(p, ast.If):
+            step_branch[p] = child in p.body
+        child, p = p, src.parent.get(p)
+    child, p = node, src.parent[node]
     while p is not loop:
-        if isinstance(p, ast.If) and not only_tests(p.test, subject):
+        if isinstance(p, ast.If) and step_branch.get(p) != (child in p.body) and not only_tests(p.test, subject):
             return True
-        p = src.parent[p]
+        child, p = p, src.parent[p]
     return False
 
 
