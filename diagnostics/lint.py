@@ -37,7 +37,7 @@ Output
     $ python diagnostics/lint.py tests/data/lint/buggy_classifier.py
     tests/data/lint/buggy_classifier.py:37: softmax-into-ce cross_entropy applies log_softmax itself, so the output of the softmax at line 17 is squashed twice: the gradient vanishes as the model gets confident and training stalls. Pass the raw logits; keep softmax for predictions.
     tests/data/lint/buggy_classifier.py:38: missing-zero-grad this loop calls backward() and optimizer.step() but never zero_grad(): gradients add up across iterations, so every step uses the sum of all past gradients. Call optimizer.zero_grad(set_to_none=True) once per optimizer step.
-    tests/data/lint/buggy_classifier.py:40: loss-accumulated-with-graph adding loss (a tensor with its autograd graph) to total on every iteration keeps all those graphs alive: memory grows until the run fails. Use loss.item() (or loss.detach()) here.
+    tests/data/lint/buggy_classifier.py:40: loss-accumulated-with-graph adding loss (a tensor with its autograd graph) to total on every iteration chains every step's graph onto total (backward() at line 38 freed their activations, not the graph): memory creeps up with the steps, and total stays a tensor with a graph wherever it is used later. Use loss.item() (or loss.detach()) here.
     tests/data/lint/buggy_classifier.py:42: eval-mode-not-restored this leaves model in eval mode and the training loop never calls model.train() again: later steps train with dropout off and frozen batch-norm statistics. Call model.train() at the start of each epoch or right after evaluating.
     lint: 4 finding(s) in 1 file(s)
 

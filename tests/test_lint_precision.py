@@ -1274,3 +1274,30 @@ def test_what_a_method_called_per_micro_batch_zeroes(zero, found):
     code = TWO_METHODS.format(zero=zero)
     shift = zero.count("\n") - 1
     assert findings(code) == [(rule, line + shift) for rule, line in found]
+
+
+ACCUMULATED = """
+    import torch.nn.functional as F
+
+    def train(model, loader, optimizer):
+        total, aux_total = 0.0, 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            out = model(x)
+            loss = F.cross_entropy(out, y)
+            aux = F.mse_loss(out, y.float().unsqueeze(1))
+            loss.backward()
+            optimizer.step()
+            total += loss
+            aux_total += aux
+    """
+
+
+def test_a_loss_summed_after_its_backward_is_told_apart_from_one_never_backpropagated():
+    """A fresh corpus of issue 24: `total += loss` after loss.backward() was said to grow memory until the run fails,
+    but backward() freed the activations; what piles up is the graph. A loss no backward() runs on keeps them all."""
+    by_line = {f.line: f.message for f in lint.lint_source(textwrap.dedent(ACCUMULATED), "<string>")
+               if f.rule == "loss-accumulated-with-graph"}
+    assert sorted(by_line) == [13, 14]
+    assert "backward() at line 11 freed their activations" in by_line[13] and "until the run fails" not in by_line[13]
+    assert "memory grows until the run fails" in by_line[14] and "freed" not in by_line[14]

@@ -348,10 +348,12 @@ def few(src, node):
 @rule(
     "loss-accumulated-with-graph",
     "A loss tensor is summed (or appended) across iterations without .item() or .detach().",
-    """`total += loss` keeps a reference to every iteration's autograd graph, activations
-    included. Memory grows each step until the run fails out of memory hours in, or it slows
-    down, and the total is a tensor that drags the graph along into every later use. Add
-    loss.item() (or loss.detach()) instead. A loop of a literal few passes (range(3) in a test)
+    """`total += loss` keeps a reference to every iteration's autograd graph. Where no backward()
+    of that loss runs in the loop (an evaluation loop without no_grad) that is the activations
+    too: memory grows each step until the run fails out of memory hours in. Where one runs, it
+    frees the activations, but the graph nodes still pile up step after step, and the total is a
+    tensor that drags the graph along into every later use. Add loss.item() (or loss.detach())
+    instead. A loop of a literal few passes (range(3) in a test)
     and a dict of outputs (whose entries the code detaches by key) are left alone.""",
     """
     import torch.nn.functional as F
@@ -393,7 +395,8 @@ def check_loss_accumulated_with_graph(src):
         sums = [(node, total, added) for node, total, added in sums if trains(src, node) and not few(src, node)]
         if not sums:
             continue
-        targets = [t for _, t in backward_calls(src, scope) if t is not None]
+        backwards = [(call, t) for call, t in backward_calls(src, scope) if t is not None]
+        targets = [t for _, t in backwards]
         backpropagated = names_behind(src, targets, ast.AST)  # anything that feeds a backward()
         keyed = {n.value.id for n in src.local(scope) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                  and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}  # dicts: out["loss"]
@@ -413,7 +416,17 @@ def check_loss_accumulated_with_graph(src):
                 a for a in src.local(loop) if "." in total and isinstance(a, ast.Assign) and  # self.total = 0.0
                 any(dotted(t) == total for t in a.targets) and not (
                     isinstance(a.value, ast.BinOp) and dotted(a.value.left) == total)]
-            if not rebound:
+            if rebound:
+                continue
+            freed = next((call for call, target in backwards if position(loop) <= position(call) <= end_position(loop) and
+                          carried[0] in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}), None)
+            if freed is None:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "
                              f"(or {carried[0]}.detach()) here.")
+            else:  # backward() freed the activations: what stays is smaller, and still a graph
+                yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
+                             f"chains every step's graph onto {total} (backward() at line {freed.lineno} freed their "
+                             f"activations, not the graph): memory creeps up with the steps, and {total} stays a tensor "
+                             f"with a graph wherever it is used later. Use {carried[0]}.item() (or "
+                             f"{carried[0]}.detach()) here.")
