@@ -40,3 +40,12 @@ def train_with_a_frozen_phase(model, optimizer, loader, scheduler, frozen_steps=
         else:
             optimizer.step()
         optimizer.zero_grad()
+
+
+def train_broken_when_given(model, optimizer, loader, scheduler=None):
+    for x, y in loader:
+        if scheduler is not None:  # asks only whether there is one: no pass is skipped
+            scheduler.step()  # BUG: scheduler-before-optimizer
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
