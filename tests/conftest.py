@@ -127,8 +127,8 @@ def signals_left_as_found():
 # `make test` runs -n 2 --dist loadfile: each file's tests on one worker, so a module fixture is built once. xdist hands
 # the files out in collection order, so a heavy file collected late runs alone at the end while the other worker idles.
 # The heaviest files go first (by their tests' summed times on two quiet cores); the rest keep their order. Measured on
-# the 2-core VM, quiet, one run each: 454.7 s in collection order, 438.6 s with the heaviest first (when the list was made). The
-# list was taken again from a --junitxml run after the distributed tests were made lighter (session 14; not re-timed).
+# the 2-core VM, quiet, one run each: 454.7 s in collection order, 438.6 s with the heaviest first (when the list was
+# made). The list was taken again from a --junitxml run after the distributed tests were made lighter (not re-timed).
 HEAVY_FILES_FIRST = ("test_real_models.py", "test_dist_check.py", "test_site.py", "test_diagnostic_conventions.py",
                      "test_spike_lab.py", "test_mutate_map.py", "test_spikes.py", "test_hostile_user_code.py",
                      "test_doctor.py", "test_mutate.py")

@@ -53,6 +53,13 @@ def report(rank, out_dir, results):
     os._exit(0)
 
 
+def free_port():
+    """A local TCP port no process listens on now (the OS picks it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def run_on_ranks(rank_main, out_dir, hang_message, world=2, start_method="fork"):
     """Run rank_main on `world` ranks and return each rank's results, rank 0 first.
 
@@ -61,10 +68,7 @@ def run_on_ranks(rank_main, out_dir, hang_message, world=2, start_method="fork")
     rank starts clean. start_method="spawn" for a rank that reads process-wide state an earlier test in the same
     worker may have set (accelerate's, under the HF Trainer).
     """
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    context = mp.start_processes(rank_main, args=(world, port, str(out_dir)), nprocs=world, join=False,
+    context = mp.start_processes(rank_main, args=(world, free_port(), str(out_dir)), nprocs=world, join=False,
                                  start_method=start_method)
     deadline = time.monotonic() + DEADLINE
     try:

@@ -4,7 +4,6 @@ named within the time limit, with their stacks on disk; no process is left behin
 The three runs start together (each is a launcher plus its ranks, forked from it) so that their waits overlap."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import torch
 import dist_check
 
 from conftest import DIAGNOSTICS, assert_one_line_error, run_cli
+from gloo import free_port
 
 TIMEOUT = 5  # seconds per collective in the planted runs, as in the docstring's demo
 
@@ -204,19 +204,13 @@ def test_an_environment_error_is_one_line(args, env, words, capsys, monkeypatch,
     assert not (tmp_path / "out").exists()
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.hostile
 def test_a_peer_that_never_starts_is_one_line_on_either_side(tmp_path):
     """Rank 0 alone waits for rank 1 at the rendezvous; rank 1 alone finds no store: each ends in one line, exit 2,
     within a few times the limit (both were tracebacks)."""
     procs = {}
     for rank in (0, 1):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                    OMP_NUM_THREADS="1")
         env.pop("DIST_CHECK_LAUNCHED", None)
         procs[rank] = subprocess.Popen([sys.executable, str(DIAGNOSTICS / "dist_check.py"), "--timeout", "1", "--out",
@@ -251,7 +245,7 @@ def torchrun_env(folder):
 
 
 def torchrun_command(out):
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
             str(DIAGNOSTICS / "dist_check.py"), "--timeout", "20", "--out", str(out)]
 
 
@@ -278,7 +272,7 @@ def _passes_under_torchrun(code, stdout, stderr, out):
 def test_a_peer_killed_mid_run_is_a_report_not_a_traceback(tmp_path):
     """Issue 22 (tracebacks): a peer killed while the others wait in a collective. Rank 1 (planted asleep at
     all_gather) is killed once its stack file shows it running: rank 0 reports it, exit 1, nothing on stderr."""
-    port, out = _free_port(), tmp_path / "out"
+    port, out = free_port(), tmp_path / "out"
     procs = {}
     for rank in (0, 1):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),

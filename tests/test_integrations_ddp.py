@@ -6,12 +6,12 @@ Lightning is imported in the test, not at collection: it takes 9 s of CPU beyond
 imports transformers and scipy), and every xdist worker collects every file. The ranks are forked (`ddp_fork`): a
 spawned rank imports Lightning again, 25 s of the test's 40 s of CPU (measured on the 2-core VM)."""
 import json
-import socket
 
 import pytest
 import torch
 
 import spikes
+from gloo import free_port
 
 STEPS, BAD, WORLD, ROWS = 12, 8, 2, 8
 
@@ -36,10 +36,8 @@ def test_lightning_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp
         def on_train_end(self):  # each rank's weights, for the test to compare
             torch.save(self.state_dict(), f"{self.out_dir}/rank{self.global_rank}.pt")
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        # Lightning's launcher sets MASTER_PORT in this process when it is unset, and leaves it set for later tests
-        monkeypatch.setenv("MASTER_PORT", str(s.getsockname()[1]))
+    # Lightning's launcher sets MASTER_PORT in this process when it is unset, and leaves it set for later tests
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     torch.manual_seed(0)
     trainer = lightning.Trainer(max_steps=STEPS, accelerator="cpu", devices=WORLD, strategy="ddp_fork",
                                 logger=lightning.pytorch.loggers.CSVLogger(tmp_path, name="run"), log_every_n_steps=1,

@@ -159,7 +159,7 @@ def notebook_source(text):
     magics (`%time`, `!pip`, `x = !ls`, `obj?`, `%%bash` cells) blanked and a cell indented as a whole dedented, as
     IPython does; cells[i] is (cell number, line in cell) of line i + 1. Jupyter compiles each cell alone, and so
     does this: a cell that still does not parse is left out (its lines blank), and unparsed lists it as (cell
-    number, line in cell, the parser's message); the other cells are linted."""
+    number, the parser's SyntaxError, its line counted in the cell); the other cells are linted."""
     try:
         notebook = json.loads(text)
         cells = notebook["cells"]
@@ -175,7 +175,7 @@ def notebook_source(text):
         try:
             ast.parse("\n".join(cell) + "\n")
         except SyntaxError as error:
-            unparsed.append((number, error.lineno or 1, error.msg))
+            unparsed.append((number, error))
             cell = [""] * len(cell)
         lines += cell
         where += [(number, line_number) for line_number in range(1, len(cell) + 1)]
@@ -195,7 +195,7 @@ def python_lines(code):
         raw = [line[len(indent):] if line.startswith(indent) else line for line in raw]
     magic_cell, continued, statement, out = code.lstrip().startswith("%%"), False, [], []
     for line in raw:
-        body = line.lstrip()
+        body, assigned = line.lstrip(), SHELL_ASSIGNMENT.match(line)
         if continued:  # `!pip install a \` goes on on the next line
             continued, line = body.endswith("\\"), ""
         elif magic_cell:
@@ -203,8 +203,8 @@ def python_lines(code):
         elif not statement and (body.startswith(("%", "!")) or help_line(body)):
             line = line[:len(line) - len(body)] + "pass" if body else ""
             continued = body.endswith("\\")
-        elif not statement and SHELL_ASSIGNMENT.match(line):
-            line = SHELL_ASSIGNMENT.match(line).group(1) + "None"
+        elif not statement and assigned:
+            line = assigned.group(1) + "None"
             continued = body.endswith("\\")
         else:  # Python: a line that opens with % or != inside a statement's brackets is no magic
             statement.append(line)
@@ -227,11 +227,12 @@ def help_line(body):
 
 def cells_left_out(unparsed):
     """One line on the cells of a notebook that do not parse: the first one's error, the others' numbers."""
-    (number, line, message), rest = unparsed[0], unparsed[1:]
-    label = python2(SyntaxError(message))
-    why = f"Python 2 source ({label})" if label else message
-    also = f"; also cell{'s' if len(rest) > 1 else ''} {', '.join(str(n) for n, _, _ in rest)}" if rest else ""
-    return f"cell {number} does not parse, left out: {why} (cell {number}, line {line}){also}; the other cells were linted"
+    (number, error), rest = unparsed[0], unparsed[1:]
+    label = python2(error)
+    why = f"Python 2 source ({label})" if label else error.msg
+    also = f"; also cell{'s' if len(rest) > 1 else ''} {', '.join(str(n) for n, _ in rest)}" if rest else ""
+    return (f"cell {number} does not parse, left out: {why} (cell {number}, line {error.lineno or 1}){also}; the other "
+            f"cells were linted")
 
 
 def complete(lines):
