@@ -11,9 +11,10 @@ refusal), the rows read, the steps, the spikes by type and the events by kind, t
 Then the planted spikes (issue 23): the loss series as spikes.py read it (its own steps, with any resume or new run)
 is written to a `step,loss` CSV three more times, each with one shape planted, and read again: a one-row 3x spike
 (a fast_recovery), a 2x bump decaying linearly to the curve over 100 rows (a slow_recovery) and a lasting 1.3x
-offset (a no_recovery). They go at two thirds of the log (`calm`), and once more where the log falls fastest
-(`fall`) when it has a fast fall: its loss down by 20% or more over 48 rows (the medians of 16 rows at either end).
-A plant is found when a spike that the unplanted CSV does not have starts within 3 rows of it, typed when that
+offset (a no_recovery). They go at two thirds of the log (`calm`; earlier where a resume or a new run would fall
+inside the shape's rows: a spike open at a resume is judged by its level there), and once more where the log falls
+fastest (`fall`) when it has a fast fall: its loss down by 20% or more over 48 rows (the medians of 16 rows at
+either end). A plant is found when a spike that the unplanted CSV does not have starts within 5 rows of it, typed when that
 spike has the shape's type. A log too short for a shape (the spike needs 40 rows before it, the bump and the offset
 96 before and 240 after) is not planted with it, nor is a loss whose median is 0 or less (3x is a dip there).
 `--no-plants` leaves the plants out.
@@ -46,10 +47,11 @@ LOGS = {
                    "ultralytics YOLO11 results.csv (segmentation)", (10, 1, 10, 0),
                    "read as the sum of its 4 train/*_loss parts; 10 epochs: too short to judge"),
     "llamafactory-sft": ("rameyjm7/SFT-Training-LLM", "264b29045923fad9c4a88aa0384d33a5835accfe", "trainer_log.jsonl",
-                         "LLaMA-Factory trainer_log.jsonl (LLM fine-tuning)", (705, 10, 6560, 0),
-                         "two processes wrote each step, mostly a row apart: 653 repeats left out (654 before step "
-                         "5240's last copy was kept); where one fell two rows behind, the 26 resumes (by 10-20 steps) "
-                         "and the resume_drop are false (a limit)"),
+                         "LLaMA-Factory trainer_log.jsonl (LLM fine-tuning)", (680, 10, 6560, 0),
+                         "two processes wrote each step, one mostly a row behind, two at times, catching up where "
+                         "the other saved a checkpoint: 678 repeats left out; one real resume, from step 5240 to "
+                         "5010, both writers side by side after it (656 steps and the 24 replayed: 680 rows); no "
+                         "spike, right"),
     "llamafactory-pretrain": ("suzushi-tw/luojiu-7b-base", "f6a05a26564c4307e67d84de86bc9855633c7a29",
                               "trainer_log.jsonl", "LLaMA-Factory trainer_log.jsonl (7B pretraining)",
                               (1742, 5, 8710, 0), "a smooth curve, current_steps as steps: no spike, right"),
@@ -189,16 +191,32 @@ def noise_sigmas(losses, at, shape):
     return height / sigma if sigma > 0 else math.inf
 
 
-def fastest_fall(losses):
+def fastest_fall(steps, losses):
     """(row, ratio): where the loss falls fastest (the median of 16 rows, 48 rows on, over the median of the 16
-    rows before), among the rows a bump fits at; None when it never falls by 20% or more."""
+    rows before), among the rows a bump fits at with no resume or new run in its rows; None when it never falls by
+    20% or more."""
     best = None
-    for at in range(SHAPES["bump"][2], len(losses) - SHAPES["bump"][3] + 1, 4):
+    _, _, rows_before, rows_after = SHAPES["bump"]
+    back = [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
+    for at in range(rows_before, len(losses) - rows_after + 1, 4):
+        if any(at - rows_before < j < at + rows_after for j in back):
+            continue
         before = sorted(losses[at - FALL_EDGE:at])[FALL_EDGE // 2]
         later = sorted(losses[at + FALL_ROWS - FALL_EDGE:at + FALL_ROWS])[FALL_EDGE // 2]
         if before > 0 and (best is None or later / before < best[1]):
             best = (at, later / before)
     return best if best is not None and best[1] <= FAST_FALL else None
+
+
+def calm_row(steps, rows_before, rows_after):
+    """Two thirds of the way into the log, or the latest row before that whose span (rows_before before it,
+    rows_after from it) has no resume or new run: a plant across one would test how a spike open at a resume is
+    judged (by its level there), not the shape. None when no span is free of them."""
+    back = [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
+    for row in range(min(2 * len(steps) // 3, len(steps) - rows_after), rows_before - 1, -1):
+        if not any(row - rows_before < j < row + rows_after for j in back):
+            return row
+    return None
 
 
 def analyzed(steps, losses, path):
@@ -223,14 +241,14 @@ def plant_all(log, folder):
     starts = {s.start_row for s in spikes_before}
     creeps = {e["step"] for e in events_before if e["kind"] == "non_spike_divergence"}
     places = [("calm", None)]
-    fall = fastest_fall(losses)
+    fall = fastest_fall(steps, losses)
     if fall is not None:
         places.append((f"fall x{fall[1]:.2f}/{FALL_ROWS} rows", fall[0]))
     results = []
     for place, at in places:
         for shape, (_, want, rows_before, rows_after) in SHAPES.items():
-            row = min(2 * n // 3, n - rows_after) if at is None else at
-            if row < rows_before or row + rows_after > n:
+            row = calm_row(steps, rows_before, rows_after) if at is None else at
+            if row is None or row < rows_before or row + rows_after > n:
                 continue
             found, events = analyzed(steps, planted(steps, losses, row, shape), path)
             new = [s.type for s in found if s.start_row not in starts and row <= s.start_row <= row + NEAR]

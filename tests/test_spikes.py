@@ -594,10 +594,19 @@ SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     ([10, 20, 30, 40, 50, 60, 70, 10, 20, 30, 40, 50, 60, 70, 80], [10, 20, 30, 40, 50, 60, 70] * 2 + [80]),  # a run
     ([10, 20, 30, 40, 50, 60, 70, 80, 10, 20, 30, 40, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80] * 2 + [90]),
     ([1.0, 2.0, 3.0, 2.0, 4.0], [1.0, 2.0, 3.0, 4.0]),  # float steps: the same
+    ([10, 20, 30, 40, 50, 30, 40, 60], [10, 20, 30, 40, 50, 60]),  # two rows behind, in a row
+    ([10, 20, 30, 40, 50, 40, 50, 60], [10, 20, 30, 40, 50, 60]),  # catching up where the other saved a checkpoint
+    ([10, 20, 30, 40, 50, 40, 50], [10, 20, 30, 40, 50]),  # the lagging writer's rows end the log
+    ([10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 80, 90]),
+    ([10, 20, 30, 40, 50, 60, 70, 80, 30, 40, 50, 60, 70, 80, 90],  # replays climbing to the highest step: resumes
+     [10, 20, 30, 40, 50, 60, 70, 80, 30, 40, 50, 60, 70, 80, 90]),
+    ([10, 20, 30, 40, 50, 60, 70, 80, 90, 20, 20, 30, 30, 40], [10, 20, 30, 40, 50, 60, 70, 80, 90, 20, 30, 40]),
 ])
 def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept):
-    """A lagging writer repeats a step it read a row or two before; a second run that passes the first run's last
-    step again (DiT's log.txt) keeps every row."""
+    """A lagging writer repeats a step it read a row or two before, up to two rows in a row, also up to the other
+    writer's step; a resume's replay climbs back to the highest step in more rows and stays; after a resume both
+    writers side by side are repeats again; a second run that passes the first run's last step again (DiT's
+    log.txt) keeps every row."""
     records = [{"step": step, "loss": 1.0} for step in steps]
     batches = repeated_rows([(list(range(len(records))), records)], "step", "loss", Unparsed())
     assert [record["step"] for _, batch in batches for record in batch] == kept

@@ -149,9 +149,9 @@ class Unparsed:
         entry = self.columns.setdefault(name, [0, line])
         entry[0] += 1
 
-    def repeat(self, line):
+    def repeat(self, line, count=1):
         self.repeated = self.repeated or [0, line]
-        self.repeated[0] += 1
+        self.repeated[0] += count
 
 
 def number(value, name, line, unparsed):
@@ -346,24 +346,29 @@ def _numeric(value):
 
 
 LAG = 6  # a lagging writer repeats one of the 6 latest steps read (rameyjm7/SFT-Training-LLM's two writers: up to 4)
+LAG_ROWS = 2  # ...in up to 2 rows in a row; where the writer ahead paused (a checkpoint), those can reach its step
 
 
 def repeated_rows(batches, step, loss, unparsed):
-    """The records less those with a loss whose step was already read and whose next record with a loss goes back to
-    the highest step read so far or past it (or, ending the log, that went back from the record before it), and
-    whose step is one of the LAG latest steps read: a step logged twice (two writers into one file, one a row or two
-    behind the other, as two processes of one LLaMA-Factory run can write; a line repeated). A resume goes back and
-    then on from there: it stays, also where it passes the highest step again (a second run written after a first:
-    DiT's log.txt); a resume by one or two logged rows reads as a repeat. Counted in unparsed.repeated. A batch whose steps are
-    numbers rising past the highest so far, each record with a loss, is kept whole."""
-    top = last = held = None  # the highest step so far; the step of the last record kept; a record that went back
+    """The records less a lagging writer's: two processes of one LLaMA-Factory run can write each step into one file,
+    one writer a row or two behind the other. Its rows go back, each to one of the LAG latest steps read, rising
+    among themselves: they are left out and counted in unparsed.repeated. A resume's replay goes back the same way
+    but climbs to the highest step again in more than LAG_ROWS rows (the lagging writer's rows stop short of it,
+    or catch up in one or two): it stays. A resume to a step not read lately stays too, and the steps count up
+    again from it, so that each step of the replay written twice is a repeat (rameyjm7/SFT-Training-LLM resumes
+    from step 5240 to 5010, both writers then side by side). A second run written after a first (DiT's log.txt)
+    stays whole. A resume by up to LAG_ROWS logged rows, a replay that ends the log, and the latest row written
+    again read as repeats. A batch whose steps are numbers rising past the highest so far, each record with a
+    loss, is kept whole."""
+    top = None  # the step of the last row kept: the highest since the latest resume
+    held = []  # (line, record, step) of rows that went back to recent steps: a lagging writer's, or a resume's
     recent = collections.deque(maxlen=LAG)  # the latest steps read
     for lines, records in batches:
         steps = _column(records, step)
-        if (held is None and records and NUMBER.issuperset(map(type, steps))
+        if (not held and records and NUMBER.issuperset(map(type, steps))
                 and _rising(steps if top is None else [top, *steps])
                 and all(map(dict.__contains__, records, itertools.repeat(loss)))):
-            top = last = steps[-1]
+            top = steps[-1]
             recent.extend(steps[-LAG:])
             yield lines, records
             continue
@@ -374,27 +379,31 @@ def repeated_rows(batches, step, loss, unparsed):
                 s = None
             elif type(s) is not int:
                 s = float(s) if _numeric(s) else None
-            if held is not None and s is not None:
-                if s >= top and held[3]:
-                    unparsed.repeat(held[0])
-                else:
-                    kept.append(held[:2])
-                    last = held[2]
-                held = None
-            if s is not None and top is not None and s <= top:
-                held = (line, record, s, s in recent)
-                recent.append(s)
+            if s is None:
+                kept.append((line, record))
                 continue
-            if s is not None:
-                top = last = s
-                recent.append(s)
+            if held:
+                climbed = len(held) > LAG_ROWS and held[-1][2] == top  # back, then on to the highest step again
+                if not climbed and s in recent and held[-1][2] < s <= top and len(held) < LAG:
+                    held.append((line, record, s))
+                    recent.append(s)
+                    continue
+                if climbed:  # a resume's replay: the rows stay
+                    kept.extend(h[:2] for h in held)
+                else:  # the lagging writer's rows
+                    unparsed.repeat(held[0][0], len(held))
+                held = []
+            if top is not None and s <= top:
+                if s in recent:
+                    held.append((line, record, s))
+                    recent.append(s)
+                    continue
+            top = s  # (below the highest: a resume to a step not read lately; the steps count up again from it)
+            recent.append(s)
             kept.append((line, record))
         yield _unzip(kept)
-    if held is not None:  # the log ends on a record that went back: from the one before it (the lagging writer's
-        if held[2] <= last:  # last row), left out; going on from it (a resume to the end), kept
-            unparsed.repeat(held[0])
-        else:
-            yield [held[0]], [held[1]]
+    if held:  # the log ends on rows that went back to recent steps: the lagging writer's last rows
+        unparsed.repeat(held[0][0], len(held))
 
 
 def epoch_steps(batches, step, epoch):
