@@ -600,7 +600,9 @@ SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     ([10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 80, 90]),
     ([10, 20, 30, 40, 50, 60, 70, 80, 30, 40, 50, 60, 70, 80, 90],  # replays climbing to the highest step: resumes
      [10, 20, 30, 40, 50, 60, 70, 80, 30, 40, 50, 60, 70, 80, 90]),
+    ([10, 20, 30, 40, 50, 60, 70, 80, 60, 70, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80, 60, 70, 80, 90]),
     ([10, 20, 30, 40, 50, 60, 70, 80, 90, 20, 20, 30, 30, 40], [10, 20, 30, 40, 50, 60, 70, 80, 90, 20, 30, 40]),
+    ([10, 20, 30, 40, 50, 60, 70, 80, 60, 60, 70, 70, 80, 80, 90], [10, 20, 30, 40, 50, 60, 70, 80, 90]),  # a limit
 ])
 def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept):
     """A lagging writer repeats a step it read a row or two before, up to two rows in a row, also up to the other
@@ -614,11 +616,16 @@ def test_a_step_logged_again_is_a_repeat_only_among_the_latest_steps(steps, kept
 
 def test_a_record_that_went_back_at_the_end_of_a_batch_is_judged_by_the_next_batch():
     """A resume to step 5 closes one batch and the next rises past the highest step: the resume row stays, before
-    the next batch's rows (the batch's fast road waits for the record it holds)."""
+    the next batch's rows. A replay that climbed back to the highest step, held at the end of a batch, stays too,
+    before the next batch's rows (the batch's fast road waits for the rows it holds)."""
     first = [{"step": step, "loss": 1.0} for step in (10, 20, 30, 5)]
     second = [{"step": step, "loss": 1.0} for step in (200, 210)]
     batches = repeated_rows([([1, 2, 3, 4], first), ([5, 6], second)], "step", "loss", Unparsed())
     assert [record["step"] for _, batch in batches for record in batch] == [10, 20, 30, 5, 200, 210]
+    first = [{"step": step, "loss": 1.0} for step in (10, 20, 30, 40, 50, 60, 70, 80, 50, 60, 70, 80)]
+    second = [{"step": step, "loss": 1.0} for step in (90, 100)]  # a replay that climbed back: kept before them
+    batches = repeated_rows([(list(range(12)), first), ([12, 13], second)], "step", "loss", Unparsed())
+    assert [record["step"] for _, batch in batches for record in batch] == [*range(10, 90, 10), 50, 60, 70, 80, 90, 100]
 
 
 @pytest.mark.parametrize("name", SHAPES)

@@ -384,7 +384,7 @@ def repeated_rows(batches, step, loss, unparsed):
                 continue
             if held:
                 climbed = len(held) > LAG_ROWS and held[-1][2] == top  # back, then on to the highest step again
-                if not climbed and s in recent and held[-1][2] < s <= top and len(held) < LAG:
+                if not climbed and s in recent and held[-1][2] < s <= top:
                     held.append((line, record, s))
                     recent.append(s)
                     continue
