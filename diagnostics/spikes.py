@@ -38,7 +38,12 @@ fast fall, a falling line through the window or its newer half is the baseline w
 spread (never under the median of the latest 8 values). A positive loss whose logarithms spread by more
 than 0.5 (a batch loss near zero, log-normal: its middle half spans a factor of 2 or more) has its 6
 sigma widened toward where a log-normal's 6-sigma point lies, so its ordinary right tail is no spike. A value
-above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens a spike. Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
+above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens a spike. So does a level shift
+under that threshold, once three block refreshes have settled the baseline: the median of 7 values in a row
+above the noise band (measured from the lower of the baseline and the latest block's median, and at least 5%
+up) opens a spike where the shift began (a CUSUM change point: the start of the run of values that sum the
+most above half-way to the band), also when a later row of it passes the threshold. Values inside a spike never
+enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
 max(3 sigma, 1%)):
@@ -76,8 +81,9 @@ In a log split into runs (new_run below), each spike and event also has "run": t
                         the pre-resume trend predicts there, baseline + drop; spike). The jump is no spike: a
                         spike open at the jump is measured from `expected` and kept (spike: true) only if its
                         peak clears the spike threshold of that level
-  non_spike_divergence  healthy block medians 10% (and 1% of the run's highest baseline) above the lowest
-                        so far, twice running, no spike in between (step: where the rise began;
+  non_spike_divergence  the median of the latest 4 healthy block medians 10% (and 1% of the run's highest
+                        baseline, and 3 standard errors of a block median) above its lowest so far, twice
+                        running, no spike in between (step: where the rise began;
                         detected_step, last_step, from, to); withdrawn if the loss later makes a new low
   grad_norm_spike       a grad-norm spike, twice its baseline or more, that neither led a loss spike nor
                         came during one: start, baseline, peak, type

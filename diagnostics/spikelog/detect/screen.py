@@ -18,7 +18,8 @@ import math
 import numpy as np
 
 from .series import log_spread, tail_distance
-from .thresholds import BLOCK, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW
+from .thresholds import (BAND_Z, BLOCK, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SETTLED_REFRESHES, SHIFT_ROWS,
+                         SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW)
 
 FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
 # soon (the next spike) costs little, and a long healthy one is screened in a few large numpy calls (ours)
@@ -104,12 +105,14 @@ def _screen(series, steps, values, row, start, stop):
     windows.sort(axis=1)  # (in place: 9x faster than a partition)
     med = windows[:, W_MID]
     sigma = (windows[:, W_HIGH] - windows[:, W_LOW]) / IQR_PER_SIGMA
-    distance = SPIKE_Z * sigma
+    level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
+    base = np.minimum(med, level)  # the level a shift is measured from (Series._refresh)
+    distance, shift = SPIKE_Z * sigma, BAND_Z * sigma
     low, high = windows[:, W_LOW], windows[:, W_HIGH]
     for i in np.flatnonzero((low > 0) & (high > low * HEAVY_RATIO)).tolist():  # the few heavy-tailed windows,
-        distance[i] = tail_distance(float(med[i]), float(distance[i]), log_spread(float(high[i]), float(low[i])))
-        # (in Python's math, as Series._refresh)
-    level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
+        spread = log_spread(float(high[i]), float(low[i]))  # (in Python's math, as Series._refresh)
+        distance[i] = tail_distance(float(med[i]), float(distance[i]), spread)
+        shift[i] = tail_distance(float(base[i]), float(shift[i]), spread, BAND_Z)
     local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
     # Falling: the block median two blocks back is far above this one (the scalar path then fits a line); -inf
     # where there is none. Only the stretches up to the first that fails count: there, all of this is finite.
@@ -118,11 +121,17 @@ def _screen(series, steps, values, row, start, stop):
                                level))[:count]
     size = np.abs(med)
     scale = np.maximum(np.maximum.accumulate(size), series.scale)  # (the running maximum from the series' own)
-    threshold_after = med + np.maximum(np.maximum(distance, SPIKE_REL * size), SPIKE_ABS * scale)
+    floor = np.maximum(SPIKE_REL * size, SPIKE_ABS * scale)
+    threshold_after = med + np.maximum(distance, floor)
     held_to = np.concatenate(((series.threshold,), threshold_after[:-1]))
+    shift_after = base + np.maximum(shift, floor)
+    shift_held = np.concatenate(((series.shift_limit,), shift_after[:-1]))
+    # A stretch with more than half of SHIFT_ROWS values above the shift limit it was held to may hold a level
+    # shift: it goes to Series._shifted (which needs them in a row).
+    steady = (blocks > shift_held[:, None]).sum(axis=1) <= SHIFT_ROWS >> 1
     finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
-    settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= 3  # before, Series may fit a line
-    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled
+    settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= SETTLED_REFRESHES  # (else a line)
+    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled & steady
     first_bad = int(healthy.argmin())
     taken = count if healthy[first_bad] else first_bad
     if taken == 0:
@@ -131,9 +140,12 @@ def _screen(series, steps, values, row, start, stop):
     series.window.extend(joined[taken * REFRESH:taken * REFRESH + WINDOW].tolist())
     series.med, series.sigma, series.slope = float(med[last]), float(sigma[last]), 0.0
     series.threshold, series.scale = float(threshold_after[last]), float(scale[last])
+    series.shift_limit, series.shift_base = float(shift_after[last]), float(base[last])
     series.falling = False
     series.refreshes += taken
-    series.until_refresh = REFRESH
+    series.until_refresh = series.period = REFRESH
+    end = start + taken * REFRESH  # (step, row) of the latest stretch: where a shift in it would start
+    series.at.extend(zip(as_list(steps, end - REFRESH, end), range(row + end - REFRESH, row + end)))
     ends = range(start + REFRESH - 1, start + taken * REFRESH, REFRESH)  # the index of each stretch's last value
     levels = level[:taken].tolist()
     series.blocks.extend(zip(range(row + ends[0], row + ends[-1] + 1, REFRESH)[-TREND_BLOCKS:], levels[-TREND_BLOCKS:]))

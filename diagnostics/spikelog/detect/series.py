@@ -7,7 +7,8 @@ from collections import deque
 from .. import json_float, json_int
 from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND, HEAVY_SPREAD,
                          FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
-                         MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL,
+                         MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL, SETTLED_REFRESHES,
+                         SHIFT_ROWS,
                          SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY, WINDOW)
 
 
@@ -253,20 +254,32 @@ def _trend(values, log=True):
     return level, sigma, min(slope, 0.0), 0.0
 
 
+def _onset(values, end, half):
+    """Where a level shift that values[end] is in began: the start of the run up to `end` whose values sum the most
+    above `half`, half-way from the baseline to the shift limit (a CUSUM change point: a shift of 3 sigma puts most
+    of its values past half-way and few of the noise before it, and one value that falls short does not cut it)."""
+    best, total, start = -math.inf, 0.0, end
+    for j in range(end, -1, -1):
+        total += values[j] - half
+        if total > best:
+            best, start = total, j
+    return start
+
+
 def log_spread(high, low):
     """The robust sigma of the logs of values whose quartiles are high and low; 0 unless both are positive."""
     return math.log(high / low) / IQR_PER_SIGMA if low > 0 else 0.0
 
 
-def tail_distance(level, distance, spread):
-    """How far above `level` a spike starts, for a positive loss whose logs spread by `spread` (robust sigma) and
-    whose quartiles give `distance` (SPIKE_Z sigma): that distance up to HEAVY_SPREAD; from 2 * HEAVY_SPREAD on,
-    the distance to a log-normal's SPIKE_Z-sigma point, level * (exp(SPIKE_Z * spread) - 1); between, a blend of
-    the two (continuous). A batch loss near zero, whose logs spread by ~1, then has its ordinary tail (rows 20x
-    and 50x the median) below the threshold."""
+def tail_distance(level, distance, spread, z=SPIKE_Z):
+    """How far above `level` a value is `z` sigma out, for a positive loss whose logs spread by `spread` (robust
+    sigma) and whose quartiles give `distance` (z sigma): that distance up to HEAVY_SPREAD; from 2 * HEAVY_SPREAD
+    on, the distance to a log-normal's z-sigma point, level * (exp(z * spread) - 1); between, a blend of the two
+    (continuous). A batch loss near zero, whose logs spread by ~1, then has its ordinary tail (rows 20x and 50x
+    the median) below the spike threshold."""
     if spread <= HEAVY_SPREAD:
         return distance
-    lognormal = level * math.expm1(min(SPIKE_Z * spread, 50.0))
+    lognormal = level * math.expm1(min(z * spread, 50.0))
     weight = min(1.0, (spread - HEAVY_SPREAD) / HEAVY_SPREAD)
     return distance + weight * (lognormal - distance) if lognormal > distance else distance
 
@@ -297,7 +310,11 @@ class Series:
         self.blocks = deque(maxlen=TREND_BLOCKS)  # (row, median) of the latest healthy blocks: the trend
         self.falling = False  # the latest block median is far below the one two blocks earlier
         self.threshold = math.inf
-        self.until_refresh = 1
+        self.shift_limit = math.inf  # the median of SHIFT_ROWS values in a row above this: a level shift
+        self.shift_base = None  # ...from this level: the baseline of the spike it opens
+        self.until_refresh = self.period = 1  # healthy values to the next refresh; and between the last two
+        self.at = deque(maxlen=REFRESH)  # (step, row) of the latest values of the window (as far as they are
+        # known): where a level shift started
         self.refreshes = 0
         self.minis = 0  # refreshes still to come before the next block, in a fast fall
         self.episode = None
@@ -315,7 +332,7 @@ class Series:
         n = len(w)
         if n < MIN_POINTS:
             self.med = self.sigma = None
-            self.threshold, self.until_refresh = math.inf, 1
+            self.threshold, self.shift_limit, self.until_refresh = math.inf, math.inf, 1
             return
         block = not self.minis  # (else a refresh between two blocks, in a fast fall)
         if block:
@@ -335,7 +352,7 @@ class Series:
         else:
             med, sigma, slope = w[n >> 1], (w[(3 * n) >> 2] - w[n >> 2]) / IQR_PER_SIGMA, 0.0
             spread = log_spread(w[(3 * n) >> 2], w[n >> 2])
-            if n < WINDOW or self.refreshes < 3:  # a short log (one row per epoch) may be all descent, and so may
+            if n < WINDOW or self.refreshes < SETTLED_REFRESHES:  # a short log (one row per epoch) may be all descent, and so may
                 # the start of a run before the falling test has three blocks: a line, if it explains the spread,
                 values = list(window)  # through the whole window or, on a curve that bends, its newer half
                 full = n == WINDOW  # (in logs once the window is full: a short table's few rows keep the straight line
@@ -350,12 +367,16 @@ class Series:
         size = med if med >= 0 else -med
         if size > self.scale:
             self.scale = size
-        self.threshold = med + max(tail_distance(med, SPIKE_Z * sigma, spread), SPIKE_REL * size, SPIKE_ABS * self.scale)
+        floor = max(SPIKE_REL * size, SPIKE_ABS * self.scale)
+        self.threshold = med + max(tail_distance(med, SPIKE_Z * sigma, spread), floor)
+        base = min(med, level) if block else med  # the latest block's median lags a falling curve less than the
+        self.shift_base = base  # window's (in a fast fall the line through it is the level already)
+        self.shift_limit = base + max(tail_distance(base, BAND_Z * sigma, spread, BAND_Z), floor)
         if not block:
             self.minis -= 1
         elif self.falling:
             self.minis = REFRESH // FALL_REFRESH - 1
-        self.until_refresh = FALL_REFRESH if self.minis or not block else REFRESH
+        self.until_refresh = self.period = FALL_REFRESH if self.minis or not block else REFRESH
         if block and self.on_block is not None:
             self.on_block(step, row, level, self.scale, block_spread)
 
@@ -384,12 +405,69 @@ class Series:
         elif self.episode is not None:
             self._follow(step, row, x)
         elif x > self.threshold:
-            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window), self.trend())
+            self._open(step, row, x)
         else:  # healthy: the common case, kept short
             self.window.append(x)
+            self.at.append((step, row))
             self.until_refresh -= 1
             if not self.until_refresh:
-                self._refresh(step, row)
+                self._stretch_done(step, row)
+
+    def _stretch_done(self, step, row):
+        """The end of a refresh stretch: a level shift in it opens a spike where it started, else a refresh."""
+        count = self._shifted() if self.refreshes >= SETTLED_REFRESHES else 0
+        if count:
+            self._open_shift(count)
+        else:
+            self._refresh(step, row)
+
+    def _shifted(self):
+        """How many of the latest values belong to a level shift: the median of SHIFT_ROWS values in a row above
+        shift_limit among the stretch just ended, from its onset (see _onset) on; 0 for none. Only the values
+        logged after the limit was set are held to it: on a falling curve the older ones are above it."""
+        limit = self.shift_limit
+        k = min(len(self.at), self.period)
+        values = list(itertools.islice(self.window, len(self.window) - k, None))
+        middle = SHIFT_ROWS >> 1
+        if sum(x > limit for x in values) <= middle:  # (the common case: a few or none above it)
+            return 0
+        for p in range(k - SHIFT_ROWS + 1):
+            if sorted(values[p:p + SHIFT_ROWS])[middle] > limit:
+                return k - _onset(values, p + SHIFT_ROWS - 1, (self.shift_base + limit) / 2)
+        return 0
+
+    def _lead_in(self, x):
+        """How many of the latest values led into a value past the threshold as a level shift: from their onset
+        (see _onset) among those logged since the last refresh, at least half of SHIFT_ROWS of them, with their
+        median above shift_limit; 0 for none (a spike out of the noise)."""
+        limit = self.shift_limit
+        k = min(len(self.at), self.period - self.until_refresh)
+        if k < SHIFT_ROWS >> 1:
+            return 0
+        values = list(itertools.islice(self.window, len(self.window) - k, None))
+        count = k - _onset(values + [x], k, (self.shift_base + limit) / 2)
+        return count if count >= SHIFT_ROWS >> 1 and statistics.median(values[k - count:]) > limit else 0
+
+    def _open(self, step, row, x):
+        """A value past the threshold opens a spike there, or where the values that led into it left the band."""
+        count = self._lead_in(x) if self.refreshes >= SETTLED_REFRESHES else 0
+        if not count:
+            self.episode = Episode(step, row, x, self.med, self.sigma, self.threshold, list(self.window), self.trend())
+            return
+        self._open_shift(count)
+        self.feed(step, row, x)
+
+    def _open_shift(self, count):
+        """Open a spike at the first of the latest `count` values of the window, and feed it the rest of them."""
+        values = [self.window.pop() for _ in range(count)][::-1]  # out of the baseline: they are the spike
+        at = [self.at.pop() for _ in range(count)][::-1]
+        self.until_refresh += count  # the window refreshes once it is as full again
+        (first_step, first_row), first = at[0], values[0]
+        self.episode = Episode(first_step, first_row, first, self.shift_base, self.sigma, self.threshold,
+                               list(self.window), self.trend())
+        self.last_step = first_step
+        for (s, r), x in zip(at[1:], values[1:]):
+            self.feed(s, r, x)
 
     def feed_run(self, steps, values, row, start, stop, strict=False):
         """Feed values[start:stop] (values[i] is at row + i; steps increasing, no None). A stretch up to the next
@@ -412,11 +490,12 @@ class Series:
                 if take:
                     self.window.extend(stretch if take == k else stretch[:take])  # (not a local: a spike closed in
                     # this call may have rebuilt the window)
+                    self.at.extend(zip(steps[i:i + take], range(row + i, row + i + take)))
                     i += take
                     self.last_step = steps[i - 1]
                     self.until_refresh -= take
                     if not self.until_refresh:
-                        self._refresh(self.last_step, row + i - 1)
+                        self._stretch_done(self.last_step, row + i - 1)
                     if take == k:
                         continue
             if strict:
@@ -477,6 +556,7 @@ class Series:
 
     def _reset(self, values, row, why):
         self.window = deque(values, maxlen=WINDOW)
+        self.at.clear()
         self.blocks.clear()
         self.falling = False
         self.refreshes = 0
@@ -510,6 +590,7 @@ class Series:
         """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
         self.last_step = -math.inf
         self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
+        self.at.clear()  # (a level shift starts after the resume)
         self.falling = False
         self.minis = 0
         if self.episode is not None:
@@ -524,11 +605,12 @@ class Series:
         if self.episode is not None:
             self._close(self.episode.by_level("run_end"), row)
         self.window = deque(maxlen=WINDOW)
+        self.at.clear()
         self.med = self.sigma = None
         self.slope = self.scale = 0.0
         self.blocks.clear()
         self.falling = False
-        self.threshold, self.until_refresh, self.refreshes, self.minis = math.inf, 1, 0, 0
+        self.threshold, self.shift_limit, self.until_refresh, self.refreshes, self.minis = math.inf, math.inf, 1, 0, 0
         self.snapshot = None
         self.last_step = -math.inf
 

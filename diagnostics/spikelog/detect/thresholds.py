@@ -18,6 +18,13 @@ HEAVY_SPREAD = 0.5  # the logs of a positive loss spread (robust sigma) by more 
 # loss's ~0.2 whose one-row 3-4x jumps stay fast_recovery spikes (ours; issue 23's T5 and OCR logs spread by
 # 0.7-1.8 and 0.45-1.05, Fast-SCNN's by 0.16-0.27)
 SPIKE_REL = 0.05  # ...and at least 5% above the baseline: smaller bumps are noise for this purpose (ours)
+SETTLED_REFRESHES = 3  # block refreshes before the baseline is a median: the first ones may fit a line through the
+# start of a run (a short log, a fast fall before the falling test has three blocks), and no level shift is
+# measured from those (spike_lab's easy start: a 1.8 line held over a fall to 0.9; ours)
+SHIFT_ROWS = 7  # a level shift under the spike threshold: the median of 7 values in a row above the baseline by
+# BAND_Z sigma (and SPIKE_REL) opens a spike where the first of them left that band. In normal noise 4 of 7 values
+# past 3 sigma happen ~1e-10 of the time; a lasting 1.3x offset at 3.4 sigma a row (issue 23's plant in a GPT-2
+# log) gets there within a few rows (ours)
 BAND_Z = 3.0  # the pre-spike noise band: baseline + 3 robust sigma (our assumption)
 BAND_REL = 0.01  # ...and never narrower than 1% of the baseline (our assumption)
 CONFIRM = 5  # the first value back in the band and the median of it and the next 4 must be in the band
@@ -44,6 +51,8 @@ SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baselin
 CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
 CREEP_REL = 0.10  # a block median 10% above the lowest one so far, twice in a row, with no spike
 CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
+CREEP_SMOOTH = 4  # block medians whose median is the level the creep watch compares (a median of ~128 values: the
+# lowest of those is no extreme of a single block's noise; ours)
 MEDIAN_SE = 1.2533 / BLOCK ** 0.5  # the standard error of a block median, in sigmas (sqrt(pi/2) / sqrt(n))
 CREEP_Z = 3.0  # ...and more than 3 of those above the lowest, in logs: a heavy-tailed batch loss near zero (its logs
 # spread by ~1.5) has block medians 1.5x apart by chance, no creep (issue 23's OCR log; ours)
