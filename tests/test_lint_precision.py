@@ -1045,6 +1045,85 @@ def test_false_findings_of_the_corpus_stay_silent(code):
     assert findings(code) == []
 
 
+# --- a fresh corpus (session 15: 49 repositories, 1.0M lines, none used before): each false finding's shape ---------
+
+FRESH_SILENT = {
+    "adam-coupled-weight-decay: GCN's L2 of 5e-4, chosen as L2 (pytorch_geometric's examples)": """
+        import torch
+
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
+        """,
+    "inplace-on-saved-output: a detection head decoding its output in place when not training (yolov7)": """
+        import torch.nn as nn
+
+        class Detect(nn.Module):
+            def forward(self, x):
+                x = self.conv(x)
+                if not self.training:
+                    y = x.sigmoid()
+                    y[..., 0:2] = y[..., 0:2] * 2.0 - 0.5
+                    return y
+                return x
+        """,
+    "data-write: a non-finite loss's logged value set to 0 through .data (speechbrain)": """
+        import torch
+
+        def fit_batch(self, batch):
+            loss = self.compute_objectives(self.compute_forward(batch), batch)
+            if torch.isfinite(loss):
+                loss.backward()
+                self.optimizer.step()
+            else:
+                loss.data = torch.tensor(0.0)
+            self.optimizer.zero_grad()
+            return loss.detach()
+        """,
+    "train-loader-no-shuffle: a dataset that shuffles itself (MONAI's ShuffleBuffer)": """
+        from monai.data import DataLoader, ShuffleBuffer
+
+        ds = ShuffleBuffer(patches, buffer_size=30)
+        loader = DataLoader(ds, batch_size=3)
+        for epoch in range(10):
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+        """,
+    "eval-without-no-grad: MONAI's eval_mode, which turns autograd off too": """
+        from monai.networks.utils import eval_mode
+
+        def evaluate(model, loader):
+            model.eval()
+            with eval_mode(model):
+                correct = 0
+                for x, y in loader:
+                    correct += (model(x).argmax(1) == y).sum().item()
+            return correct
+        """,
+}
+
+
+@pytest.mark.parametrize("code", FRESH_SILENT.values(), ids=list(FRESH_SILENT))
+def test_false_findings_of_the_fresh_corpus_stay_silent(code):
+    assert findings(code) == []
+
+
+@pytest.mark.parametrize("key, old, new, rule, line", [
+    ("adam", "weight_decay=5e-4", "weight_decay=0.01", "adam-coupled-weight-decay", 4),  # AdamW's default under Adam
+    ("inplace", "if not self.training:", "if self.training:", "inplace-on-saved-output", 9),  # backward may follow
+    ("data-write", "loss.data = torch.tensor(0.0)", "h = torch.sigmoid(loss); h.data.mul_(0.5); h.backward()",
+     "data-write", 10),  # an activation, not the loss
+    ("ShuffleBuffer", "ShuffleBuffer(patches, buffer_size=30)", "CacheDataset(patches)", "train-loader-no-shuffle", 5),
+    ("eval_mode", "from monai.networks.utils import eval_mode", "from mylib import eval_mode",
+     "eval-without-no-grad", 9),  # a project's own eval_mode may leave autograd on
+])
+def test_the_broken_neighbours_of_the_fresh_look_alikes_are_found(key, old, new, rule, line):
+    """Each fix stops at its cause: the same code where the cause is gone is still found."""
+    code = next(c for k, c in FRESH_SILENT.items() if key in k)
+    assert old in code
+    assert (rule, line) in findings(code.replace(old, new))
+
+
 def test_a_batch_step_whose_callers_never_update_is_still_found():
     code = textwrap.dedent(CORPUS_SILENT["scaler-without-update: a trainer's batch step whose caller updates (composer)"])
     assert ("scaler-without-update", 11) in findings(code.replace("self.scaler.update()", "pass"))

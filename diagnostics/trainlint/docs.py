@@ -151,6 +151,42 @@ def render_docs():
         "trainer's file) and PyTorch-YOLOv3 65486c4 (`if batches_done % k:` stepped on k-1 of every k batches), "
         "evaluations without model.eval() or no_grad, a dropout flag, unshuffled training loaders, a require_grad "
         "typo. The miss: a helper whose models come from notebooks lint does not see.",
+        "",
+        "On a second corpus nobody here had read (measured 2026-11-27 the same way, load average about 2): 49 "
+        "public repositories of owners never used before (1,003,172 lines: speechbrain, pytorch_geometric, wenet, "
+        "skorch, MONAI's tutorials, yolov7, YOLOX, YOLOv6, BasicSR, stylegan2-ada, MiniGPT-4, labml's annotated "
+        "papers, d2l and 36 smaller research and tutorial repositories), 79 s of CPU in all, at most 71 MB per "
+        "repository. The first run, before any change, judged by a reviewer the way each author would: 71 real "
+        "bugs and 121 false findings outside test files (37%). After the fixes below (so tuned on this corpus, not "
+        "an unseen figure): 71 real, 38 false (65%).",
+        "",
+        "| rule | real bugs | false, first run | false, now |",
+        "| --- | --- | --- | --- |",
+        "| eval-without-no-grad | 38 | 7 | 5 |",
+        "| torch-load-unsafe | 12 | 0 | 0 |",
+        "| dropout-missing-training | 6 | 1 | 1 |",
+        "| loss-accumulated-with-graph | 5 | 3 | 3 |",
+        "| train-loader-no-shuffle | 4 | 10 | 8 |",
+        "| missing-zero-grad | 2 | 1 | 1 |",
+        "| clip-before-unscale | 2 | 0 | 0 |",
+        "| accumulated-loss-not-scaled, loss-average-mismatch | 1 each | 0 | 0 |",
+        "| adam-coupled-weight-decay | 0 | 65 | 3 |",
+        "| inplace-on-saved-output | 0 | 10 | 1 |",
+        "| data-write | 0 | 8 | 0 |",
+        "| scheduler-before-optimizer | 0 | 7 | 7 |",
+        "| eval-mode-not-restored | 0 | 6 | 6 |",
+        "| causal-mask-offset, detached-loss, zero-grad-before-step | 0 | 1 each | 1 each |",
+        "",
+        "Fixed at their causes: Adam's weight_decay below 0.01 is L2 of the size papers choose as L2 (62 findings, "
+        "45 of them pytorch_geometric's GCN-style 5e-4); an in-place decode under `if not self.training:` (yolov7's "
+        "detection heads) runs where no backward follows; a `.data` write to the loss itself (speechbrain zeroes a "
+        "non-finite loss for its log) is read by no backward; MONAI's ShuffleBuffer shuffles itself; MONAI's "
+        "eval_mode turns autograd off. Left, and why: the "
+        "reviewer judged a scheduler stepped at the start of each epoch (PyTorch warns that this skips the "
+        "schedule's first value) harmless, an eval() a validation helper leaves on a model without dropout or "
+        "batch norm latent, and Adam(weight_decay=0.01) deliberate L2; loaders whose dataset holds one graph or "
+        "three samples, timing and profiling loops, and skorch scripts that match skorch's unshuffled default on "
+        "purpose need facts lint cannot see; adversarial attacks and GradCAM inside an evaluation need autograd.",
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",

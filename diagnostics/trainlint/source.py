@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from .syntax import (ACTOR_CALLS, BINDERS, COMPREHENSIONS, FUNCTIONS, LOOPS, NESTED, SCOPES, Elsewhere, argument, dotted,
                      end_position, is_false, keyword, method_call, position, terminal)
-from .torch_names import (ACTIVATION_MODULES, ACTIVATIONS, CLIPS, EVENT_NAMES, GRAD_OFF, GRAD_ON, LOSS_FUNCTIONS,
-                          LOSS_MODULES, RESHAPES, SET_GRAD, TENSOR_METHODS)
+from .torch_names import (ACTIVATION_MODULES, ACTIVATIONS, CLIPS, EVENT_NAMES, GRAD_OFF, GRAD_ON, LIBRARY_GRAD_OFF,
+                          LOSS_FUNCTIONS, LOSS_MODULES, RESHAPES, SET_GRAD, TENSOR_METHODS)
 
 
 @dataclass(frozen=True)
@@ -462,6 +462,8 @@ class Source:
             return is_false(mode)  # inference_mode(False) leaves autograd on
         if name in GRAD_ON:
             return True
+        if name in LIBRARY_GRAD_OFF:
+            return False
         if name in SET_GRAD and call:
             mode = argument(call, 0, "mode")
             return bool(mode.value) if isinstance(mode, ast.Constant) else None

@@ -41,6 +41,7 @@ SAVES_OUTPUT_METHODS = {"sigmoid", "tanh", "exp", "sqrt", "rsqrt", "relu", "soft
 NOT_INPLACE = {"requires_grad_", "share_memory_"}
 GRAD_OFF = {"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad", "torch.autograd.inference_mode",
             "torch.autograd.grad_mode.no_grad", "torch.autograd.grad_mode.inference_mode"}
+LIBRARY_GRAD_OFF = {"monai.networks.eval_mode", "monai.networks.utils.eval_mode"}  # eval mode and torch.no_grad()
 GRAD_ON = {"torch.enable_grad", "torch.autograd.enable_grad", "torch.autograd.grad_mode.enable_grad"}
 SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"}

@@ -127,7 +127,8 @@ def check_train_loader_no_shuffle(src):
 
 def iterable_dataset(src, dataset):
     """dataset is (or may be) an IterableDataset, which a DataLoader cannot shuffle: built by a class whose
-    name or bases say Iterable, or by a call with streaming=True (Hugging Face datasets)."""
+    name or bases say Iterable, a class named for shuffling itself (MONAI's ShuffleBuffer), or by a call with
+    streaming=True (Hugging Face datasets)."""
     if isinstance(dataset, ast.Name):  # any of its values: `ds = IterableX(...) if streaming else TensorDataset(...)`
         made = [v for _, v in src.bindings(src.scope(dataset)).get(dataset.id, [])]
     else:
@@ -136,7 +137,7 @@ def iterable_dataset(src, dataset):
         if not isinstance(call, ast.Call):
             continue
         made_by = (src.qualname(call.func) or terminal(call.func) or "").lower()
-        if "iterable" in made_by or "stream" in made_by or keyword(call, "streaming") is not None:
+        if any(word in made_by for word in ("iterable", "stream", "shuffl")) or keyword(call, "streaming") is not None:
             return True
         classes = src.classes.get(call.func.id, []) if isinstance(call.func, ast.Name) else []
         if any("Iterable" in ast.unparse(base) for cls in classes for base in cls.bases):

@@ -5,7 +5,7 @@ import ast
 from ..registry import rule
 from ..syntax import terminal
 from ..torch_names import MOVES, NOT_INPLACE, SAVES_OUTPUT, SAVES_OUTPUT_METHODS
-from .graph import backward_calls
+from .graph import backward_calls, looks_like_loss
 
 
 FACTORIES = {"tensor", "Tensor", "FloatTensor", "LongTensor", "zeros", "ones", "empty", "full", "rand", "randn",
@@ -43,7 +43,9 @@ def is_activation(src, value, function):
     gradient is computed from the new values, wrong and without any error. Write the operation
     out of place (h = h * mask), or under torch.no_grad() on the tensor itself so autograd can
     check it. Updating parameters through .data (hand-written SGD, weight clipping, EMA,
-    initialisation) is harmless and not flagged, though torch.no_grad() is the modern form.""",
+    initialisation) is harmless and not flagged, though torch.no_grad() is the modern form; so is
+    a write to the loss itself (speechbrain sets a non-finite loss's value to 0 for its log), which
+    no backward reads.""",
     """
     import torch
     import torch.nn as nn
@@ -82,7 +84,8 @@ def check_data_write(src):
             continue
         tensor = hit.value if isinstance(hit, ast.Attribute) else hit.value.value
         function = src.function(node)
-        if isinstance(tensor, ast.Name) and is_activation(src, src.definition(tensor), function):
+        if isinstance(tensor, ast.Name) and is_activation(src, src.definition(tensor), function) and \
+                not looks_like_loss(src, tensor):  # the graph's root: no backward reads its value (a logged 0)
             name = ast.unparse(tensor)
             yield node, (f"writing through {name}.data hides the change from autograd: {name} is part of the graph, so "
                          f"backward() computes gradients from the new values without any error. Write it out of place "
@@ -94,6 +97,32 @@ def custom_function(src, function):
     cls = src.parent.get(function)
     return isinstance(cls, ast.ClassDef) and any(
         (src.qualname(b) or "").endswith("autograd.Function") or terminal(b) == "Function" for b in cls.bases)
+
+
+def training_flag(test):
+    """True for `self.training` (any receiver's .training), False for `not self.training`, None otherwise; an
+    `and` of tests is what one of its parts says."""
+    if isinstance(test, ast.Attribute) and test.attr == "training":
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = training_flag(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return next((flag for flag in map(training_flag, test.values) if flag is not None), None)
+    return None
+
+
+def inference_branch(src, node):
+    """node runs only when the module is not training: in the body of `if not self.training:` or the else of
+    `if self.training:` (yolov7's detection head decodes its output in place there; no backward follows)."""
+    child, p = node, src.parent.get(node)
+    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if isinstance(p, ast.If) and child is not p.test:
+            flag = training_flag(p.test)
+            if flag is False and any(child is s for s in p.body) or flag is True and any(child is s for s in p.orelse):
+                return True
+        child, p = p, src.parent.get(p)
+    return False
 
 
 def saves_output(src, value):
@@ -160,6 +189,8 @@ def check_inplace_on_saved_output(src):
         function = src.function(node)
         if custom_function(src, function):
             continue  # autograd.Function.forward runs with autograd off: its backward gets what forward saves
+        if inference_branch(src, node):
+            continue
         training = getattr(function, "name", "") == "forward" or any(True for _ in backward_calls(src, function or src.tree))
         if training and not src.grad_off(node, True):
             yield node, (f"{name.id} is the output of {op}, whose backward pass reads that output; {how} changes it in "

@@ -46,6 +46,9 @@ PARAMETER_FREE = {"ReLU", "GELU", "SiLU", "Tanh", "Sigmoid", "Softmax", "LogSoft
 
 WRAPPERS = {"module", "_orig_mod", "_fsdp_wrapped_module"}  # DataParallel/DDP, torch.compile, FSDP: the whole model
 HELD = {"model", "net", "network", "base_model", "wrapped"}  # what a wrapper of a class we cannot see calls its network
+DECOUPLED_SIZED = 0.01  # Adam's weight_decay from here on is a decoupled decay's value (AdamW's own default, the
+# recipes' 0.01-0.1) given to the wrong optimizer; below it is L2 of the size papers choose as L2 (GCN's 5e-4, 1e-4
+# to 1e-6 in vision and GANs): measured on a fresh 1M-line corpus, 65 of 65 such findings were deliberate (ours)
 
 
 def submodules_with_parameters(src, cls):
@@ -229,14 +232,15 @@ def literal(src, expr, depth=0):
 
 @rule(
     "adam-coupled-weight-decay",
-    "torch.optim.Adam gets a non-zero weight_decay: L2 added to the gradient, not decoupled weight decay.",
+    "torch.optim.Adam gets a weight_decay of 0.01 or more: a decoupled decay's value added to the gradient as L2.",
     """Adam's weight_decay adds weight_decay * w to the gradient before the moments, so the decay
     is divided by the same sqrt(v) as the gradient: weights with large gradients are barely
     decayed and rarely updated ones are decayed hard. That is L2 regularisation, which under
     Adam is not the weight decay that recipes (and their 0.01 to 0.1 values) mean. AdamW applies
     the decay to the weights directly, apart from the gradient; use it, or pass
-    decoupled_weight_decay=True to Adam. If L2 under Adam is the intent, add
-    # noqa: adam-coupled-weight-decay.""",
+    decoupled_weight_decay=True to Adam. A smaller value (GCN's 5e-4, 1e-4 to 1e-6) is L2 of the
+    size papers choose as L2, and is left alone. If L2 of 0.01 or more under Adam is the intent,
+    add # noqa: adam-coupled-weight-decay.""",
     """
     import torch
 
@@ -259,7 +263,7 @@ def check_adam_coupled_weight_decay(src):
         if isinstance(decoupled, ast.Constant) and decoupled.value is True:
             continue
         if isinstance(decay, ast.Constant) and isinstance(decay.value, (int, float)) and not isinstance(decay.value, bool) \
-                and decay.value != 0:
+                and decay.value >= DECOUPLED_SIZED:
             yield call, (f"torch.optim.Adam(weight_decay={decay.value}) adds the decay to the gradient, where Adam's "
                          f"normalisation scales it per weight: that is L2, not weight decay. Use torch.optim.AdamW, or "
                          f"decoupled_weight_decay=True.")

@@ -1,5 +1,5 @@
-"""Adam with weight decay, as real training scripts write it: the decoupled forms stay clean, L2 under Adam is
-found (positional too, and imported by name)."""
+"""Adam with weight decay, as real training scripts write it: the decoupled forms and L2 of the size papers choose
+as L2 stay clean; a decoupled decay's value under Adam is found (positional too, and imported by name)."""
 import torch
 from torch.optim import Adam
 
@@ -23,8 +23,16 @@ def configurable(model, args):
     return torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)  # a config value: may be 0
 
 
-def legacy_image_classifier(model):
-    return torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=5e-4)  # BUG: adam-coupled-weight-decay L2 under Adam
+def graph_network_paper_l2(model):
+    return torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)  # GCN's L2, chosen as L2
+
+
+def gan_l2(model):
+    return torch.optim.Adam(model.parameters(), lr=2e-4, betas=(0.5, 0.999), weight_decay=1e-5)
+
+
+def adamw_default_under_adam(model):
+    return torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.01)  # BUG: adam-coupled-weight-decay AdamW's default
 
 
 def positional(model):
