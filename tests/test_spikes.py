@@ -12,6 +12,8 @@ import pytest
 
 import spikes
 from spikelog.detect import _increasing
+from spikelog.detect.events import Creep
+from spikelog.detect.series import Series
 from spikelog.detect.thresholds import REFRESH
 from spikelog.read import general
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
@@ -1063,6 +1065,44 @@ def test_a_bump_under_the_spike_threshold_is_a_slow_recovery(tmp_path, seed):
     assert 2000 <= spike.start <= 2002 and spike.type == "slow_recovery"
 
 
+def test_the_first_stretch_after_the_baseline_settles_is_watched_for_a_level_shift():
+    """Three refreshes (rows 31, 63, 95) settle the baseline (thresholds.SETTLED_REFRESHES); a 1.3x shift from row
+    100 is found at the next refresh (row 127), where it began, not a stretch later from inside it."""
+    rng = random.Random(5)
+    series = Series("loss")
+    for i in range(400):
+        series.feed(i, i, 2.0 * (1 + 0.08 * rng.gauss(0, 1)) * (1.3 if i >= 100 else 1.0))
+    series.finish(399)
+    assert [(s.start, s.type) for s in series.spikes] == [(100, "no_recovery")]
+
+
+@pytest.mark.parametrize("lead, start", [(3, 100), (2, 103)])
+def test_a_spike_led_into_by_three_rows_above_the_band_starts_at_the_first(lead, start):
+    """Rows 100-102 at 1.45x (above the noise band, under the threshold) lead into a 2.5x row: a level shift that a
+    later row pushed past the threshold, so the spike starts where the shift began. Two such rows are fewer than
+    half of SHIFT_ROWS: noise before an ordinary spike, which starts at its own row."""
+    rng = random.Random(0)
+    values = [2.0 * (1 + 0.1 * rng.gauss(0, 1)) for _ in range(300)]
+    values[103 - lead:103], values[103] = [2.9] * lead, 5.0
+    series = Series("loss")
+    for i, x in enumerate(values):
+        series.feed(i, i, x)
+    series.finish(299)
+    assert [s.start for s in series.spikes] == [start]
+
+
+def test_the_creep_watch_waits_for_four_blocks_and_compares_their_median():
+    """One low block median, at the start or later, is no level: the watch compares the median of the latest 4
+    (thresholds.CREEP_SMOOTH); a rise of all of them is a creep."""
+    for levels, kinds in (([1.5, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0], []), ([2.0, 2.0, 2.0, 2.0, 1.5, 2.0, 2.0, 2.0], []),
+                          ([2.0] * 4 + [2.5] * 4, ["non_spike_divergence"])):
+        events = []
+        creep = Creep(events)
+        for k, level in enumerate(levels):
+            creep.add_block(32 * k, 32 * k, level, 2.0, 0.01)
+        assert [e["kind"] for e in events] == kinds, levels
+
+
 @pytest.mark.parametrize("noise", [0.08, 0.25])
 def test_a_noisy_healthy_loss_has_no_level_shift_and_no_creep(tmp_path, noise):
     """The other side: 20k rows of the same losses with nothing planted give no spike and no event. With 25% noise
@@ -1173,7 +1213,6 @@ def test_a_run_fed_at_once_leaves_the_series_as_feeding_it_value_by_value(after)
     the window (divergence, no_recovery), the values after it must go into the new window. They went into the
     discarded one: the baseline froze until the call ended, and the pure road (the grad norm fed a chunk at a
     time) disagreed with the accelerated one on a synthetic grad_spikes log."""
-    from spikelog.detect.series import Series
     rng = random.Random(0)
     values = [1.0 + 0.01 * rng.gauss(0, 1) for _ in range(400)] + [after + 0.01 * rng.gauss(0, 1) for _ in range(600)]
     steps = list(range(len(values)))

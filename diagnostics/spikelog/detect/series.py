@@ -442,8 +442,6 @@ class Series:
         median above shift_limit; 0 for none (a spike out of the noise)."""
         limit = self.shift_limit
         k = min(len(self.at), self.period - self.until_refresh)
-        if k < SHIFT_ROWS >> 1:
-            return 0
         values = list(itertools.islice(self.window, len(self.window) - k, None))
         count = k - _onset(values + [x], k, (self.shift_base + limit) / 2)
         return count if count >= SHIFT_ROWS >> 1 and statistics.median(values[k - count:]) > limit else 0
