@@ -575,6 +575,7 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
     "megatron_golden_values.json": ("json", "lm loss", 80, 0, 395, [(245, "fast_recovery")]),
     "history_list.json": ("json", "loss", 75, 0, 296, [(160, "fast_recovery")]),  # a list of dicts, iter per epoch
     "llamafactory_two_writers.jsonl": ("jsonl", "loss", 80, 10, 800, [(610, "fast_recovery")]),  # each step twice
+    "llamafactory_two_writers_resume.jsonl": ("jsonl", "loss", 90, 10, 800, [(750, "fast_recovery")]),  # and a resume
     "segmentation_epoch_iter.log": ("text", "Loss", 80, 10, 800, [(580, "fast_recovery")]),  # Epoch: [e/E] Iter [i/N]
     "pipe_table_epochs.txt": ("text", "TrainLoss", 80, 1, 80, [(51, "fast_recovery")]),  # a | table, ValLoss beside
     "build_nanogpt_log.txt": ("text", "train", 90, 0, 89, [(70, "fast_recovery")]),  # `<step> train <loss>`
@@ -585,6 +586,10 @@ SHAPES = {  # file: (format, the loss as the report names it, rows read, first s
 SHAPE_EVENTS = {  # the events of a shape that has any (all others have none)
     "yolox_train_log.txt": [{"kind": "unparsed", "step": None, "column": "<bytes not UTF-8>", "count": 1, "first_line": 5}],
     "llamafactory_two_writers.jsonl": [{"kind": "repeated_rows", "step": None, "count": 81, "first_line": 2}],
+    "llamafactory_two_writers_resume.jsonl": [  # one writer two rows behind, catching up, then a resume: one event
+        {"kind": "repeated_rows", "step": None, "count": 91, "first_line": 2},
+        {"kind": "resume", "step": 610, "from_step": 700, "rollback_steps": 90},
+        {"kind": "resume_spike", "step": 750, "resume_step": 610, "rows_after_resume": 14, "type": "fast_recovery"}],
     "dit_two_runs.txt": [{"kind": "new_run", "step": 100, "from_step": 5000, "run": 2}],  # run 1 fell before a baseline
     "rl_total_timesteps_two_runs.csv": [{"kind": "new_run", "step": 2048, "from_step": 81920, "run": 2}],
 }
