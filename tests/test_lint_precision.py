@@ -1089,6 +1089,15 @@ FRESH_SILENT = {
                 loss_fn(model(x), y).backward()
                 optimizer.step()
         """,
+    "scheduler-before-optimizer: a project's own scheduler told the epoch and step (MiniGPT-4, LAVIS)": """
+        def train_epoch(model, optimizer, scheduler, loader, epoch):
+            for i, batch in enumerate(loader):
+                scheduler.step(cur_epoch=epoch, cur_step=i)
+                loss = model(batch)["loss"]
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
     "eval-without-no-grad: MONAI's eval_mode, which turns autograd off too": """
         from monai.networks.utils import eval_mode
 
@@ -1114,6 +1123,8 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
     ("data-write", "loss.data = torch.tensor(0.0)", "h = torch.sigmoid(loss); h.data.mul_(0.5); h.backward()",
      "data-write", 10),  # an activation, not the loss
     ("ShuffleBuffer", "ShuffleBuffer(patches, buffer_size=30)", "CacheDataset(patches)", "train-loader-no-shuffle", 5),
+    ("own scheduler", "scheduler.step(cur_epoch=epoch, cur_step=i)", "scheduler.step()",
+     "scheduler-before-optimizer", 4),  # torch's: it counts its calls
     ("eval_mode", "from monai.networks.utils import eval_mode", "from mylib import eval_mode",
      "eval-without-no-grad", 9),  # a project's own eval_mode may leave autograd on
 ])

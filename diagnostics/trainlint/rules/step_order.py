@@ -164,6 +164,8 @@ def check_zero_grad_before_step(src):
 )
 def check_scheduler_before_optimizer(src):
     for sched in (e for e in src.all_events() if e.kind == "sched"):
+        if own_step_arguments(sched.node):
+            continue
         for loop in src.enclosing_loops(sched.node):
             steps = [e for e in src.events(loop) if e.kind == "step"] or \
                 [e for e in src.run_events(loop) if e.kind == "step"]  # a train_one_epoch of another file
@@ -174,6 +176,17 @@ def check_scheduler_before_optimizer(src):
                                        f"loop, so the schedule skips its first value and runs one period early. Call "
                                        f"it after optimizer.step().")
                 break
+
+
+TORCH_STEP_KEYWORDS = {"epoch", "metrics"}  # LRScheduler.step(epoch=None), ReduceLROnPlateau.step(metrics)
+
+
+def own_step_arguments(call):
+    """A scheduler step given keywords torch's schedulers do not take (LAVIS's and MiniGPT-4's
+    `step(cur_epoch=e, cur_step=i)`): a project's own scheduler, which sets the rate for the step it is told
+    rather than counting its calls."""
+    return isinstance(call, ast.Call) and any(k.arg is not None and k.arg not in TORCH_STEP_KEYWORDS
+                                              for k in call.keywords)
 
 
 def guarded(src, node, loop, step):
