@@ -1098,6 +1098,33 @@ FRESH_SILENT = {
                 optimizer.step()
                 optimizer.zero_grad()
         """,
+    "loss-accumulated-with-graph: a loss appended to MONAI's CumulativeAverage, which keeps numbers": """
+        from monai.metrics import CumulativeAverage
+
+        def train_epoch(model, loader, optimizer, loss_fn):
+            run_loss = CumulativeAverage()
+            for x, y in loader:
+                loss = loss_fn(model(x), y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                run_loss.append(loss, count=x.shape[0])
+            return run_loss.aggregate()
+        """,
+    "loss-accumulated-with-graph: a total of a helper's Python numbers (RAdam's to_scalar)": """
+        def to_scalar(v):
+            return v.view(-1).data.tolist()[0]
+
+        def train(model, loader, optimizer, criterion):
+            total = 0
+            for x, y in loader:
+                optimizer.zero_grad()
+                loss = criterion(model(x), y)
+                loss.backward()
+                optimizer.step()
+                total += to_scalar(loss)
+            return total
+        """,
     "eval-without-no-grad: MONAI's eval_mode, which turns autograd off too": """
         from monai.networks.utils import eval_mode
 
@@ -1125,6 +1152,8 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
     ("ShuffleBuffer", "ShuffleBuffer(patches, buffer_size=30)", "CacheDataset(patches)", "train-loader-no-shuffle", 5),
     ("own scheduler", "scheduler.step(cur_epoch=epoch, cur_step=i)", "scheduler.step()",
      "scheduler-before-optimizer", 4),  # torch's: it counts its calls
+    ("CumulativeAverage", "run_loss = CumulativeAverage()", "run_loss = []", "loss-accumulated-with-graph", 11),
+    ("to_scalar", "return v.view(-1).data.tolist()[0]", "return v.view(-1)[0]", "loss-accumulated-with-graph", 12),
     ("eval_mode", "from monai.networks.utils import eval_mode", "from mylib import eval_mode",
      "eval-without-no-grad", 9),  # a project's own eval_mode may leave autograd on
 ])

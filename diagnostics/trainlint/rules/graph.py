@@ -286,19 +286,38 @@ def check_backward_non_scalar(src):
                          "needs a scalar. Reduce it explicitly: loss.mean(), or (loss * mask).sum() / mask.sum().")
 
 
-def graph_carriers(expr):
-    """Names and calls in expr outside .item()/.detach()/float(...) and not behind .data."""
+def graph_carriers(expr, src=None):
+    """Names and calls in expr outside .item()/.detach()/float(...), not behind .data, and (given src) not in a call
+    of a function of this file whose every return is such a value (`def to_scalar(v): return v.data.tolist()[0]`)."""
     todo, found = [expr], []
     while todo:
         node = todo.pop()
         if method_call(node, *DETACHING_METHODS) or isinstance(node, ast.Attribute) and node.attr == "data" or \
-                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int"):
+                isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("float", "int") or \
+                src is not None and isinstance(node, ast.Call) and returns_numbers(src, node):
             continue
         if isinstance(node, (ast.Name, ast.Call)):
             found.append(node)
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):  # args.steps: not args itself
             todo.extend(ast.iter_child_nodes(node))
     return found
+
+
+def an_object(src, scope, name):
+    """name is bound in scope to an instance of a class named in CamelCase (MONAI's CumulativeAverage, a project's
+    meter), not a list: its append() may keep a number or a detached copy, not the tensor."""
+    return any(isinstance(value, ast.Call) and (terminal(value.func) or "")[:1].isupper()
+               for _, value in src.bindings(scope).get(name, []))
+
+
+def returns_numbers(src, call):
+    """call runs a function of this file whose returns all give values without a graph (.item(), .tolist(), .data,
+    float(...)): a number, whatever tensor it was given."""
+    helpers = src.helpers(call)
+    if not helpers:
+        return False
+    returns = [n for n in src.local(helpers[0]) if isinstance(n, ast.Return)]
+    return bool(returns) and all(r.value is not None and not graph_carriers(r.value) for r in returns)
 
 
 def names_behind(src, exprs, follow):
@@ -390,7 +409,8 @@ def check_loss_accumulated_with_graph(src):
                     isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add) and \
                     isinstance(node.value.left, ast.Name) and node.value.left.id == node.targets[0].id:
                 sums.append((node, node.targets[0].id, node.value.right))
-            elif method_call(node, "append") and isinstance(node.func.value, ast.Name) and len(node.args) == 1:
+            elif method_call(node, "append") and isinstance(node.func.value, ast.Name) and len(node.args) == 1 and \
+                    not an_object(src, scope, node.func.value.id):
                 sums.append((node, node.func.value.id, node.args[0]))
         sums = [(node, total, added) for node, total, added in sums if trains(src, node) and not few(src, node)]
         if not sums:
@@ -404,7 +424,7 @@ def check_loss_accumulated_with_graph(src):
             t.id for n in src.local(scope) if isinstance(n, ast.Assign) and src.loss_call(n.value)
             for t in n.targets if isinstance(t, ast.Name)}
         for node, total, added in sums:
-            carried = [ast.unparse(n) for n in graph_carriers(added)
+            carried = [ast.unparse(n) for n in graph_carriers(added, src)
                        if (isinstance(n, ast.Name) and n.id in losses and n.id not in keyed or
                            isinstance(n, ast.Call) and src.loss_call(n))
                        and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
