@@ -430,7 +430,7 @@ class Series:
         values = list(itertools.islice(self.window, len(self.window) - k, None))
         middle = SHIFT_ROWS >> 1
         if sum(x > limit for x in values) <= middle:  # (the common case: a few or none above it)
-            return 0
+            return 0  # (the windows below need more than `middle` values above it)
         for p in range(k - SHIFT_ROWS + 1):
             if sorted(values[p:p + SHIFT_ROWS])[middle] > limit:
                 return k - _onset(values, p + SHIFT_ROWS - 1, (self.shift_base + limit) / 2)
