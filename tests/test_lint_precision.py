@@ -1164,6 +1164,33 @@ def test_the_broken_neighbours_of_the_fresh_look_alikes_are_found(key, old, new,
     assert (rule, line) in findings(code.replace(old, new))
 
 
+DECODE = """
+    import torch.nn as nn
+
+    class Detect(nn.Module):
+        def forward(self, x):
+            x = self.conv(x)
+            if {test}:
+                {first}
+            else:
+                {second}
+            return x
+    """
+IN_PLACE = "y = x.sigmoid(); y[..., 0:2] = y[..., 0:2] * 2.0 - 0.5; return y"
+
+
+@pytest.mark.parametrize("test, first, second, found", [
+    ("self.training", "return x", IN_PLACE, []),  # the else of training: inference only
+    ("not self.training and not self.export", IN_PLACE, "return x", []),  # an `and` that says not training
+    ("not self.training", "return x", IN_PLACE, [10]),  # the else of not training: training, backward follows
+    ("self.training and self.aux", IN_PLACE, "return x", [8]),
+    ("self.export", IN_PLACE, "return x", [8]),  # says nothing of the mode
+])
+def test_an_in_place_decode_is_left_alone_only_where_the_module_is_not_training(test, first, second, found):
+    code = DECODE.format(test=test, first=first, second=second)
+    assert [line for rule, line in findings(code) if rule == "inplace-on-saved-output"] == found
+
+
 def test_a_batch_step_whose_callers_never_update_is_still_found():
     code = textwrap.dedent(CORPUS_SILENT["scaler-without-update: a trainer's batch step whose caller updates (composer)"])
     assert ("scaler-without-update", 11) in findings(code.replace("self.scaler.update()", "pass"))
