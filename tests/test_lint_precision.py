@@ -1125,6 +1125,16 @@ FRESH_SILENT = {
                 total += to_scalar(loss)
             return total
         """,
+    "scheduler-before-optimizer: torch's scheduler told its epoch (the deprecated step(epoch=e))": """
+        def train(model, optimizer, scheduler, loader, epochs):
+            for epoch in range(epochs):
+                scheduler.step(epoch=epoch)
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """,
     "eval-without-no-grad: MONAI's eval_mode, which turns autograd off too": """
         from monai.networks.utils import eval_mode
 
@@ -1151,7 +1161,9 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
      "data-write", 10),  # an activation, not the loss
     ("ShuffleBuffer", "ShuffleBuffer(patches, buffer_size=30)", "CacheDataset(patches)", "train-loader-no-shuffle", 5),
     ("own scheduler", "scheduler.step(cur_epoch=epoch, cur_step=i)", "scheduler.step()",
-     "scheduler-before-optimizer", 4),  # torch's: it counts its calls
+     "scheduler-before-optimizer", 4),  # it counts its calls
+    ("own scheduler", "scheduler.step(cur_epoch=epoch, cur_step=i)", "scheduler.step(**scheduler_kwargs)",
+     "scheduler-before-optimizer", 4),  # keywords it does not show
     ("CumulativeAverage", "run_loss = CumulativeAverage()", "run_loss = []", "loss-accumulated-with-graph", 11),
     ("to_scalar", "return v.view(-1).data.tolist()[0]", "return v.view(-1)[0]", "loss-accumulated-with-graph", 12),
     ("eval_mode", "from monai.networks.utils import eval_mode", "from mylib import eval_mode",

@@ -164,7 +164,7 @@ def check_zero_grad_before_step(src):
 )
 def check_scheduler_before_optimizer(src):
     for sched in (e for e in src.all_events() if e.kind == "sched"):
-        if own_step_arguments(sched.node):
+        if told_its_position(sched.node):
             continue
         for loop in src.enclosing_loops(sched.node):
             steps = [e for e in src.events(loop) if e.kind == "step"] or \
@@ -178,15 +178,11 @@ def check_scheduler_before_optimizer(src):
                 break
 
 
-TORCH_STEP_KEYWORDS = {"epoch", "metrics"}  # LRScheduler.step(epoch=None), ReduceLROnPlateau.step(metrics)
-
-
-def own_step_arguments(call):
-    """A scheduler step given keywords torch's schedulers do not take (LAVIS's and MiniGPT-4's
-    `step(cur_epoch=e, cur_step=i)`): a project's own scheduler, which sets the rate for the step it is told
-    rather than counting its calls."""
-    return isinstance(call, ast.Call) and any(k.arg is not None and k.arg not in TORCH_STEP_KEYWORDS
-                                              for k in call.keywords)
+def told_its_position(call):
+    """A scheduler step told the epoch or step it is at (LAVIS's and MiniGPT-4's `step(cur_epoch=e, cur_step=i)`,
+    torch's deprecated `step(epoch=e)`): it sets the rate for that position instead of counting its calls, so
+    running before the optimizer step skips nothing."""
+    return any(k.arg is not None and ("epoch" in k.arg or "step" in k.arg) for k in call.keywords)
 
 
 def guarded(src, node, loop, step):
