@@ -1125,6 +1125,15 @@ FRESH_SILENT = {
                 total += to_scalar(loss)
             return total
         """,
+    "scheduler-before-optimizer: a warmup scheduler told the global step": """
+        def train(model, optimizer, scheduler, loader):
+            for global_step, (x, y) in enumerate(loader):
+                scheduler.step(global_step=global_step)
+                loss = model(x, y)
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
     "scheduler-before-optimizer: torch's scheduler told its epoch (the deprecated step(epoch=e))": """
         def train(model, optimizer, scheduler, loader, epochs):
             for epoch in range(epochs):
