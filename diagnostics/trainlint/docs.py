@@ -178,7 +178,7 @@ def render_docs():
         "| causal-mask-offset, detached-loss, zero-grad-before-step | 0 | 1 each | 1 each |",
         "",
         "Fixed at their causes: Adam's weight_decay below 0.01 is L2 of the size papers choose as L2 (62 findings, "
-        "45 of them pytorch_geometric's GCN-style 5e-4); an in-place decode under `if not self.training:` (yolov7's "
+        "44 of them in pytorch_geometric's examples, 28 at GCN's 5e-4); an in-place decode under `if not self.training:` (yolov7's "
         "detection heads) runs where no backward follows; a `.data` write to the loss itself (speechbrain zeroes a "
         "non-finite loss for its log) is read by no backward; MONAI's ShuffleBuffer shuffles itself; MONAI's "
         "eval_mode turns autograd off; a scheduler told its epoch or step (MiniGPT-4's `step(cur_epoch=e, "
