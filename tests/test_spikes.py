@@ -1059,6 +1059,13 @@ def test_a_lasting_offset_under_the_spike_threshold_opens_where_it_starts(tmp_pa
     assert 2000 <= spike.start <= 2002 and spike.type == "no_recovery"
 
 
+def test_a_level_shift_reports_the_learning_rate_of_the_row_it_started_on(tmp_path):
+    """The spike a shift opens is known rows after its first row; its lr is still the one logged on that row."""
+    rows = [f"{row},{lr}" for row, lr in zip(noisy_rows(0, "offset", 2000), (0.001 * (1 - s / 4000) for s in range(3000)))]
+    report = spikes.analyze(write(tmp_path, "offset_lr.csv", "step,loss,lr\n" + "\n".join(rows) + "\n"))
+    assert [(s.start, s.lr) for s in report.spikes] == [(2000, 0.0005)]
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_bump_under_the_spike_threshold_is_a_slow_recovery(tmp_path, seed):
     """A 1.35x bump back to the curve over 200 rows, in a loss with 8% noise a row: 4 sigma at first, its rows stay

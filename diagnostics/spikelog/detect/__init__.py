@@ -165,6 +165,8 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                 steps, losses, grads, lrs, extra = _lists(arrays)
                 listed = True
             while i < n:  # row by row: spikes, resumes, missing values, NaN, the plot's curves
+                if has_lr and main.episode is not None and main.episode.lr is None:
+                    _start_lr(main.episode, lrs, row, n, cols.lr)
                 if fast and watch is not None and watch.gap is None and main.episode is None and main.med is not None:
                     done = main.feed_run(steps, losses, row, i, min(n, i + watch.quiet()), strict=True)
                     if done > i:  # healthy values after a resume, before the block that tells a drop: at once
@@ -220,8 +222,8 @@ def analyze(path, loss_name=None, keep_curves=False, fmt=None, accelerate=None):
                         watch = None
                     episode = main.episode
                     if episode is not None:
-                        if episode.count == 1 and has_lr:
-                            episode.lr = number(lrs[i], cols.lr, None, Unparsed())
+                        if has_lr and episode.lr is None:
+                            _start_lr(episode, lrs, row, n, cols.lr)
                         if has_grad and gnorm is not None and gnorm - gnorm == 0:
                             episode.grad_peak = gnorm if episode.grad_peak is None else max(episode.grad_peak, gnorm)
                     if curves and loss - loss == 0:
@@ -313,6 +315,14 @@ def _increasing_pieces(chunks):
         cuts = sorted({0, *back, *(j + 1 for j in back), len(steps)})
         for a, b in zip(cuts, cuts[1:]):
             yield tuple(None if column is None else column[a:b] for column in chunk[:4]) + ([x[a:b] for x in chunk[4]], True)
+
+
+def _start_lr(episode, lrs, row, n, name):
+    """The learning rate on the spike's first row, when this chunk holds it: a level shift opens its spike rows
+    after the row it started on (the rows that showed the shift), maybe a chunk later (then none is known)."""
+    k = episode.start_row - row
+    if 0 <= k < n:
+        episode.lr = number(lrs[k], name, None, Unparsed())
 
 
 def _grad_peak(episode, grads):
