@@ -15,7 +15,7 @@ from spikelog.detect import _increasing
 from spikelog.detect.events import Creep
 from spikelog.detect.series import Series
 from spikelog.detect.thresholds import REFRESH
-from spikelog.read import general
+from spikelog.read import general, open_log, table
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
@@ -1064,6 +1064,35 @@ def test_a_level_shift_reports_the_learning_rate_of_the_row_it_started_on(tmp_pa
     rows = [f"{row},{lr}" for row, lr in zip(noisy_rows(0, "offset", 2000), (0.001 * (1 - s / 4000) for s in range(3000)))]
     report = spikes.analyze(write(tmp_path, "offset_lr.csv", "step,loss,lr\n" + "\n".join(rows) + "\n"))
     assert [(s.start, s.lr) for s in report.spikes] == [(2000, 0.0005)]
+
+
+def test_the_learning_rate_of_a_spike_at_a_chunk_edge(tmp_path, monkeypatch):
+    """Read 4 KB at a time (chunks of ~180 rows): a shift whose first row opens a chunk, and a one-row spike on a
+    chunk's last row, each report the lr of their own first row, taken from the chunk that holds it."""
+    monkeypatch.setattr(table, "BLOCK_BYTES", 4096)
+
+    def log(name, shift_at=3000, spike_row=None):
+        rows = []
+        for k, (row, lr) in enumerate(zip(noisy_rows(0, "offset", shift_at), (0.001 * (1 - s / 4000) for s in range(3000)))):
+            step, loss = row.split(",")
+            rows.append(f"{step},{float(loss) * 3 if k == spike_row else float(loss):.6g},{lr:.6g}")
+        return write(tmp_path, name, "step,loss,lr\n" + "\n".join(rows) + "\n")
+
+    def chunk_starts(path):
+        starts, row = [], 0
+        for chunk in open_log(path, accelerate=False)[2]:
+            starts.append(row)
+            row += len(chunk[1])
+        return starts
+
+    starts = chunk_starts(log("plain.csv"))
+    first = next(x for x in starts if x >= 1900)
+    report = spikes.analyze(log("shift.csv", shift_at=first))
+    assert [(s.start, s.type, s.lr) for s in report.spikes] == [(first, "no_recovery", float(f"{0.001 * (1 - first / 4000):.6g}"))]
+    last = next(x for x in starts if x >= 1500) - 1
+    path = log("spike.csv", spike_row=last)
+    assert last + 1 in chunk_starts(path)
+    assert [(s.start, s.lr) for s in spikes.analyze(path).spikes] == [(last, float(f"{0.001 * (1 - last / 4000):.6g}"))]
 
 
 @pytest.mark.parametrize("seed", [1, 2])
