@@ -315,6 +315,16 @@ STILL_FOUND = [
                 else:
                     return F.dropout(x, p=0.1)  # BUG: in the branch that runs at evaluation
         """),
+    ("dropout-missing-training", """
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+        class Head(nn.Module):
+            def forward(self, x):
+                if not self.training:
+                    x = F.dropout(x, p=0.1)  # BUG: a test that names the mode, and says evaluation
+                return self.fc(x)
+        """),
     ("causal-mask-offset", """
         import torch
 

@@ -6,6 +6,7 @@ from ..registry import rule
 from ..syntax import terminal
 from ..torch_names import MOVES, NOT_INPLACE, SAVES_OUTPUT, SAVES_OUTPUT_METHODS
 from .graph import backward_calls, looks_like_loss
+from .modes import mode_branch
 
 
 FACTORIES = {"tensor", "Tensor", "FloatTensor", "LongTensor", "zeros", "ones", "empty", "full", "rand", "randn",
@@ -99,32 +100,6 @@ def custom_function(src, function):
         (src.qualname(b) or "").endswith("autograd.Function") or terminal(b) == "Function" for b in cls.bases)
 
 
-def training_flag(test):
-    """True for `self.training` (any receiver's .training), False for `not self.training`, None otherwise; an
-    `and` of tests is what one of its parts says."""
-    if isinstance(test, ast.Attribute) and test.attr == "training":
-        return True
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        inner = training_flag(test.operand)
-        return None if inner is None else not inner
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        return next((flag for flag in map(training_flag, test.values) if flag is not None), None)
-    return None
-
-
-def inference_branch(src, node):
-    """node runs only when the module is not training: in the body of `if not self.training:` or the else of
-    `if self.training:` (yolov7's detection head decodes its output in place there; no backward follows)."""
-    child, p = node, src.parent.get(node)
-    while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        if isinstance(p, ast.If) and child is not p.test:
-            flag = training_flag(p.test)
-            if flag is False and any(child is s for s in p.body) or flag is True and any(child is s for s in p.orelse):
-                return True
-        child, p = p, src.parent.get(p)
-    return False
-
-
 def saves_output(src, value):
     """The name of the op that produced value when its backward reads its own output, else None."""
     if not isinstance(value, ast.Call):
@@ -189,8 +164,8 @@ def check_inplace_on_saved_output(src):
         function = src.function(node)
         if custom_function(src, function):
             continue  # autograd.Function.forward runs with autograd off: its backward gets what forward saves
-        if inference_branch(src, node):
-            continue
+        if mode_branch(src, node) is False:
+            continue  # (yolov7's detection head decodes its output in place when not training: no backward follows)
         training = getattr(function, "name", "") == "forward" or any(True for _ in backward_calls(src, function or src.tree))
         if training and not src.grad_off(node, True):
             yield node, (f"{name.id} is the output of {op}, whose backward pass reads that output; {how} changes it in "

@@ -415,16 +415,31 @@ def check_eval_mode_missing(src):
                          f"before training resumes.")
 
 
-def under_training_test(src, call):
-    """call runs only in training: under `if self.training and ...:`."""
-    child, p = call, src.parent.get(call)
+def training_flag(test):
+    """True for `self.training` (any receiver's .training), False for `not self.training`, None otherwise; an
+    `and` of tests is what one of its parts says."""
+    if isinstance(test, ast.Attribute) and test.attr == "training":
+        return True
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = training_flag(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return next((flag for flag in map(training_flag, test.values) if flag is not None), None)
+    return None
+
+
+def mode_branch(src, node):
+    """True when node runs only while its module trains (in the body of `if self.training and ...:` or the else
+    of `if not self.training:`), False when only while it does not (the other branch of those), else None; the
+    nearest `if` of the function that tests the mode decides."""
+    child, p = node, src.parent.get(node)
     while p is not None and not isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        if isinstance(p, ast.If) and child is not p.test and any(
-                isinstance(n, ast.Attribute) and n.attr == "training" for n in ast.walk(p.test)) and \
-                any(child is s for s in p.body):
-            return True
+        if isinstance(p, ast.If) and child is not p.test:
+            flag = training_flag(p.test)
+            if flag is not None:
+                return flag == any(child is s for s in p.body)
         child, p = p, src.parent.get(p)
-    return False
+    return None
 
 
 def deliberate(comment):
@@ -469,7 +484,7 @@ def check_dropout_missing_training(src):
         if name.startswith("torch.nn.functional.") and last in DROPOUTS and argument(call, 2, "training") is None \
                 and not has_star_kwargs(call) and not any(isinstance(a, ast.Starred) for a in call.args) \
                 and is_module_class(cls) and not deliberate(src.comment(call)) \
-                and not under_training_test(src, call) and (evaluates or cls.name not in src.calls_by_name):
+                and mode_branch(src, call) is not True and (evaluates or cls.name not in src.calls_by_name):
             if DROPOUTS[last]:
                 yield call, (f"F.{last} defaults to training=True and ignores model.eval(): it keeps dropping at "
                              f"evaluation time. Pass training=self.training (or use the nn.Dropout module).")
