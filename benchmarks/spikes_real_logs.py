@@ -191,15 +191,21 @@ def noise_sigmas(losses, at, shape):
     return height / sigma if sigma > 0 else math.inf
 
 
+def clear_of_resumes(steps, rows_before, rows_after):
+    """Whether the span of a plant at a row (rows_before before it, rows_after from it) holds no resume or new run:
+    a plant across one would test how a spike open at a resume is judged (by its level there), not the shape."""
+    back = [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
+    return lambda row: not any(row - rows_before < j < row + rows_after for j in back)
+
+
 def fastest_fall(steps, losses):
     """(row, ratio): where the loss falls fastest (the median of 16 rows, 48 rows on, over the median of the 16
-    rows before), among the rows a bump fits at with no resume or new run in its rows; None when it never falls by
-    20% or more."""
+    rows before), among the rows a bump fits at clear of resumes; None when it never falls by 20% or more."""
     best = None
     _, _, rows_before, rows_after = SHAPES["bump"]
-    back = [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
+    clear = clear_of_resumes(steps, rows_before, rows_after)
     for at in range(rows_before, len(losses) - rows_after + 1, 4):
-        if any(at - rows_before < j < at + rows_after for j in back):
+        if not clear(at):
             continue
         before = sorted(losses[at - FALL_EDGE:at])[FALL_EDGE // 2]
         later = sorted(losses[at + FALL_ROWS - FALL_EDGE:at + FALL_ROWS])[FALL_EDGE // 2]
@@ -209,14 +215,10 @@ def fastest_fall(steps, losses):
 
 
 def calm_row(steps, rows_before, rows_after):
-    """Two thirds of the way into the log, or the latest row before that whose span (rows_before before it,
-    rows_after from it) has no resume or new run: a plant across one would test how a spike open at a resume is
-    judged (by its level there), not the shape. None when no span is free of them."""
-    back = [j for j in range(1, len(steps)) if steps[j] <= steps[j - 1]]
-    for row in range(min(2 * len(steps) // 3, len(steps) - rows_after), rows_before - 1, -1):
-        if not any(row - rows_before < j < row + rows_after for j in back):
-            return row
-    return None
+    """Two thirds of the way into the log, or the latest row before that clear of resumes; None when none is."""
+    clear = clear_of_resumes(steps, rows_before, rows_after)
+    return next((row for row in range(min(2 * len(steps) // 3, len(steps) - rows_after), rows_before - 1, -1)
+                 if clear(row)), None)
 
 
 def analyzed(steps, losses, path):
