@@ -425,10 +425,8 @@ class Series:
         """How many of the latest values belong to a level shift: the median of SHIFT_ROWS values in a row above
         shift_limit among the stretch just ended, from its onset (see _onset) on; 0 for none. Only the values
         logged after the limit was set are held to it: on a falling curve the older ones are above it."""
-        limit = self.shift_limit
-        k = min(len(self.at), self.period)
-        values = list(itertools.islice(self.window, len(self.window) - k, None))
-        middle = SHIFT_ROWS >> 1
+        limit, values = self.shift_limit, self._latest(self.period)
+        k, middle = len(values), SHIFT_ROWS >> 1
         if sum(x > limit for x in values) <= middle:  # (the common case: a few or none above it)
             return 0  # (the windows below need more than `middle` values above it)
         for p in range(k - SHIFT_ROWS + 1):
@@ -440,11 +438,15 @@ class Series:
         """How many of the latest values led into a value past the threshold as a level shift: from their onset
         (see _onset) among those logged since the last refresh, at least half of SHIFT_ROWS of them, with their
         median above shift_limit; 0 for none (a spike out of the noise)."""
-        limit = self.shift_limit
-        k = min(len(self.at), self.period - self.until_refresh)
-        values = list(itertools.islice(self.window, len(self.window) - k, None))
+        limit, values = self.shift_limit, self._latest(self.period - self.until_refresh)
+        k = len(values)
         count = k - _onset(values + [x], k, (self.shift_base + limit) / 2)
         return count if count >= SHIFT_ROWS >> 1 and statistics.median(values[k - count:]) > limit else 0
+
+    def _latest(self, count):
+        """The latest `count` values of the window, or as many of them as have a (step, row) in self.at."""
+        k = min(len(self.at), count)
+        return list(itertools.islice(self.window, len(self.window) - k, None))
 
     def _open(self, step, row, x):
         """A value past the threshold opens a spike there, or where the values that led into it left the band."""
