@@ -83,8 +83,9 @@ In a log split into runs (new_run below), each spike and event also has "run": t
                         peak clears the spike threshold of that level
   non_spike_divergence  the median of the latest 4 healthy block medians 10% (and 1% of the run's highest
                         baseline, and 3 standard errors of a block median) above its lowest so far, twice
-                        running, no spike in between (step: where the rise began;
-                        detected_step, last_step, from, to); withdrawn if the loss later makes a new low
+                        running, no spike in between (step: where the rise began, a change point of
+                        the block medians; detected_step, last_step, from, low_step: the lowest level and
+                        where, to); withdrawn if the loss later makes a new low
   grad_norm_spike       a grad-norm spike, twice its baseline or more, that neither led a loss spike nor
                         came during one: start, baseline, peak, type
   nonfinite             a run of NaN/inf values: last_step, count, series

@@ -1140,7 +1140,7 @@ def test_the_creep_watch_waits_for_four_blocks_and_compares_their_median():
         events = []
         creep = Creep(events)
         for k, level in enumerate(levels):
-            creep.add_block(32 * k, 32 * k, level, 2.0, 0.01)
+            creep.add_block(32 * k, 32 * k + 31, 32 * k + 31, level, 2.0, 0.01)
         assert [e["kind"] for e in events] == kinds, levels
 
 
@@ -1207,6 +1207,22 @@ def test_a_creep_is_withdrawn_when_the_loss_makes_new_lows(tmp_path):
     early = spikes.analyze(write(tmp_path, "climb.csv", "\n".join(lines.splitlines()[:1650])))
     assert [e["kind"] for e in early.to_json()["events"]] == ["non_spike_divergence"]  # while it climbs
     assert spikes.analyze(write(tmp_path, "climb-then-low.csv", lines)).to_json()["events"] == []
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_lasting_step_up_inside_the_row_noise_is_a_creep_from_the_step_not_from_the_low(tmp_path, seed):
+    """A flat batch loss with 25% noise a row steps up 1.3x at step 4000 and stays (issue 23's offset plant in a
+    segmentation log, 1-1.5 sigma a row: no row or 7-row shift sees it). The creep watch does, and the step it gives
+    is where the rise began (a change point of the block medians, within a block or two of 4000), not where the
+    lowest level was: that is anywhere in the 4000 flat steps before (it gave step 1880 for this look-alike)."""
+    rng = random.Random(seed)
+    rows = [f"{s},{(1.3 if s >= 4000 else 1.0) * (1 + 0.25 * rng.gauss(0, 1)):.5f}" for s in range(6000)]
+    report = spikes.analyze(write(tmp_path, "step-up.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    events = report.to_json()["events"]
+    assert report.spikes == [] and [e["kind"] for e in events] == ["non_spike_divergence"]
+    creep = events[0]
+    assert 4000 - 2 * 32 <= creep["step"] <= 4000 + 2 * 32 < creep["detected_step"]
+    assert creep["low_step"] < 4000 and creep["to"] > 1.15 * creep["from"]
 
 
 def test_a_grad_norm_spike_without_a_loss_spike_is_an_event(tmp_path):

@@ -285,8 +285,9 @@ def _event_sections(events, report):
 def _describe(e):
     kind = e["kind"]
     if kind == "non_spike_divergence":
-        return (f"The loss crept from {_fmt(e['from'])} (lowest, around step {e['step']}) to {_fmt(e['to'])} by step "
-                f"{e['last_step']} without a spike ({100 * (e['to'] - e['from']) / abs(e['from']):.0f}% higher).")
+        return (f"The loss crept from {_fmt(e['from'])} (lowest, around step {e['low_step']}) to {_fmt(e['to'])} by "
+                f"step {e['last_step']} without a spike ({100 * (e['to'] - e['from']) / abs(e['from']):.0f}% higher); "
+                f"the rise began around step {e['step']}.")
     if kind == "nonfinite":
         return (f"{e['series']}: {e['count']} non-finite values from step {e['step']} to step {e['last_step']}.")
     if kind == "resume_drop":

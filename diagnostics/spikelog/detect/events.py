@@ -23,38 +23,51 @@ class Creep:
             self.events.remove(self.event)
         self.low, self.low_step, self.above, self.event = None, None, 0, None
         self.latest = deque(maxlen=CREEP_SMOOTH)  # the medians of the latest healthy blocks
+        self.rise = self.least = 0.0  # since the low: the blocks' medians summed above the noise edge (a CUSUM),
+        self.onset = None  # ...its least value so far, and the first step of the block after it (see add_block)
         self.paused = why == "divergence"  # its further climb is the divergence already reported
 
-    def add_block(self, step, row, level, scale, spread):
-        """A healthy block's median `level`, the run's scale, and the robust sigma of the block's logs (0 unless
-        positive). The level watched is the median of the latest CREEP_SMOOTH block medians: the lowest of many
-        single block medians is an extreme of their noise, which later blocks rise from by chance (a segmentation
-        batch loss with 25% noise a row read as a creep). A rise within CREEP_Z standard errors of a block median,
-        in logs, is that median's noise."""
+    def add_block(self, first_step, step, row, level, scale, spread):
+        """A healthy block's median `level` (its steps first_step..step), the run's scale, and the robust sigma of
+        the block's logs (0 unless positive). The level watched is the median of the latest CREEP_SMOOTH block
+        medians: the lowest of many single block medians is an extreme of their noise, which later blocks rise from
+        by chance (a segmentation batch loss with 25% noise a row read as a creep). A rise within CREEP_Z standard
+        errors of a block median, in logs, is that median's noise.
+
+        Where the rise began is a change point (a CUSUM, like Series' level shift): the first block of the latest
+        stretch since the low whose medians sum the most above the noise edge, the low plus CREEP_Z standard
+        errors (and CREEP_ABS of the scale). A creep leaves the low there; a lasting step up, the noise before it
+        long after the low, at the step (the low alone could be thousands of steps earlier)."""
         if self.paused:
             return
         self.latest.append(level)
         if len(self.latest) < CREEP_SMOOTH:
             return
-        level = statistics.median(self.latest)
-        if self.low is None or level < self.low:
+        smooth = statistics.median(self.latest)
+        if self.low is None or smooth < self.low:
             if self.event is not None:  # a new low: the rise was not a divergence after all
                 self.events.remove(self.event)
                 self.event = None
-            self.low, self.low_step, self.above = level, step, 0
+            self.low, self.low_step, self.above = smooth, step, 0
+            self.rise = self.least = 0.0
+            self.onset = None
             return
-        if level <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale) or \
-                level <= self.low * math.exp(CREEP_Z * MEDIAN_SE * spread):
+        edge = max(self.low * math.exp(CREEP_Z * MEDIAN_SE * spread), self.low + CREEP_ABS * scale)
+        if self.rise <= self.least or self.onset is None:
+            self.least, self.onset = self.rise, first_step
+        self.rise += level - edge
+        if smooth <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale) or \
+                smooth <= self.low * math.exp(CREEP_Z * MEDIAN_SE * spread):
             self.above = 0
             return
         self.above += 1
         if self.event is None and self.above >= CREEP_BLOCKS:
-            self.event = {"kind": "non_spike_divergence", "step": self.low_step, "detected_step": step,
-                          "last_step": step, "from": self.low, "to": level, "_row": row}
+            self.event = {"kind": "non_spike_divergence", "step": self.onset, "detected_step": step,
+                          "last_step": step, "from": self.low, "low_step": self.low_step, "to": smooth, "_row": row}
             self.events.append(self.event)
         if self.event is not None:
-            self.event["last_step"] = step
-            self.event["to"] = max(self.event["to"], level)
+            self.event["step"], self.event["last_step"] = self.onset, step
+            self.event["to"] = max(self.event["to"], smooth)
 
 
 class ResumeWatch:

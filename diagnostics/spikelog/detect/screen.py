@@ -152,7 +152,8 @@ def _screen(series, steps, values, row, start, stop):
     series.last_step = int(steps[ends[-1]])
     if series.on_block is not None:
         spreads = [log_spread(h, lo) for h, lo in zip(blocks[:taken, B_HIGH].tolist(), blocks[:taken, B_LOW].tolist())]
-        for k, step, lv, sc, sp in zip(ends, steps[ends[0]:ends[-1] + 1:REFRESH].tolist() if not isinstance(steps, range)
-                                       else steps[ends[0]:ends[-1] + 1:REFRESH], levels, scale[:taken].tolist(), spreads):
-            series.on_block(step, row + k, lv, sc, sp)
+        block_steps = as_list(steps, ends[0] - REFRESH + 1, ends[-1] + 1)  # each block's first and last step from these
+        for k, first, step, lv, sc, sp in zip(ends, block_steps[::REFRESH], block_steps[REFRESH - 1::REFRESH], levels,
+                                              scale[:taken].tolist(), spreads):
+            series.on_block(first, step, row + k, lv, sc, sp)
     return start + taken * REFRESH

@@ -378,7 +378,8 @@ class Series:
             self.minis = REFRESH // FALL_REFRESH - 1
         self.until_refresh = self.period = FALL_REFRESH if self.minis or not block else REFRESH
         if block and self.on_block is not None:
-            self.on_block(step, row, level, self.scale, block_spread)
+            first = self.at[0][0] if len(self.at) == BLOCK else step  # (the block's first step, where it is known)
+            self.on_block(first, step, row, level, self.scale, block_spread)
 
     def trend(self):
         """(slope per row, lag in rows) of the run before now: from the two oldest and two newest of the last
