@@ -14,7 +14,7 @@ import spikes
 from spikelog.detect import _increasing
 from spikelog.detect.events import Creep
 from spikelog.detect.series import Series
-from spikelog.detect.thresholds import REFRESH
+from spikelog.detect.thresholds import CREEP_ABS, CREEP_REL, CREEP_Z, MEDIAN_SE, REFRESH
 from spikelog.read import general, open_log, table
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
 import synthetic_curves
@@ -1144,6 +1144,36 @@ def test_the_creep_watch_waits_for_four_blocks_and_compares_their_median():
         assert [e["kind"] for e in events] == kinds, levels
 
 
+def test_a_creep_names_where_the_lowest_level_was_first_reached_and_where_the_rise_began():
+    """A plateau held exactly (the same median block after block) is as low as it gets from its first block: the
+    low's step is there, not at the plateau's last block; the rise begins at the first block above the noise
+    edge."""
+    events = creep_events([2.0] * 8 + [2.5] * 4, 0.01)
+    assert [(e["low_step"], e["step"]) for e in events] == [(3 * 32 + 31, 8 * 32)]
+
+
+def creep_events(levels, spread):
+    events = []
+    creep = Creep(events)
+    for k, level in enumerate(levels):
+        creep.add_block(32 * k, 32 * k + 31, 32 * k + 31, level, 2.0, spread)
+    return events
+
+
+def test_a_block_exactly_at_the_noise_edge_is_not_where_the_rise_began():
+    edge = 2.0 + CREEP_ABS * 2.0  # (the low plus 1% of the run's scale, 2.0: spread 0 leaves no noise term)
+    assert [e["step"] for e in creep_events([2.0] * 8 + [edge] + [2.5] * 5, 0.0)] == [9 * 32]
+
+
+@pytest.mark.parametrize("spread", [0.0, 0.5])
+def test_a_level_exactly_at_the_creep_limit_is_no_creep_and_just_past_it_is(spread):
+    """The smoothed level must be past both limits: 10% (CREEP_REL) and, for a noisy loss, CREEP_Z standard errors
+    of a block median in logs (with spread 0.5 that one is the higher)."""
+    limit = max(2.0 + CREEP_REL * 2.0, 2.0 * math.exp(CREEP_Z * MEDIAN_SE * spread))
+    assert creep_events([2.0] * 4 + [limit] * 6, spread) == []
+    assert [e["kind"] for e in creep_events([2.0] * 4 + [limit * 1.001] * 6, spread)] == ["non_spike_divergence"]
+
+
 @pytest.mark.parametrize("noise", [0.08, 0.25])
 def test_a_noisy_healthy_loss_has_no_level_shift_and_no_creep(tmp_path, noise):
     """The other side: 20k rows of the same losses with nothing planted give no spike and no event. With 25% noise
@@ -1223,6 +1253,8 @@ def test_a_lasting_step_up_inside_the_row_noise_is_a_creep_from_the_step_not_fro
     creep = events[0]
     assert 4000 - 2 * 32 <= creep["step"] <= 4000 + 2 * 32 < creep["detected_step"]
     assert creep["low_step"] < 4000 and creep["to"] > 1.15 * creep["from"]
+    draft = spikes.postmortem(report)
+    assert f"(lowest, around step {creep['low_step']})" in draft and f"began around step {creep['step']}." in draft
 
 
 def test_a_grad_norm_spike_without_a_loss_spike_is_an_event(tmp_path):
