@@ -52,12 +52,11 @@ class Creep:
             self.rise = self.least = 0.0
             self.onset = None
             return
-        edge = max(self.low * math.exp(CREEP_Z * MEDIAN_SE * spread), self.low + CREEP_ABS * scale)
-        if self.rise <= self.least or self.onset is None:
+        noise = self.low * math.exp(CREEP_Z * MEDIAN_SE * spread)  # (a block median up to here: its own noise)
+        if self.rise <= self.least:  # (the first block after the low too: both are 0 there)
             self.least, self.onset = self.rise, first_step
-        self.rise += level - edge
-        if smooth <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale) or \
-                smooth <= self.low * math.exp(CREEP_Z * MEDIAN_SE * spread):
+        self.rise += level - max(noise, self.low + CREEP_ABS * scale)
+        if smooth <= self.low + max(CREEP_REL * abs(self.low), CREEP_ABS * scale) or smooth <= noise:
             self.above = 0
             return
         self.above += 1
