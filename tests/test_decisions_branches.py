@@ -2,6 +2,7 @@
 holding. Each asserts the decision (status, the finding's presence, what was captured), in process, well under a second."""
 import torch
 
+import bad_samples
 import batch_independence
 import capture
 import causal_dependency
@@ -108,3 +109,50 @@ def test_capture_keeps_a_number_target_of_a_loss_on_the_flattened_output_as_it_i
     # F.multilabel_soft_margin_loss(out.reshape(-1, 4), 1.0) runs (the one captured loss that takes a number)
     targets, (text, unflatten) = capture.Capture._targets(1.0, out, out.reshape(-1, 4), {})
     assert (targets, text, unflatten(targets)) == (1.0, "", 1.0)
+
+
+def test_bad_samples_keeps_the_worst_twenty_by_default():
+    junk = [(line, "/" * (300 + line)) for line in range(1, 26)]  # 25 flagged samples, the longer runs later
+    result = bad_samples.screen(junk)
+    assert result["flagged"] == 25 and [entry["line"] for entry in result["worst"]] == list(range(6, 26))
+
+
+def test_batch_independence_predicts_from_the_tensor_beside_the_loss_when_there_are_no_logits():
+    loss, logits_per_image = torch.tensor(1.0), torch.randn(3, 3)  # CLIP given return_loss=True
+    assert batch_independence._prediction({"loss": loss, "logits_per_image": logits_per_image}) is logits_per_image
+
+
+def test_batch_independence_reads_an_output_that_is_nan_in_both_runs_as_unchanged():
+    nan = torch.full((3, 2), float("nan"))  # no finite value to scale the tolerance by: 1 is the scale
+    assert batch_independence._outputs_changed(nan, nan.clone(), [1, 2], 0) == []
+
+
+class _KeywordEmbedding(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(10, 4)
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.head(self.emb(input=ids).mean(1))  # the embedding called by keyword: its hook sees no args
+
+
+def test_batch_independence_passes_a_model_that_calls_its_embedding_by_keyword():
+    torch.manual_seed(0)
+    case = {"model": _KeywordEmbedding(), "batch": (torch.randint(0, 10, (4, 5)), torch.zeros(4, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    assert batch_independence.check_batch_independence(case).status == "pass"
+
+
+class _ScaledEmbedding(_KeywordEmbedding):
+    def forward(self, ids, scale):
+        return self.head(self.emb(ids).mean(1)) * scale
+
+
+def test_batch_independence_looks_for_token_ids_only_among_inputs_that_have_the_batch_dim():
+    torch.manual_seed(0)
+    inputs = {"ids": torch.randint(0, 10, (4, 5)), "scale": torch.tensor(2)}  # a 0-d input beside the ids
+    case = {"model": _ScaledEmbedding(), "batch": (inputs, torch.zeros(4, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    result = batch_independence.check_batch_independence(case)
+    assert result.status == "pass" and result.details["gradient_leaks_from"] == []
