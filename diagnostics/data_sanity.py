@@ -129,7 +129,7 @@ def scale_findings(name, t):
     if tiny:
         findings.append(("warn", f"{subject(tiny)}: std below {TINY_STD:g}, normalised twice?"))
     constant = (std == 0).nonzero().flatten().tolist()
-    if size.numel() > 1 and constant and len(constant) < size.numel():
+    if constant and len(constant) < size.numel():  # (a whole tensor constant is one feature: not said here)
         findings.append(("warn", f"{subject(constant)}: constant over the batch"))
     return findings
 

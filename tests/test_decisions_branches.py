@@ -1,5 +1,6 @@
 """Branches pinned one by one (issue 27): refusals, skips and cases that tools/mutate.py found no test reaching or
 holding. Each asserts the decision (status, the finding's presence, what was captured), in process, well under a second."""
+import pytest
 import torch
 
 import bad_samples
@@ -156,3 +157,55 @@ def test_batch_independence_looks_for_token_ids_only_among_inputs_that_have_the_
             "loss_fn": torch.nn.functional.cross_entropy}
     result = batch_independence.check_batch_independence(case)
     assert result.status == "pass" and result.details["gradient_leaks_from"] == []
+
+
+class _SeesAhead(torch.nn.Module):
+    """Each position's output adds the input `ahead` positions later (the last position's own at the end)."""
+
+    def __init__(self, ahead):
+        super().__init__()
+        self.ahead = ahead
+
+    def forward(self, x):  # x: (B, T, 1)
+        later = torch.cat([x[:, self.ahead:], x[:, -1:].expand(-1, self.ahead, -1)], 1) if self.ahead else 0
+        return x + later
+
+
+def _sees_ahead(ahead, positions=8):
+    case = {"model": _SeesAhead(ahead), "batch": (torch.randn(2, positions, 1), torch.zeros(2, positions)),
+            "loss_fn": lambda out, y: out.sum(), "task": {"kind": "causal_lm"}}
+    return causal_dependency.check_causal_dependency(case)
+
+
+@pytest.mark.parametrize("ahead, diagnosis", [(2, "a mask off by a position or two"), (3, "a wrong causal mask"),
+                                              (7, "a missing causal mask")])
+def test_causal_dependency_tells_a_mask_off_by_one_or_two_from_a_wrong_or_a_missing_one(ahead, diagnosis):
+    result = _sees_ahead(ahead)
+    assert result.status == "fail" and result.details["lookahead"] == ahead and f"({diagnosis}" in result.summary
+
+
+def test_causal_dependency_checks_a_sequence_of_two_positions():
+    assert _sees_ahead(0, positions=2).status == "pass" and _sees_ahead(1, positions=2).status == "fail"
+
+
+def test_causal_dependency_names_a_run_of_three_positions_as_a_range():
+    assert causal_dependency._positions([5, 6, 7]) == "5..7" and causal_dependency._positions([5, 6]) == "5, 6"
+
+
+def test_causal_dependency_runs_the_gradient_test_through_the_token_embedding():
+    result = causal_dependency.check_causal_dependency(causal_dependency.make_demo_case(False))
+    assert result.status == "pass" and "(perturbation and gradient tests)" in result.summary
+
+
+def test_data_sanity_names_the_features_it_flags_and_a_one_feature_tensor_by_its_name():
+    assert data_sanity.scale_findings("x", torch.full((4,), 1000.0)) == [
+        ("wild", "x: far from normalised (mean 1e+03, std 0)")]
+    wide = torch.randn(4, 3)
+    wide[:, 2] = 0.5
+    assert data_sanity.scale_findings("x", wide) == [("warn", "x features 2: constant over the batch")]
+
+
+def test_data_sanity_takes_targets_flattened_over_batch_and_time_as_the_same_rows():
+    case = {"model": torch.nn.Linear(3, 2), "batch": (torch.randn(4, 5, 3), torch.zeros(20, dtype=torch.long)),
+            "loss_fn": lambda out, y: out.sum()}
+    assert "disagree on the number of rows" not in data_sanity.check_data_sanity(case).summary
