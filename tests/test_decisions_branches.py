@@ -209,3 +209,58 @@ def test_data_sanity_takes_targets_flattened_over_batch_and_time_as_the_same_row
     case = {"model": torch.nn.Linear(3, 2), "batch": (torch.randn(4, 5, 3), torch.zeros(20, dtype=torch.long)),
             "loss_fn": lambda out, y: out.sum()}
     assert "disagree on the number of rows" not in data_sanity.check_data_sanity(case).summary
+
+
+def test_data_sanity_judges_a_target_of_one_value_too():
+    case = {"model": torch.nn.Linear(3, 2), "batch": (torch.randn(1, 3), torch.tensor([2.5])),  # a batch of one row
+            "loss_fn": lambda out, y: out.sum(), "task": {"kind": "classification", "num_classes": 2}}
+    result = data_sanity.check_data_sanity(case)
+    assert result.status == "warn" and "class indices must be int64" in result.summary
+
+
+class _OwnLossAndAMetric(torch.nn.Module):
+    """nanoGPT's shape: the model makes its own loss with ignore_index=-1, and a detached metric beside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(6, 4)
+
+    def forward(self, x, y):
+        logits = self.head(x)
+        self.logged = torch.nn.functional.cross_entropy(logits.detach(), y)  # for the log: feeds no backward()
+        return logits, torch.nn.functional.cross_entropy(logits, y, ignore_index=-1)
+
+
+def test_capture_reads_the_ignore_index_of_the_one_inner_loss_that_feeds_backward():
+    model = _OwnLossAndAMetric()
+
+    def train():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        _, loss = model(torch.randn(8, 6), torch.randint(0, 4, (8,)))
+        loss.backward()
+        optimizer.step()
+
+    assert capture.capture_case(train)["task"]["ignore_index"] == -1
+
+
+class _HandWrittenLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(6, 1)
+
+    def forward(self, x, y):
+        out = self.head(x).squeeze(1)
+        return out, ((out - y) ** 2).mean()  # its own loss, with no loss call inside: no ignore_index to keep
+
+
+def test_capture_takes_a_models_own_loss_written_by_hand_with_no_inner_loss_settings():
+    model = _HandWrittenLoss()
+
+    def train():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        _, loss = model(torch.randn(8, 6), torch.randn(8))
+        loss.backward()
+        optimizer.step()
+
+    case = capture.capture_case(train)
+    assert "the model's own loss" in case["captured"] and "ignore_index" not in case["task"]
