@@ -264,3 +264,12 @@ def test_capture_takes_a_models_own_loss_written_by_hand_with_no_inner_loss_sett
 
     case = capture.capture_case(train)
     assert "the model's own loss" in case["captured"] and "ignore_index" not in case["task"]
+
+
+def test_capture_names_the_line_of_the_users_function_that_raised_not_its_own():
+    def train():
+        raise ValueError("no data")
+
+    raising = train.__code__.co_firstlineno + 1
+    with pytest.raises(capture.CaptureError, match=rf"raised ValueError at test_decisions_branches\.py:{raising} "):
+        capture.capture_case(train)

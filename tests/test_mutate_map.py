@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+import mutate as mutate_tool
 from test_mutate import files, git, mutate
 
 CALC = '''"""A verdict with a threshold, and a command."""
@@ -129,7 +130,8 @@ def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_p
         f"{skip}: 'skip' -> 'pass' (no test runs this line)"]
     # LIMIT's line runs at import, outside any test: the map cannot say which tests depend on it, so its mutant runs
     # the tests that run any line of calc.py (not test_source), where test_verdict's 11 kills it
-    assert result["map"] == "1 mutant(s) on lines also run outside any test: the tests that run any line of the file"
+    assert result["map"] == ("1 mutant(s) on module constants or lines also run outside any test: the tests that run any "
+                             "line of the file")
     assert f"diagnostics/calc.py:{line_of('LIMIT = 10')}: 10 -> 11" in result["killed"]
 
 
@@ -239,3 +241,17 @@ def test_bad_map_or_list_exits_2_with_one_line_and_writes_nothing(repo, args, sa
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert says in lines[0], lines[0]
     assert files(root) == before
+
+
+def test_a_module_constant_runs_every_test_of_its_file_even_where_the_map_credits_its_line_to_one():
+    """A constant is set at import: in a test worker that is often during collection, outside any test's context,
+    and the map then credits its line only to the tests whose child processes imported the file. Every test that
+    runs the file reads it (a threshold test in process was left out, and the mutant of HIGH_RATIO survived)."""
+    line_map = mutate_tool.LineMap.__new__(mutate_tool.LineMap)
+    line_map.tests = [["tests/test_x.py::test_child", 2.0, False], ["tests/test_x.py::test_threshold", 0.1, False]]
+    lines = {"3": [0], "9": [1]}  # the constant's line 3 ran only in test_child's child; test_threshold ran line 9
+    constant = mutate_tool.Mutant("diagnostics/x.py", 3, 0, 1, b"2", "1 -> 2", 3, at_import=True)
+    inside = mutate_tool.Mutant("diagnostics/x.py", 3, 0, 1, b"2", "1 -> 2", 3)
+    assert line_map.tests_for(lines, constant) == (["tests/test_x.py::test_threshold", "tests/test_x.py::test_child"],
+                                                   2.1, True)
+    assert line_map.tests_for(lines, inside) == (["tests/test_x.py::test_child"], 2.0, False)

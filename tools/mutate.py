@@ -48,8 +48,9 @@ three test files, then, when they pass, the rest: most mutants die in the first,
 MAP says, for each line of each file under diagnostics/, ml_debug/ and tools/, which test ids ran it, and is built once by --build-map, a run
 of the tests (--tests, default tests/; -n 2 spreads it over two pytest-xdist workers) under coverage.py with one
 context per test, children followed (`python diagnostics/x.py` run by a test, and the forked child that runs user
-code). A mutant no test reaches survives unrun ("no test runs this line"); one on a line that also ran outside any
-test (at import: an UPPER_CASE constant) runs the tests that run any line of its file; in a file the map has no
+code). A mutant no test reaches survives unrun ("no test runs this line"); one on an UPPER_CASE constant (set at
+import, often outside any test's context, and read by every test that runs the file) or on a line that also ran
+outside any test runs the tests that run any line of its file; in a file the map has no
 entry for, or that changed since, it falls back to the tests that import the file. The file's line says so. Its time limit is three times the mapped tests'
 seconds plus 30 s; the tests that failed while the map was built are left out. --build-map never writes over a file
 it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
@@ -115,9 +116,10 @@ class UsageError(Exception):
 class Mutant:
     """One edit of one file: bytes [start, end) replaced by `new`."""
 
-    def __init__(self, path, line, start, end, new, what, last):
+    def __init__(self, path, line, start, end, new, what, last, at_import=False):
         self.path, self.line, self.start, self.end, self.new, self.what = path, line, start, end, new, what
         self.last = last  # the last line the replaced text reaches
+        self.at_import = at_import  # a module-level constant: read by whatever runs the file, set once at import
 
     def apply(self, source):
         return source[:self.start] + self.new + source[self.end:]
@@ -138,6 +140,7 @@ class Finder(ast.NodeVisitor):
         for line in source.splitlines(keepends=True):
             self.starts.append(self.starts[-1] + len(line))
         self.mutants = []
+        self.importing = False  # visiting a module-level constant
 
     def at(self, line, col):
         return self.starts[line - 1] + col
@@ -147,7 +150,7 @@ class Finder(ast.NodeVisitor):
 
     def add(self, node, start, end, new, what):
         last = bisect.bisect_right(self.starts, max(start, end - 1))  # the line holding the last replaced byte
-        self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what, last))
+        self.mutants.append(Mutant(self.path, node.lineno, start, end, new.encode(), what, last, self.importing))
 
     def visit_If(self, node):
         self.drop_last(node.body, (ast.Return, ast.Raise), "if-branch")
@@ -197,7 +200,9 @@ class Finder(ast.NodeVisitor):
             elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
                 targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
                 if all(isinstance(t, ast.Name) and t.id.isupper() for t in targets) and statement.value is not None:
+                    self.importing = True
                     self.threshold(statement.value)
+                    self.importing = False
 
     def visit_Constant(self, node):
         if isinstance(node.value, str) and node.value in VERDICT_DOWN and id(node) not in self.docstrings:
@@ -525,12 +530,14 @@ class LineMap:
 
     def tests_for(self, lines, mutant):
         """(test ids, seconds, whole file): the tests that run the mutant's lines, fastest first, those that failed when
-        the map was built left out. When a line also ran outside any test (at import: a constant) the map cannot say
-        which tests depend on it: then the tests that run any line of the file (whole file: True)."""
+        the map was built left out. A module-level constant is set at import, wherever that happened (in a test
+        worker, during collection, often outside any test's context: the map then credits it only to the tests whose
+        children imported the file), and every test that runs the file reads it: the tests that run any line of the
+        file (whole file: True). So too a line the map saw run outside any test."""
         found = set()
         for line in range(mutant.line, mutant.last + 1):
             found.update(lines.get(str(line), ()))
-        whole = UNATTRIBUTED in found
+        whole = mutant.at_import or UNATTRIBUTED in found
         if whole:
             found = {i for ids in lines.values() for i in ids}
         chosen = sorted((self.tests[i] for i in found if i != UNATTRIBUTED and not self.tests[i][2]),
@@ -751,7 +758,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         else:
             plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
     if wholes:
-        result["map"] = f"{wholes} mutant(s) on lines also run outside any test: the tests that run any line of the file"
+        result["map"] = (f"{wholes} mutant(s) on module constants or lines also run outside any test: the tests that run "
+                         "any line of the file")
     file_level = [item for item in plan if item[1] is None]
     left_out, limit = [], timeout
     if file_level and not tests:
