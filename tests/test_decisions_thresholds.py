@@ -10,6 +10,7 @@ import batch_independence
 import batchnorm
 import causal_dependency
 import data_sanity
+import gradient_flow
 import init_loss
 import init_scale
 import label_alignment
@@ -160,3 +161,25 @@ def test_init_scale_fails_a_weight_just_above_twice_the_fan_in_reference(ratio, 
 @pytest.mark.parametrize("fraction, offset", [(0.95, 1), (0.9, 1), (0.85, None)])  # MATCH: 90% of the positions
 def test_label_alignment_takes_an_offset_that_explains_90_percent_of_the_targets(fraction, offset):
     assert label_alignment.best({0: 0.01, 1: fraction}) == offset
+
+
+class _DeadUnits(torch.nn.Module):
+    """An MLP whose first layer has `dead` of its 10 ReLU units never positive (a bias far below any input)."""
+
+    def __init__(self, dead):
+        super().__init__()
+        self.hidden, self.relu, self.head = torch.nn.Linear(4, 10), torch.nn.ReLU(), torch.nn.Linear(10, 3)
+        with torch.no_grad():
+            self.hidden.bias[:dead] = -100.0
+
+    def forward(self, x):
+        return self.head(self.relu(self.hidden(x)))
+
+
+@pytest.mark.parametrize("dead, status", [(9, "fail"), (5, "warn")])  # DEAD_FAIL 90%, DEAD_WARN 50%: at the line
+def test_gradient_flow_judges_a_relu_layer_of_an_mlp_exactly_at_its_dead_fraction(dead, status):
+    torch.manual_seed(0)
+    case = {"model": _DeadUnits(dead), "batch": (torch.randn(16, 4), torch.randint(0, 3, (16,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    result = gradient_flow.check_gradient_flow(case)
+    assert result.status == status and result.details["dead_relu"] == {"relu": dead / 10}
