@@ -273,3 +273,14 @@ def test_capture_names_the_line_of_the_users_function_that_raised_not_its_own():
     raising = train.__code__.co_firstlineno + 1
     with pytest.raises(capture.CaptureError, match=rf"raised ValueError at test_decisions_branches\.py:{raising} "):
         capture.capture_case(train)
+
+
+def test_a_closed_training_monitor_refuses_to_log(tmp_path):
+    import monitor
+
+    log = monitor.TrainingMonitor(tmp_path / "train.jsonl")
+    log.log(step=1, loss=2.0)
+    log.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        log.log(step=2, loss=1.9)
+    assert len((tmp_path / "train.jsonl").read_text().splitlines()) == 1

@@ -14,6 +14,9 @@ import gradient_flow
 import init_loss
 import init_scale
 import label_alignment
+import labels
+import monitor
+from ml_debug_contract import graph_edges
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
 
@@ -183,3 +186,29 @@ def test_gradient_flow_judges_a_relu_layer_of_an_mlp_exactly_at_its_dead_fractio
             "loss_fn": torch.nn.functional.cross_entropy}
     result = gradient_flow.check_gradient_flow(case)
     assert result.status == status and result.details["dead_relu"] == {"relu": dead / 10}
+
+
+@pytest.mark.parametrize("rows, status", [(16, "fail"), (15, "pass")])  # MIN_LABELS: 16 labels before a batch is judged
+def test_labels_judges_a_batch_of_one_class_from_16_labels(rows, status):
+    torch.manual_seed(0)
+    case = {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(rows, 4), torch.zeros(rows, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "num_classes": 3}}
+    assert labels.check_labels(case).status == status
+
+
+def test_labels_finds_the_class_dim_of_a_segmentation_output_against_per_pixel_targets():
+    assert labels.class_dim(torch.zeros(2, 3, 4, 5), torch.zeros(2, 4, 5, dtype=torch.long)) == 1
+    assert labels.class_dim(torch.zeros(2, 3, 4, 5), torch.zeros(2, 4, 6, dtype=torch.long)) is None
+
+
+def test_a_graph_of_two_nodes_is_a_graph_and_one_node_is_not():
+    nodes, adjacency = torch.randn(2, 3), torch.ones(2, 2)
+    assert graph_edges((nodes, adjacency)) == (2, [adjacency])
+    assert graph_edges((torch.randn(1, 3), torch.ones(1, 1))) == (0, [])
+
+
+def test_the_monitor_table_shows_three_steps_either_side_and_every_20th_before():
+    records = [{"step": step, "loss": 1.0} for step in range(60, 110)]
+    shown = [int(line.split()[0]) for line in monitor._table(records, 100).splitlines()[1:]]
+    assert shown == [80, 97, 98, 99, 100, 101, 102, 103]
+
