@@ -37,6 +37,7 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import gc
 import hashlib
 import importlib.util
 import io
@@ -557,9 +558,11 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # or the child would print what the parent had buffered
     read_fd, write_fd = os.pipe()
+    gc.freeze()  # the child's collections skip what it inherits: no pass over torch's objects, no copy of their pages
     pid = os.fork()
     if pid == 0:
         _child_main(work, read_fd, write_fd, stdout_to_stderr)
+    gc.unfreeze()  # here only: the child never gets this far
     os.close(write_fd)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: the kill below must find the group even if the child has not run yet

@@ -33,32 +33,10 @@ def top_level_names(tree):
 CONTRACT_NAMES = {name for name in top_level_names(ast.parse(CONTRACT.read_text())) if not name.startswith("_")}
 
 
-RUN_HELP = """
-import contextlib, io, json, os, runpy, sys
-results = {}
-sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as `python diagnostics/<file>` puts the file's folder first
-for path in sys.argv[1:]:
-    sys.argv, out = [path, "--help"], io.StringIO()
-    try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(path, run_name="__main__")
-        code = "returned without exiting"
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException as exc:
-        code = f"{type(exc).__name__}: {exc}"
-    results[path] = {"code": code, "help": out.getvalue()}
-print(json.dumps(results))
-"""
-
-
 @pytest.fixture(scope="module")
-def help_runs():
-    """`diagnostics/<file> --help` for every file, each run as __main__, all in one interpreter (torch imports once)."""
-    proc = subprocess.run([sys.executable, "-c", RUN_HELP, *map(str, COMMANDS)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.splitlines()[-1])
+def help_runs(usage_runs):
+    """`diagnostics/<file> --help` for every file, each run as __main__ (usage_runs: one interpreter for all)."""
+    return usage_runs["help"]
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=lambda p: p.name)
@@ -96,11 +74,25 @@ def bad_usages(path):
 
 BAD_USAGES = [(path, argv) for path in ENTRY_POINTS for argv in bad_usages(path)]
 
-RUN_BAD_USAGE = """
+RUN_USAGE = """
 import contextlib, io, json, os, runpy, sys
+helps, bad_usages = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+help_results, bad_usage_results = {}, []
+sys.path.insert(0, os.path.dirname(helps[0]))  # as `python diagnostics/<file>` puts the file's folder first
+for path in helps:
+    sys.argv, out = [path, "--help"], io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        code = "returned without exiting"
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    help_results[path] = {"code": code, "help": out.getvalue()}
+sys.path.remove(os.path.dirname(helps[0]))
 sys.path.append(os.getcwd())  # the ml_debug package of this checkout, for ml_debug/cli.py
-results = []
-for path, argv in json.loads(sys.argv[1]):
+for path, argv in bad_usages:
     sys.path.insert(0, os.path.dirname(path))  # as `python path` does
     sys.argv, err = [path, *argv], io.StringIO()
     try:
@@ -112,19 +104,26 @@ for path, argv in json.loads(sys.argv[1]):
     except BaseException as exc:
         code = f"{type(exc).__name__}: {exc}"
     sys.path.remove(os.path.dirname(path))
-    results.append({"code": code, "stderr": err.getvalue()})
-print(json.dumps(results))
+    bad_usage_results.append({"code": code, "stderr": err.getvalue()})
+print(json.dumps({"help": help_results, "bad_usage": bad_usage_results}))
 """
 
 
 @pytest.fixture(scope="module")
-def bad_usage_runs():
-    """Every entry point with each of its bad usages, as __main__, all in one interpreter (torch imports once)."""
+def usage_runs():
+    """Every command with --help, then every entry point with each of its bad usages, as __main__, all in one
+    interpreter (torch imports once): {"help": {path: run}, "bad_usage": {index: run}}."""
     runs = [(str(path), argv) for path, argv in BAD_USAGES]
-    proc = subprocess.run([sys.executable, "-c", RUN_BAD_USAGE, json.dumps(runs)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", RUN_USAGE, json.dumps(list(map(str, COMMANDS))), json.dumps(runs)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    return dict(zip(map(str, range(len(runs))), json.loads(proc.stdout.splitlines()[-1])))
+    results = json.loads(proc.stdout.splitlines()[-1])
+    return {"help": results["help"], "bad_usage": dict(zip(map(str, range(len(runs))), results["bad_usage"]))}
+
+
+@pytest.fixture(scope="module")
+def bad_usage_runs(usage_runs):
+    return usage_runs["bad_usage"]
 
 
 @pytest.mark.hostile

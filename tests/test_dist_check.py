@@ -167,7 +167,7 @@ watch = HangWatch(stall_seconds=0.5, out_dir={out!r}, rank=3)
 for step in range(3):
     watch.step(step)
     time.sleep(0.05)
-time.sleep(1.5)  # a stall: the timer fires and writes every stack
+time.sleep(1.0)  # a stall: the timer fires (0.5 s after the last step) and writes every stack
 watch.close()
 """
 

@@ -7,7 +7,7 @@ own report (a linter has nothing to say about an empty file). Stdout kinds: a re
 and a full disk (`> /dev/full`): no traceback and at most one stderr line; a full stdout is exit 1 or 2, never 0
 (issue 22: `ml-debug --version | true`, `sweeps ... > /dev/full` were tracebacks).
 
-All runs of a kind family go through one interpreter (each command as __main__, as `python diagnostics/<file>`
+All runs of both families go through one interpreter (each command as __main__, as `python diagnostics/<file>`
 runs it), so torch is imported once.
 """
 import json
@@ -117,16 +117,32 @@ def run_all(runs, tmp_path):
     return json.loads(proc.stdout.splitlines()[-1])
 
 
-@pytest.fixture(scope="module")
-def input_runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("inputs")
+def input_runs_in(tmp):
+    """The runs of the input kinds, with their inputs placed under tmp."""
     runs = []
     for index, (name, kind) in enumerate(INPUT_CASES):
         file, before, after, input_name = READERS[name]
         folder = tmp / str(index)
         folder.mkdir()
         runs.append((str(ROOT / file), [*before, str(place(kind, folder, input_name)), *after], "devnull"))
-    return dict(zip(INPUT_CASES, run_all(runs, tmp)))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def all_runs(tmp_path_factory):
+    """{"input": {(name, kind): result}, "stdout": {(name, stdout): result}}: both families in one interpreter."""
+    tmp = tmp_path_factory.mktemp("hostile")
+    (tmp / "inputs").mkdir()
+    (tmp / "stdout").mkdir()
+    inputs, stdouts = input_runs_in(tmp / "inputs"), stdout_runs_in(tmp / "stdout")
+    results = run_all(inputs + stdouts, tmp)
+    return {"input": dict(zip(INPUT_CASES, results[:len(inputs)])),
+            "stdout": dict(zip(STDOUT_CASES, results[len(inputs):]))}
+
+
+@pytest.fixture(scope="module")
+def input_runs(all_runs):
+    return all_runs["input"]
 
 
 @pytest.mark.parametrize("name, kind", INPUT_CASES, ids=[f"{name}: {kind}" for name, kind in INPUT_CASES])
@@ -184,9 +200,8 @@ PRINTERS = {
 STDOUT_CASES = [(name, stdout) for name in PRINTERS for stdout in ("closed", "full")]
 
 
-@pytest.fixture(scope="module")
-def stdout_runs(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("stdout")
+def stdout_runs_in(tmp):
+    """The runs of the stdout kinds, with the files they read and write under tmp."""
     script, log = tmp / "train.py", tmp / "log.csv"
     script.write_text(TINY_SCRIPT)
     log.write_text("step,loss\n" + "".join(f"{step},{2.0 - step / 1000:.4f}\n" for step in range(300)))
@@ -195,7 +210,12 @@ def stdout_runs(tmp_path_factory):
         file, argv = PRINTERS[name]
         argv = [a.format(script=script, log=log, out=tmp / f"out{index}") for a in argv]
         runs.append((str(ROOT / file), argv, stdout))
-    return dict(zip(STDOUT_CASES, run_all(runs, tmp)))
+    return runs
+
+
+@pytest.fixture(scope="module")
+def stdout_runs(all_runs):
+    return all_runs["stdout"]
 
 
 @pytest.mark.parametrize("name, stdout", STDOUT_CASES, ids=[f"{name}: {stdout} stdout" for name, stdout in STDOUT_CASES])

@@ -209,7 +209,7 @@ def test_verdict():
 def test_a_warm_run_past_its_timeout_is_killed_with_its_children(repo, tmp_path):
     pid_file = tmp_path / "sleeper.pid"
     (repo / "tests" / "test_calc.py").write_text(SLEEPER.format(pid=str(pid_file)))
-    proc = mutate(repo, "calc.py", "--warm", "--max", "1", "--timeout", "5")
+    proc = mutate(repo, "calc.py", "--warm", "--max", "1", "--timeout", "2")  # its test starts the sleeper in 0.4 s at load 9
     assert "its tests time out without any mutant: skipped" in proc.stdout, proc.stdout
     sleeper = int(pid_file.read_text())
     for _ in range(100):  # killed with the forked pytest's process group; reaped by init a moment later

@@ -81,6 +81,7 @@ import ast
 import base64
 import bisect
 import functools
+import gc
 import hashlib
 import json
 import os
@@ -654,6 +655,7 @@ def fork_pytest(copy, args, timeout):
     sys.stdout.flush()
     sys.stderr.flush()
     with tempfile.TemporaryFile() as log:
+        gc.freeze()  # the child's collections skip what it inherits: no pass over torch's objects, no copy of their pages
         pid = os.fork()
         if pid == 0:  # the child: never returns
             code = 3  # pytest's internal error, if it cannot even start
@@ -682,6 +684,7 @@ def fork_pytest(copy, args, timeout):
                     sys.stderr.flush()
                 finally:
                     os._exit(code)
+        gc.unfreeze()  # here only: the child never gets this far
         try:
             deadline = None if timeout is None else time.monotonic() + timeout
             while True:
