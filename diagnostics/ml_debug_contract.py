@@ -558,11 +558,19 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # or the child would print what the parent had buffered
     read_fd, write_fd = os.pipe()
-    gc.freeze()  # the child's collections skip what it inherits: no pass over torch's objects, no copy of their pages
-    pid = os.fork()
+    freeze = gc.get_freeze_count() == 0  # (a process that froze its own heap keeps it as it was)
+    if freeze:
+        gc.freeze()  # the child's collections skip what it inherits: no pass over torch's objects, no copy of their pages
+    try:
+        pid = os.fork()
+    except BaseException:
+        if freeze:
+            gc.unfreeze()
+        raise
     if pid == 0:
         _child_main(work, read_fd, write_fd, stdout_to_stderr)
-    gc.unfreeze()  # here only: the child never gets this far
+    if freeze:
+        gc.unfreeze()  # here only: the child never gets this far
     os.close(write_fd)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: the kill below must find the group even if the child has not run yet

@@ -284,3 +284,21 @@ def test_a_closed_training_monitor_refuses_to_log(tmp_path):
     with pytest.raises(RuntimeError, match="is closed"):
         log.log(step=2, loss=1.9)
     assert len((tmp_path / "train.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize("frozen_by_the_caller", [False, True])
+def test_the_supervised_child_leaves_the_callers_garbage_collector_as_it_was(frozen_by_the_caller):
+    """The parent freezes its heap for the fork (the child's collections then skip torch's objects) and unfreezes it
+    after; a caller that froze its own heap (a pre-fork server) keeps it frozen."""
+    import gc
+
+    from ml_debug_contract import supervised
+
+    if frozen_by_the_caller:
+        gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        assert list(supervised(lambda send: 42, "work", 30)) == [("done", 42)]
+        assert gc.get_freeze_count() == before and (before > 0) == frozen_by_the_caller
+    finally:
+        gc.unfreeze()
