@@ -294,6 +294,7 @@ def test_the_supervised_child_leaves_the_callers_garbage_collector_as_it_was(fro
 
     from ml_debug_contract import supervised
 
+    gc.unfreeze()  # (a test run forked from a frozen parent, as mutate.py --warm does, starts frozen)
     if frozen_by_the_caller:
         gc.freeze()
     try:

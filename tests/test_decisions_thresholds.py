@@ -16,6 +16,8 @@ import init_scale
 import label_alignment
 import labels
 import monitor
+import nan_watch
+import pinn_check
 from ml_debug_contract import graph_edges
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
@@ -212,3 +214,42 @@ def test_the_monitor_table_shows_three_steps_either_side_and_every_20th_before()
     shown = [int(line.split()[0]) for line in monitor._table(records, 100).splitlines()[1:]]
     assert shown == [80, 97, 98, 99, 100, 101, 102, 103]
 
+
+
+def _pinn(terms, domain=((0.0, 1.0),)):
+    torch.manual_seed(0)
+    points = torch.rand(256, 1)
+    return {"model": pinn_check.MLP(), "collocation": points, "domain": list(domain),
+            "terms": {name: (lambda net, k=k: k * net(points).pow(2).mean()) for name, k in terms.items()}}
+
+
+@pytest.mark.parametrize("scale, status", [(105.0, "fail"), (95.0, "pass")])  # IMBALANCE: 100x
+def test_pinn_check_calls_a_term_pulling_just_over_100x_harder_an_imbalance(scale, status):
+    result = pinn_check.check_pinn(_pinn({"residual": scale, "boundary": 1.0}))
+    assert result["status"] == status and result["details"]["imbalance"] == pytest.approx(scale)
+
+
+def test_pinn_check_takes_a_problem_of_one_term_and_refuses_a_domain_without_width():
+    assert pinn_check.check_pinn(_pinn({"residual": 1.0}))["status"] == "pass"
+    with pytest.raises(pinn_check.ProblemError, match="low < high"):
+        pinn_check.check_pinn(_pinn({"residual": 1.0}, domain=((1.0, 1.0),)))
+
+
+class _Overflows(torch.nn.Module):
+    """Twelve Linear layers; the eleventh multiplies by inf."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(3, 3) for _ in range(12))
+
+    def forward(self, x):
+        for k, layer in enumerate(self.layers):
+            x = layer(x) * (math.inf if k == 10 else 1.0)
+        return x
+
+
+def test_nan_watch_reports_the_last_8_frames_up_to_the_first_nan_or_inf():  # FRAMES: 8
+    case = {"model": _Overflows(), "batch": (torch.randn(2, 3), torch.zeros(2, 3)),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = nan_watch.check_nan_watch(case)
+    assert result.status == "fail" and len(result.details["frames"]) == 8
