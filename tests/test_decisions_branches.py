@@ -303,3 +303,24 @@ def test_the_supervised_child_leaves_the_callers_garbage_collector_as_it_was(fro
         assert gc.get_freeze_count() == before and (before > 0) == frozen_by_the_caller
     finally:
         gc.unfreeze()
+
+
+def test_resume_check_marks_the_resume_steps_of_a_resumed_run_and_names_its_column():
+    import resume_check
+    from ml_debug_contract import CheckResult
+
+    run = {"loss": [2.0, 1.9, 1.8], "lr": [0.1, 0.1, 0.1], "batch": [0, 1, 2]}
+    details = {"reference": run, "resumed": run, "steps": 3, "resume_at": [1], "rtol": 0.0, "atol": 0.0}
+    lines = resume_check.report(CheckResult("resume_check", "pass", "same run", details)).splitlines()
+    assert "resumed" in lines[1] and [line[2] for line in lines[2:]] == [" ", ">", " "]
+
+
+def test_spike_guard_takes_z_scores_below_one_and_refuses_zero():
+    import spike_guard
+
+    assert spike_guard.SpikeGuard(skip_z=0.5).skip_z == 0.5
+    assert spike_guard.SpikeGuard(torch.nn.Linear(2, 2), clip_z=0.5).clip_z == 0.5
+    with pytest.raises(ValueError, match="skip_z must be positive"):
+        spike_guard.SpikeGuard(skip_z=0)
+    with pytest.raises(ValueError, match="clip_z must be between 0 and skip_z"):
+        spike_guard.SpikeGuard(torch.nn.Linear(2, 2), clip_z=0)
