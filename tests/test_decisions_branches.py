@@ -324,3 +324,39 @@ def test_spike_guard_takes_z_scores_below_one_and_refuses_zero():
         spike_guard.SpikeGuard(skip_z=0)
     with pytest.raises(ValueError, match="clip_z must be between 0 and skip_z"):
         spike_guard.SpikeGuard(torch.nn.Linear(2, 2), clip_z=0)
+
+
+def test_the_text_log_reader_strips_colour_codes_between_a_name_and_its_number():
+    from spikelog.read import general
+
+    assert general.parse("step 3 \x1b[1mloss\x1b[0m 0.5") == {"loss": "0.5", "step": "3"}  # bold name, a space, value
+
+
+def test_the_text_log_reader_takes_a_table_of_three_columns_or_more_only():
+    from spikelog.read import general
+
+    assert general.table_row("Loss  Acc", None) == (None, None)  # two words apart: prose as likely as a header
+    assert general.table_row("Epoch | Loss | Acc", None) == (["Epoch", "Loss", "Acc"], None)
+    assert general.table_row("3 | 0.5 | 0.9", ["Epoch", "Loss", "Acc"]) == (
+        ["Epoch", "Loss", "Acc"], {"Epoch": "3", "Loss": "0.5", "Acc": "0.9", "step": "3"})
+    assert general.table_row("3 | 0.5 | 0.9 | 7", ["Epoch", "Loss", "Acc"]) == (["Epoch", "Loss", "Acc"], None)  # misaligned
+
+
+def test_a_folder_without_an_event_file_is_refused_as_a_tensorboard_log(tmp_path):
+    import spikes
+    from spikelog import CliError
+
+    with pytest.raises(CliError, match="holds no TensorBoard event file"):
+        spikes.analyze(tmp_path)
+
+
+def test_golden_values_logged_every_step_are_read(tmp_path):
+    import json
+
+    import spikes
+
+    folder = tmp_path
+    golden = {"lm loss": {"start_step": 1, "end_step": 64, "step_interval": 1, "values": [3.0 - 0.01 * k for k in range(64)]}}
+    (folder / "golden.json").write_text(json.dumps(golden))
+    report = spikes.analyze(folder / "golden.json")
+    assert (report.values, report.first_step, report.last_step) == (64, 1, 64)
