@@ -77,26 +77,14 @@ BAD_USAGES = [(path, argv) for path in ENTRY_POINTS for argv in bad_usages(path)
 RUN_USAGE = """
 import contextlib, io, json, os, runpy, sys
 helps, bad_usages = json.loads(sys.argv[1]), json.loads(sys.argv[2])
-help_results, bad_usage_results = {}, []
-sys.path.insert(0, os.path.dirname(helps[0]))  # as `python diagnostics/<file>` puts the file's folder first
-for path in helps:
-    sys.argv, out = [path, "--help"], io.StringIO()
+
+
+def run(path, argv, kept):
+    # `python path argv...` as __main__, with path's folder first on sys.path: (exit code, what it wrote on `kept`)
+    sys.path.insert(0, os.path.dirname(path))
+    sys.argv, streams = [path, *argv], {"stdout": io.StringIO(), "stderr": io.StringIO()}
     try:
-        with contextlib.redirect_stdout(out):
-            runpy.run_path(path, run_name="__main__")
-        code = "returned without exiting"
-    except SystemExit as exc:
-        code = exc.code
-    except BaseException as exc:
-        code = f"{type(exc).__name__}: {exc}"
-    help_results[path] = {"code": code, "help": out.getvalue()}
-sys.path.remove(os.path.dirname(helps[0]))
-sys.path.append(os.getcwd())  # the ml_debug package of this checkout, for ml_debug/cli.py
-for path, argv in bad_usages:
-    sys.path.insert(0, os.path.dirname(path))  # as `python path` does
-    sys.argv, err = [path, *argv], io.StringIO()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(streams["stdout"]), contextlib.redirect_stderr(streams["stderr"]):
             runpy.run_path(path, run_name="__main__")
         code = "returned without exiting"
     except SystemExit as exc:
@@ -104,7 +92,12 @@ for path, argv in bad_usages:
     except BaseException as exc:
         code = f"{type(exc).__name__}: {exc}"
     sys.path.remove(os.path.dirname(path))
-    bad_usage_results.append({"code": code, "stderr": err.getvalue()})
+    return code, streams[kept].getvalue()
+
+
+help_results = {path: dict(zip(("code", "help"), run(path, ["--help"], "stdout"))) for path in helps}
+sys.path.append(os.getcwd())  # the ml_debug package of this checkout, for ml_debug/cli.py
+bad_usage_results = [dict(zip(("code", "stderr"), run(path, argv, "stderr"))) for path, argv in bad_usages]
 print(json.dumps({"help": help_results, "bad_usage": bad_usage_results}))
 """
 
