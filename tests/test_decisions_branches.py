@@ -360,3 +360,24 @@ def test_golden_values_logged_every_step_are_read(tmp_path):
     (folder / "golden.json").write_text(json.dumps(golden))
     report = spikes.analyze(folder / "golden.json")
     assert (report.values, report.first_step, report.last_step) == (64, 1, 64)
+
+
+class _PlainTensors(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.scale = torch.ones(2, requires_grad=True)  # used in forward, trainable, not registered
+        self.spare = torch.zeros(2)  # never used
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_registration_tells_the_unregistered_tensors_forward_uses_from_those_it_does_not():
+    import registration
+
+    case = {"model": _PlainTensors(), "batch": (torch.randn(4, 3), torch.zeros(4, 2)),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = registration.check_registration(case)
+    assert result.status == "fail"
+    assert (result.details["unregistered_used"], result.details["unregistered_unused"]) == (["scale"], ["spare"])
