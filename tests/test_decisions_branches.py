@@ -381,3 +381,26 @@ def test_registration_tells_the_unregistered_tensors_forward_uses_from_those_it_
     result = registration.check_registration(case)
     assert result.status == "fail"
     assert (result.details["unregistered_used"], result.details["unregistered_unused"]) == (["scale"], ["spare"])
+
+
+def _postmortem_of(tmp_path, rows):
+    import spikes
+
+    path = tmp_path / "train.csv"
+    path.write_text("step,loss\n" + "\n".join(f"{step},{loss}" for step, loss in rows) + "\n")
+    report = spikes.analyze(path)
+    return report, spikes.postmortem(report)
+
+
+def test_the_postmortem_describes_a_run_of_nan_values(tmp_path):
+    rows = [(s, 2.0 + 0.01 * (s % 3)) for s in range(200)] + [(s, "nan") for s in range(200, 205)]
+    _, draft = _postmortem_of(tmp_path, rows)
+    assert "loss: 5 non-finite values from step 200 to step 204." in draft
+
+
+def test_the_postmortem_counts_a_spikes_lost_steps_up_to_the_rollback_after_it(tmp_path):
+    rows = [(s, 2.0 + 0.01 * (s % 3)) for s in range(300)]
+    rows += [(s, 9.0) for s in range(300, 400)]  # a spike that never comes down, then a rollback to step 250
+    rows += [(s, 2.0 + 0.01 * (s % 3)) for s in range(250, 500)]
+    report, draft = _postmortem_of(tmp_path, rows)
+    assert report.spikes and "99 steps from the start of the spike to the rollback at step 399 (resumed at step 250)" in draft
