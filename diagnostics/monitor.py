@@ -256,7 +256,7 @@ class TrainingMonitor:
         grad_norm is taken as the global norm, already; tokens counts this rank's tokens of this step.
         """
         if self._closed:
-            raise RuntimeError(f"the TrainingMonitor of {self.path} is closed: nothing more can be logged to it")  # early
+            raise RuntimeError(f"the TrainingMonitor of {self.path} is closed: nothing more can be logged to it")  # before the all_reduce
         if tokens is not None:
             self._tokens = self._tokens + tokens  # a tensor stays on its device: no sync
         if step % self.every:
