@@ -65,10 +65,11 @@ LOGS = {
                       "logs/train_log.txt", "build-nanogpt's log.txt (pretraining)", (1992, 0, 1991, 0),
                       "`<step> train <loss>` lines, val lines left out: no spike, right"),
     "fast-scnn": ("Cuber-Wei/Fast-SCNN-pytorch-for-Silicon-M", "73e3b2f6956d2d8f1c48af1e921ce13fa45de8c1",
-                  "logs/train.log", "Fast-SCNN's logging (segmentation)", (29740, 10, 297400, 206),
+                  "logs/train.log", "Fast-SCNN's logging (segmentation)", (29740, 10, 297400, 205),
                   "Iter [i/1487] per epoch composed into global steps (20 epochs, no false run or resume); the spikes "
-                  "are one-row 2-4x jumps (and a few 2-3 row clusters) back on the next rows: real hard batches, "
-                  "fast_recovery right; no creep (once a false non_spike_divergence at step 281220 from the lowest "
+                  "are one-row 2-4x jumps (and a few 2-3 row clusters, each one spike: once two, the second starting "
+                  "before the first ended) back on the next rows: real hard batches, fast_recovery right; 3 "
+                  "slow_recovery (rows at 1.6-2x for 3-7 rows after the peak, as at step 227060), right; no creep (once a false non_spike_divergence at step 281220 from the lowest "
                   "of ~900 single 32-value block medians: the 400-row medians are flat at 0.97-1.01)"),
     "mt-transformer": ("GuoxiangJiang/Transformer-in-en-de-trans", "94ed65de8cb232e2104c507a33a55ce0e9788214",
                        "logs/train.log", "a Transformer en-de script (translation)", (100, 0, 99, 0),

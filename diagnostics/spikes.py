@@ -42,14 +42,20 @@ above baseline + max(6 sigma, 5%, 0.2% of the run's highest baseline) opens a sp
 under that threshold, once three block refreshes have settled the baseline: the median of 7 values in a row
 above the noise band (measured from the lower of the baseline and the latest block's median, and at least 5%
 up) opens a spike where the shift began (a CUSUM change point: the start of the run of values that sum the
-most above half-way to the band), also when a later row of it passes the threshold. Values inside a spike never
-enter the window, as in llm.c's outlier detector and ZClip, so a
+most above half-way to the band), also when a later row of it passes the threshold. And so does a shift too small
+for any row test (a 1.3x offset at 1.5 sigma a row): the median of a block of 32 values 6 of its standard
+errors (1.33 sigma, and 5%) over that base, a block earlier or two when lower, on a flat stretch; it opens at its
+change point and is followed by its block medians (back when one is in their noise band, half-way to that
+limit). Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
 max(3 sigma, 1%)):
 
   fast_recovery   back in the band within 20 steps of the peak, or on the next logged row (the first
-                  value back and the median of it and the next four are in the band)
+                  value back and the median of it and the next four are in the band), and the median of
+                  the next 32 within 1.33 sigma of the trend (a bump decaying from 3 sigma is in the row
+                  band long before its level is back); a row past the threshold while the rows since the
+                  peak sit above the band of their median is the same spike going on
   slow_recovery   back in the band, later than that
   no_recovery     stops coming down above the band (block medians of 32 values level off, or fall
                   so slowly that the band is more than 4x the time since the peak away), below 1.5x;

@@ -3,7 +3,8 @@
 Series.feed_run takes a healthy stretch a refresh at a time in Python. Here many refreshes are computed at
 once, with exactly the same arithmetic: for each stretch of REFRESH values the threshold it is held to
 (the previous refresh's), the window after it (its sorted order statistics: median, interquartile range),
-the block median and spread for the falling test, the running scale and the next threshold. The leading
+the block median and spread for the falling test, the running scale, the next threshold and the level-shift
+limits (rows above the band; a block median above its limit, Series._block_shift). The leading
 stretches that are finite, under their threshold and whose refresh does not find the loss falling fast are
 taken in one go; the series is left exactly as feed_run would leave it (window, thresholds, block medians,
 scale, on_block calls), and the first stretch that is not plain healthy goes to the scalar path. Only
@@ -18,7 +19,7 @@ import math
 import numpy as np
 
 from .series import log_spread, tail_distance
-from .thresholds import (BAND_Z, BLOCK, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SETTLED_REFRESHES, SHIFT_ROWS,
+from .thresholds import (BAND_Z, BLOCK, BLOCK_SIGMAS, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SETTLED_REFRESHES, SHIFT_ROWS,
                          SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW)
 
 FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
@@ -107,12 +108,13 @@ def _screen(series, steps, values, row, start, stop):
     sigma = (windows[:, W_HIGH] - windows[:, W_LOW]) / IQR_PER_SIGMA
     level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
     base = np.minimum(med, level)  # the level a shift is measured from (Series._refresh)
-    distance, shift = SPIKE_Z * sigma, BAND_Z * sigma
+    distance, shift, block_shift = SPIKE_Z * sigma, BAND_Z * sigma, BLOCK_SIGMAS * sigma
     low, high = windows[:, W_LOW], windows[:, W_HIGH]
     for i in np.flatnonzero((low > 0) & (high > low * HEAVY_RATIO)).tolist():  # the few heavy-tailed windows,
         spread = log_spread(float(high[i]), float(low[i]))  # (in Python's math, as Series._refresh)
         distance[i] = tail_distance(float(med[i]), float(distance[i]), spread)
         shift[i] = tail_distance(float(base[i]), float(shift[i]), spread, BAND_Z)
+        block_shift[i] = tail_distance(float(base[i]), float(block_shift[i]), spread, BLOCK_SIGMAS)
     local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
     # Falling: the block median two blocks back is far above this one (the scalar path then fits a line); -inf
     # where there is none. Only the stretches up to the first that fails count: there, all of this is finite.
@@ -126,12 +128,16 @@ def _screen(series, steps, values, row, start, stop):
     held_to = np.concatenate(((series.threshold,), threshold_after[:-1]))
     shift_after = base + np.maximum(shift, floor)
     shift_held = np.concatenate(((series.shift_limit,), shift_after[:-1]))
+    block_latest = base + np.maximum(block_shift, floor)  # a stretch's median above the limit it was held to: a
+    block_after = np.minimum(block_latest, np.concatenate(((series.block_latest,), block_latest[:-1])))  # level shift
+    block_held = np.concatenate(((series.block_limit,), block_after[:-1]))  # (Series._block_shift, _refresh)
     # A stretch with more than half of SHIFT_ROWS values above the shift limit it was held to may hold a level
     # shift: it goes to Series._shifted (which needs them in a row).
     steady = (blocks > shift_held[:, None]).sum(axis=1) <= SHIFT_ROWS >> 1
     finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
     settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= SETTLED_REFRESHES  # (else a line)
-    healthy = finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled & steady
+    healthy = (finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled & steady
+               & (level <= block_held))
     first_bad = int(healthy.argmin())
     taken = count if healthy[first_bad] else first_bad
     if taken == 0:
@@ -141,11 +147,13 @@ def _screen(series, steps, values, row, start, stop):
     series.med, series.sigma, series.slope = float(med[last]), float(sigma[last]), 0.0
     series.threshold, series.scale = float(threshold_after[last]), float(scale[last])
     series.shift_limit, series.shift_base = float(shift_after[last]), float(base[last])
+    series.block_limit, series.block_latest = float(block_after[last]), float(block_latest[last])
     series.falling = False
     series.refreshes += taken
     series.until_refresh = series.period = REFRESH
-    end = start + taken * REFRESH  # (step, row) of the latest stretch: where a shift in it would start
-    series.at.extend(zip(as_list(steps, end - REFRESH, end), range(row + end - REFRESH, row + end)))
+    end = start + taken * REFRESH  # (step, row) of the latest window's values: where a shift in them would start
+    first = max(start, end - WINDOW)
+    series.at.extend(zip(as_list(steps, first, end), range(row + first, row + end)))
     ends = range(start + REFRESH - 1, start + taken * REFRESH, REFRESH)  # the index of each stretch's last value
     levels = level[:taken].tolist()
     series.blocks.extend(zip(range(row + ends[0], row + ends[-1] + 1, REFRESH)[-TREND_BLOCKS:], levels[-TREND_BLOCKS:]))

@@ -5,11 +5,11 @@ import statistics
 from collections import deque
 
 from .. import json_float, json_int
-from .thresholds import (BAND_REL, BAND_Z, BLOCK, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND, HEAVY_SPREAD,
-                         FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW, MIN_POINTS,
-                         MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR, SETTLE_TOL, SETTLED_REFRESHES,
-                         SHIFT_ROWS,
-                         SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY, WINDOW)
+from .thresholds import (BAND_REL, BAND_Z, BLOCK, BLOCK_SIGMAS, CONFIRM, DIVERGE_RATIO, EARLY_RECENT, EARLY_TREND,
+                         HEAVY_SPREAD, FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW,
+                         MEDIAN_SE, MIN_POINTS, MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR,
+                         SETTLE_TOL, SETTLED_REFRESHES, SHIFT_ROWS, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY,
+                         WINDOW)
 
 
 class Spike:
@@ -46,13 +46,16 @@ class Spike:
 class Episode:
     """A spike from the value that crossed the threshold until it is classified."""
 
-    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0, 0.0)):
+    def __init__(self, step, row, x, baseline, sigma, threshold, snapshot, trend=(0.0, 0, 0.0), block_band=None):
         self.start, self.start_row = step, row
         self.baseline, self.threshold = baseline, threshold
         self.slope, self.lag, self.rate = trend  # the trend the run was on: per row (<= 0), rows the baseline lags
         # behind, and in a fast fall the factor per row it fell by there (as a rate, < 0; else 0)
         self.band = baseline + max(BAND_Z * sigma, BAND_REL * abs(baseline))
         self.noise = (self.band - baseline) / BAND_Z  # sigma, floored like the band
+        self.coarse = block_band is not None  # a level shift seen in a block median only (Series._block_shift): its
+        if self.coarse:  # rows are in the row band, so it is followed by its block medians, back when one is in
+            self.band = block_band  # the noise band of a block median
         self.snapshot = snapshot  # the pre-spike window, to restore after a rollback past the spike
         self.peak, self.peak_step, self.peak_row = x, step, row
         self.tail = []  # (step, row, value) after the peak, CONFIRM at most: the recovery test
@@ -76,19 +79,35 @@ class Episode:
         self.recent.append(value)
         if self.pending is not None:
             self.after.append(value)
-            if x > self.threshold + max(self.pending[2] - self.baseline, 0.0):  # a new spike (over the level
-                return self.pending  # the loss came back to) before the level could be checked: the recovery stands
-            if len(self.after) < VERIFY:
-                return None
-            verdict = self._offset()
-            if verdict is None:  # still coming down: slide on by a block (any spike in it ended the check)
-                if self.count >= MAX_FOLLOW:
-                    return self.pending
-                self.dropped.extend(self.after[:BLOCK])
-                del self.after[:BLOCK]
-            return verdict
+            if x <= self.threshold + max(self.pending[2] - self.baseline, 0.0):
+                if len(self.after) < VERIFY:
+                    return None
+                verdict = self._offset()
+                if verdict is None:  # still coming down: slide on by a block (any spike in it ended the check)
+                    if self.count >= MAX_FOLLOW:
+                        return self.pending
+                    self.dropped.extend(self.after[:BLOCK])
+                    del self.after[:BLOCK]
+                return verdict
+            # A new spike (over the level the loss came back to) before the level could be checked: the recovery
+            # stands, unless it came back within a block and the loss was not back (_back_yet); then the same spike
+            if len(self.dropped) + len(self.after) > BLOCK or self._back_yet():  # goes on from this value
+                return self.pending
+            since = self.dropped + self.after
+            for s, _, v in since[CONFIRM - 2:-1]:  # (the first few went into the blocks before the recovery)
+                self._into_block(s, v)
+            self.pending, self.after, self.dropped, self.back_step = None, [], [], None
+            self.tail.clear()
+        if self.coarse:
+            if x > self.peak and not self.blocks:  # (its peak: the highest row of the block that showed it)
+                self.peak, self.peak_step, self.peak_row = x, step, row
+            if self._into_block(step, x):
+                if self.blocks[-1][1] <= self.band:  # (recent holds the block: every value went into it)
+                    return self._recovered(*self.recent[0][:2], self.blocks[-1][1])
+                return self._settled(step)
+            return self.by_level("horizon") if self.count >= MAX_FOLLOW else None
         tail = self.tail
-        if tail and x > self.threshold and all(v <= self.band for _, _, v in tail):
+        if tail and x > self.threshold and all(v <= self.band for _, _, v in tail) and self._back_yet():
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
             tail.append(value)
             return self._recovered(tail[0][0], tail[0][1], level)
@@ -104,18 +123,43 @@ class Episode:
                     self.after, self.back_step = tail[1:], tail[0][0]
                     return None
                 del tail[0]
-        if not self.block:
-            self.block_step = step
-        self.block.append(x)
-        if len(self.block) == BLOCK:
-            self.blocks.append((self.block_step, statistics.median(self.block)))
-            self.last_block, self.block = self.block, []
+        if self._into_block(step, x):
             verdict = self._settled(step)
             if verdict:
                 return verdict
         if self.count >= MAX_FOLLOW:
             return self.by_level("horizon")
         return None
+
+    def _into_block(self, step, x):
+        """Add a value to the block being filled; True when that completes it (its median joins self.blocks)."""
+        if not self.block:
+            self.block_step = step
+        self.block.append(x)
+        if len(self.block) < BLOCK:
+            return False
+        self.blocks.append((self.block_step, statistics.median(self.block)))
+        self.last_block, self.block = self.block, []
+        return True
+
+    def _trend_at(self, row, rate=0.0):
+        """Where the pre-spike trend would have taken the loss by `row`: a line (slope <= 0, lagging by self.lag), or
+        in a fast fall that goes on a factor per row (`rate` < 0); never extrapolated over 2 windows."""
+        rows = min(row - self.start_row, 2 * WINDOW)
+        return self.baseline * math.exp(rate * rows) if rate else self.baseline + self.slope * (rows + self.lag)
+
+    def _back_yet(self):
+        """A value past the threshold after rows back in the band: was the loss back? Its rows may dip into the band
+        while a bump a few sigma high decays. The latest values before this one (BLOCK at most, the peak among them)
+        have a median in the noise band of such a median over the pre-spike level (BAND_Z of its standard errors,
+        and OFFSET_REL): back, a new spike; else the same spike goes on."""
+        values = list(itertools.islice(self.recent, len(self.recent) - 1))
+        if not values:
+            return True
+        level = statistics.median(v for _, _, v in values)
+        margin = max(BAND_Z * MEDIAN_SE * (BLOCK / len(values)) ** 0.5 * self.noise,
+                     OFFSET_REL * abs(self.baseline))
+        return level - self.baseline <= margin
 
     def pending_run(self, steps, values, row, start, stop):
         """While a recovery waits for its check: the values before the check at once, when each is finite and under
@@ -140,7 +184,8 @@ class Episode:
         got to."""
         end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
         band, peak = self.band, self.peak
-        if end <= start or not band < values[start] <= peak:  # (the first value alone settles most refusals)
+        if self.coarse or end <= start or not band < values[start] <= peak:  # (the first value alone settles most
+            # refusals; a coarse spike is followed value by value)
             return start
         if any(v <= band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
@@ -169,7 +214,8 @@ class Episode:
         """Back in the band, but is it back on the trend? The medians of the two halves of the last VERIFY values
         against the pre-spike trend: higher by OFFSET_Z noise sigma and OFFSET_REL, and no longer coming down
         faster than that trend, is a lasting offset however noisy the run (no_recovery); within that, the
-        recovery stands; still coming down: None, look again a block later."""
+        recovery stands (from where the loss was back on the trend, see _back_on_trend); still coming down: None,
+        look again a block later."""
         values = [v for _, _, v in self.after]
         half = len(values) // 2
         early, late = statistics.median(values[:half]), statistics.median(values[half:])
@@ -184,23 +230,39 @@ class Episode:
             # values show by how much: from the pre-spike pace to theirs, half-way on average, is where the fall
             # would have taken the loss by the middle of the later half.
             pace = (self.rate + pace) / 2
-            middle = self.after[half + later // 2][1] - self.start_row
-            expected = self.baseline * math.exp(pace * min(middle, 2 * WINDOW))
+
+            def back(level, row, margin):
+                return level - self._trend_at(row, pace) <= margin
             falling = early * math.exp(pace * later) - late  # beyond that pace
-            if late - expected <= margin:
-                return self.pending
+            if back(late, self.after[half + later // 2][1], margin):
+                return self._back_on_trend(back)
         else:
-            rows = min(self.after[-1][1] - self.start_row, 2 * WINDOW)  # a trend is not extrapolated further
-            fall = self.slope * (rows + self.lag)  # <= 0: where the pre-spike trend would have taken the loss
-            expected = self.baseline + fall
-            falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
-            # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set
-            if late - expected <= margin or late <= self.baseline:  # back.
-                return self.pending
+            def back(level, row, margin):  # (a fast fall slows down and a straight line overshoots it: below its
+                return level - self._trend_at(row) <= margin or level <= self.baseline  # pre-spike level, a loss
+            falling = (early - late) + self.slope * half  # was not set back; beyond the trend's own fall: over those
+            if back(late, self.after[-1][1], margin):  # rows)
+                return self._back_on_trend(back)
         if falling > FALL_Z * self.noise:
             return None
         self.last_block = values[half:]
         return "no_recovery", self.back_step, late, "settled"
+
+    def _back_on_trend(self, back):
+        """The recovery, fast only if the level was back on the pre-spike trend too: the first BLOCK values since
+        the loss came back into the band (a row band: a decaying bump a few sigma high is inside it long before its
+        level is back) have a median within BLOCK_SHIFT_Z standard errors of a block median (and OFFSET_REL) of
+        the trend (`back(level, row, margin)`: a level at a row is back); else a slow_recovery, back at the middle
+        of the first BLOCK values in a row that are (or the last)."""
+        if self.pending[0] != "fast_recovery":
+            return self.pending
+        since = self.dropped + self.after
+        margin = max(BLOCK_SIGMAS * self.noise, OFFSET_REL * abs(self.baseline))
+        for j in range(len(since) - BLOCK + 1):
+            level = statistics.median(v for _, _, v in since[j:j + BLOCK])
+            step, row, _ = since[j + (BLOCK >> 1)]
+            if back(level, row, margin):
+                break
+        return self.pending if j == 0 else self._recovered(step, row, level)
 
     def _settled(self, step):
         """At the end of a block: has the level stopped coming down above the band?"""
@@ -312,8 +374,12 @@ class Series:
         self.threshold = math.inf
         self.shift_limit = math.inf  # the median of SHIFT_ROWS values in a row above this: a level shift
         self.shift_base = None  # ...from this level: the baseline of the spike it opens
+        self.block_limit = math.inf  # the median of the next block above this: a level shift (_block_shift)
+        self.block_latest = math.inf  # ...the limit of the latest block refresh alone
+        self.diverged = False  # re-based at the level of a divergence: its further climb is no level shift (until a
+        # resume or another run; the creep watch keeps quiet the same way)
         self.until_refresh = self.period = 1  # healthy values to the next refresh; and between the last two
-        self.at = deque(maxlen=REFRESH)  # (step, row) of the latest values of the window (as far as they are
+        self.at = deque(maxlen=WINDOW)  # (step, row) of the latest values of the window (as far as they are
         # known): where a level shift started
         self.refreshes = 0
         self.minis = 0  # refreshes still to come before the next block, in a fast fall
@@ -333,6 +399,7 @@ class Series:
         if n < MIN_POINTS:
             self.med = self.sigma = None
             self.threshold, self.shift_limit, self.until_refresh = math.inf, math.inf, 1
+            self.block_limit = self.block_latest = math.inf
             return
         block = not self.minis  # (else a refresh between two blocks, in a fast fall)
         if block:
@@ -372,13 +439,18 @@ class Series:
         base = min(med, level) if block else med  # the latest block's median lags a falling curve less than the
         self.shift_base = base  # window's (in a fast fall the line through it is the level already)
         self.shift_limit = base + max(tail_distance(base, BAND_Z * sigma, spread, BAND_Z), floor)
+        if block:  # the next block's median above this: a level shift too small for its rows (none on a line); the
+            latest = math.inf if slope else base + max(tail_distance(base, BLOCK_SIGMAS * sigma, spread, BLOCK_SIGMAS),
+                                                       floor)  # limit a block before holds when lower: a shift
+            self.block_limit = math.inf if slope or self.diverged else min(latest, self.block_latest)  # from the
+            self.block_latest = latest  # middle of a block lifts the next limit by half of it before it is seen
         if not block:
             self.minis -= 1
         elif self.falling:
             self.minis = REFRESH // FALL_REFRESH - 1
         self.until_refresh = self.period = FALL_REFRESH if self.minis or not block else REFRESH
         if block and self.on_block is not None:
-            first = self.at[0][0] if len(self.at) == BLOCK else step  # (the block's first step, where it is known)
+            first = self.at[-BLOCK][0] if len(self.at) >= BLOCK else step  # (the block's first step, where known)
             self.on_block(first, step, row, level, self.scale, block_spread)
 
     def trend(self):
@@ -416,11 +488,31 @@ class Series:
 
     def _stretch_done(self, step, row):
         """The end of a refresh stretch: a level shift in it opens a spike where it started, else a refresh."""
-        count = self._shifted() if self.refreshes >= SETTLED_REFRESHES else 0
-        if count:
-            self._open_shift(count)
-        else:
-            self._refresh(step, row)
+        if self.refreshes >= SETTLED_REFRESHES:
+            count = self._shifted()
+            if count:
+                self._open_shift(count)
+                return
+            count = self._block_shift()
+            if count:  # followed by its block medians: back in their band, half-way to the limit (3 standard
+                self._open_shift(count, (self.shift_base + self.block_limit) / 2)  # errors, as the row band is
+                return  # half-way to the threshold)
+        self._refresh(step, row)
+
+    def _block_shift(self):
+        """How many of the latest values belong to a level shift seen in the median of the block just ended, above
+        block_limit: BLOCK_SHIFT_Z standard errors of a block median over the baseline (1.33 sigma), or SPIKE_REL
+        (a lasting 1.3x offset at 1.5 sigma a row stays under every row test); from its onset (see _onset) on,
+        in the block or the later half of the one before (a shift late in a block lifts its median too little);
+        0 for none."""
+        limit, values = self.block_limit, self._latest(BLOCK + (BLOCK >> 1))
+        k = len(values)
+        if k < BLOCK:
+            return 0
+        b = sorted(values[k - BLOCK:])
+        if (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2 <= limit:  # (the median as _refresh takes it)
+            return 0
+        return k - _onset(values, k - 1, (self.shift_base + limit) / 2)
 
     def _shifted(self):
         """How many of the latest values belong to a level shift: the median of SHIFT_ROWS values in a row above
@@ -458,14 +550,15 @@ class Series:
         self._open_shift(count)
         self.feed(step, row, x)
 
-    def _open_shift(self, count):
-        """Open a spike at the first of the latest `count` values of the window, and feed it the rest of them."""
+    def _open_shift(self, count, block_band=None):
+        """Open a spike at the first of the latest `count` values of the window, and feed it the rest of them; one
+        seen in a block median (block_band: the noise band of a block median) is followed by its block medians."""
         values = [self.window.pop() for _ in range(count)][::-1]  # out of the baseline: they are the spike
         at = [self.at.pop() for _ in range(count)][::-1]
         self.until_refresh += count  # the window refreshes once it is as full again
         (first_step, first_row), first = at[0], values[0]
         self.episode = Episode(first_step, first_row, first, self.shift_base, self.sigma, self.threshold,
-                               list(self.window), self.trend())
+                               list(self.window), self.trend(), block_band)
         self.last_step = first_step
         for (s, r), x in zip(at[1:], values[1:]):
             self.feed(s, r, x)
@@ -556,6 +649,7 @@ class Series:
             self._reset(episode.last_block, row, kind)
 
     def _reset(self, values, row, why):
+        self.diverged = why == "divergence"
         self.window = deque(values, maxlen=WINDOW)
         self.at.clear()
         self.blocks.clear()
@@ -590,6 +684,7 @@ class Series:
     def rollback(self, step, row):
         """Steps went backwards. Close an open spike; restore the pre-spike baseline if we went past it."""
         self.last_step = -math.inf
+        self.diverged = False
         self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
         self.at.clear()  # (a level shift starts after the resume)
         self.falling = False
@@ -612,6 +707,8 @@ class Series:
         self.blocks.clear()
         self.falling = False
         self.threshold, self.shift_limit, self.until_refresh, self.refreshes, self.minis = math.inf, math.inf, 1, 0, 0
+        self.block_limit = self.block_latest = math.inf
+        self.diverged = False
         self.snapshot = None
         self.last_step = -math.inf
 

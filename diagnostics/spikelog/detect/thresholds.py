@@ -46,6 +46,9 @@ OFFSET_Z = 1.5  # a median of those this many noise sigma above the trend (the m
 OFFSET_REL = 0.02  # ~0.2 sigma) and 2% or more, not still coming down: a lasting offset, no_recovery (ours)
 FALL_PACE = 0.5  # after a spike in a fast fall, the later values still falling by half the factor per row the loss fell
 # by before, or more: the fall goes on, and the level after is judged against it, not the pre-spike level (ours)
+BLOCK_SHIFT_Z = 6.0  # a block median this many of its standard errors (MEDIAN_SE: 1.33 noise sigma) off the trend is
+# off it: in normal noise ~1e-9 of blocks by chance; a bump decaying over 100 rows from 3 sigma stays past it for 60
+# rows after its rows are back in the band (issue 23's plants; ours)
 FALL_Z = 0.5  # still coming down: the later median lower by 0.5 sigma (2 standard errors of the difference)
 SPIKE_ABS = 0.002  # floors in units of the run's own scale, its highest baseline so far (the first loss,
 CREEP_ABS = 0.01  # usually): a loss near zero moving by a hair is no spike or creep (ours)
@@ -54,6 +57,7 @@ CREEP_BLOCKS = 2  # ...is a divergence without a spike (our assumption)
 CREEP_SMOOTH = 4  # block medians whose median is the level the creep watch compares (a median of ~128 values: the
 # lowest of those is no extreme of a single block's noise; ours)
 MEDIAN_SE = 1.2533 / BLOCK ** 0.5  # the standard error of a block median, in sigmas (sqrt(pi/2) / sqrt(n))
+BLOCK_SIGMAS = BLOCK_SHIFT_Z * MEDIAN_SE  # 1.33 noise sigma: a block median this far off is off (BLOCK_SHIFT_Z)
 CREEP_Z = 3.0  # ...and more than 3 of those above the lowest, in logs: a heavy-tailed batch loss near zero (its logs
 # spread by ~1.5) has block medians 1.5x apart by chance, no creep (issue 23's OCR log; ours)
 DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
