@@ -13,7 +13,7 @@ import pytest
 import spikes
 from spikelog.detect import _increasing
 from spikelog.detect.events import Creep
-from spikelog.detect.series import Series
+from spikelog.detect.series import Episode, Series
 from spikelog.detect.thresholds import CREEP_ABS, CREEP_REL, CREEP_Z, MEDIAN_SE, REFRESH
 from spikelog.read import general, open_log, table
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
@@ -1110,11 +1110,88 @@ def test_the_first_stretch_after_the_baseline_settles_is_watched_for_a_level_shi
     """Three refreshes (rows 31, 63, 95) settle the baseline (thresholds.SETTLED_REFRESHES); a shift of 0.5 from row
     100 (above the band's 0.36, every row under the threshold's 0.71) is found at the next refresh (row 127), where
     it began, not a stretch later from inside it."""
-    series = Series("loss")
-    for i in range(400):
-        series.feed(i, i, 2.0 + 0.08 * ((i * 7) % 5 - 2) + (0.5 if i >= 100 else 0.0))
-    series.finish(399)
+    series, blocks = fed([cycle(i, 0.5 if i >= 100 else 0.0) for i in range(400)])
     assert [(s.start, s.type) for s in series.spikes] == [(100, "no_recovery")]
+    assert 127 not in [row for _, _, row in blocks]  # (the stretch that showed the shift is no healthy block)
+
+
+def cycle(i, shift=0.0):
+    """A flat loss of 2.0 whose noise cycles through -0.16..0.16 every 5 rows: robust sigma 0.119, so a block median
+    is off the baseline from 0.158 up (thresholds.BLOCK_SIGMAS, over the 5% floor) and a row shift needs 0.356."""
+    return 2.0 + 0.08 * ((i * 7) % 5 - 2) + shift
+
+
+def fed(values, steps=None):
+    """A Series fed `values` (at rows 0.., steps `steps` or the rows), and the rows of the blocks it reported."""
+    rows = []
+    series = Series("loss", on_block=lambda first, step, row, *rest: rows.append((first, step, row)))
+    for i, x in enumerate(values):
+        series.feed(steps[i] if steps else i, i, x)
+    series.finish(len(values) - 1)
+    return series, rows
+
+
+@pytest.mark.parametrize("shift, found", [(0.15, False), (0.17, True)])
+def test_a_block_median_is_a_level_shift_from_6_of_its_standard_errors(shift, found):
+    """A shift from row 200 under every row test: 0.17 (1.43 sigma) puts the block medians past 6 standard errors of
+    a block median (1.33 sigma), found where it began (a change point over the window: it began in the block before
+    the first one it lifts far enough) and followed to no_recovery four blocks on; 0.15 (1.26 sigma) is noise. The
+    block that showed it is no healthy block: no refresh there."""
+    series, blocks = fed([cycle(i, shift if i >= 200 else 0.0) for i in range(800)])
+    if not found:
+        assert series.spikes == []
+        return
+    assert [(s.start, s.step, s.end, s.type) for s in series.spikes] == [(201, 202, 297, "no_recovery")]
+    assert [row for _, _, row in blocks if 200 < row < 300] == [223]  # (found at 255: no block there)
+
+
+def test_a_level_shift_in_block_medians_is_back_when_a_block_median_is_in_their_band():
+    """The same shift for 64 rows only: the blocks of the spike (from its start, 32 rows each) are followed by their
+    medians, and the first back in their noise band (half-way to the limit) is where it recovered: slow."""
+    series, _ = fed([cycle(i, 0.2 if 200 <= i < 264 else 0.0) for i in range(800)])
+    assert [(s.start, s.step, s.end, s.type) for s in series.spikes] == [(201, 202, 265, "slow_recovery")]
+
+
+def test_a_level_shift_in_the_first_block_after_a_resume_opens_at_the_resume():
+    """After a resume at a refresh (steps back from 287 to 200) the shift is in the first block read since: its 32
+    values, all the window knows the steps of, are enough to find it, from the resume's first row."""
+    steps = list(range(288)) + list(range(200, 600))
+    series, _ = fed([cycle(i) for i in range(288)] + [cycle(i, 0.2) for i in range(288, 688)], steps)
+    assert [(s.start, s.type) for s in series.spikes] == [(200, "no_recovery")]
+
+
+def test_the_first_block_reports_its_own_first_step():
+    _, blocks = fed([cycle(i) for i in range(100)])
+    assert blocks == [(0, 31, 31), (32, 63, 63), (64, 95, 95)]
+
+
+@pytest.mark.parametrize("rate", [0.002, 0.003])
+def test_a_divergence_that_keeps_climbing_is_one_spike(rate):
+    """A jump to 4.0 at row 300 that keeps climbing (0.8-1.2% of it a row, about a sigma a block): one divergence.
+    Re-based at its level, the window's later blocks climb past the block limit each time: no level shift after a
+    divergence (until a resume), as the creep watch keeps quiet (a fast-climbing divergence gave two or three)."""
+    series, _ = fed([cycle(i) if i < 300 else (4.0 + rate * 4.0 * (i - 300)) * cycle(i) / 2 for i in range(1500)])
+    assert [(s.start, s.type) for s in series.spikes] == [(300, "divergence")]
+
+
+@pytest.mark.parametrize("since, merged", [(32, True), (33, False)])
+def test_a_new_spike_joins_a_recovery_only_within_a_block_of_it(since, merged):
+    """Back in the band (rows of 1.25 under its 1.3) from the row after a peak, then a row past the limit with the
+    rows since the peak still 0.25 over the baseline: up to the 32nd row after the first one back the same spike goes
+    on; from the 33rd, a block later, the recovery stands, whatever the level."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.1, 1.6, [])
+    verdicts = [episode.add(k, k, 1.25) for k in range(1, 1 + since)]
+    assert verdicts == [None] * since and episode.pending is not None
+    verdict = episode.add(1 + since, 1 + since, 2.5)
+    assert (verdict is None) == merged
+    assert verdict is None or verdict[:2] == ("fast_recovery", 1)
+
+
+def test_the_peak_of_a_block_level_shift_is_its_first_highest_row():
+    episode = Episode(0, 0, 1.2, 1.0, 0.1, 1.6, [], block_band=1.07)
+    for k in range(1, 40):
+        episode.add(k, k, 1.5 if k in (5, 9, 35) else 1.2)
+    assert (episode.peak, episode.peak_step) == (1.5, 5)
 
 
 @pytest.mark.parametrize("lead, start", [(3, 100), (2, 103)])

@@ -153,9 +153,7 @@ class Episode:
         while a bump a few sigma high decays. The latest values before this one (BLOCK at most, the peak among them)
         have a median in the noise band of such a median over the pre-spike level (BAND_Z of its standard errors,
         and OFFSET_REL): back, a new spike; else the same spike goes on."""
-        values = list(itertools.islice(self.recent, len(self.recent) - 1))
-        if not values:
-            return True
+        values = list(itertools.islice(self.recent, len(self.recent) - 1))  # (the peak at least)
         level = statistics.median(v for _, _, v in values)
         margin = max(BAND_Z * MEDIAN_SE * (BLOCK / len(values)) ** 0.5 * self.noise,
                      OFFSET_REL * abs(self.baseline))
@@ -184,8 +182,9 @@ class Episode:
         got to."""
         end = min(stop, start + BLOCK - 1 - len(self.block), start + MAX_FOLLOW - 1 - self.count)
         band, peak = self.band, self.peak
-        if self.coarse or end <= start or not band < values[start] <= peak:  # (the first value alone settles most
-            # refusals; a coarse spike is followed value by value)
+        if self.coarse or end <= start:  # (a coarse spike is followed value by value)
+            return start
+        if not band < values[start] <= peak:  # (the first value alone settles most refusals)
             return start
         if any(v <= band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
@@ -503,9 +502,8 @@ class Series:
         """How many of the latest values belong to a level shift seen in the median of the block just ended, above
         block_limit: BLOCK_SHIFT_Z standard errors of a block median over the baseline (1.33 sigma), or SPIKE_REL
         (a lasting 1.3x offset at 1.5 sigma a row stays under every row test); from its onset (see _onset) on,
-        in the block or the later half of the one before (a shift late in a block lifts its median too little);
-        0 for none."""
-        limit, values = self.block_limit, self._latest(BLOCK + (BLOCK >> 1))
+        in the window (a shift that began in the block before lifted that block's median too little); 0 for none."""
+        limit, values = self.block_limit, self._latest(WINDOW)
         k = len(values)
         if k < BLOCK:
             return 0
