@@ -273,20 +273,19 @@ def main(argv=None):
     if not args.timeout >= 0:
         parser.error("--timeout must be a number of seconds >= 0")
 
-
     def work():  # with --surface, in the supervised child: the file is the user's code
+        surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
+        return check_loss_surface(surface, args.grid, args.png)
+
+    try:  # (the options first, here: a refusal of them is no failure of the loss)
         if not 5 <= args.grid <= 401:
             raise SurfaceError(f"--grid {args.grid}: use 5 to 401 points per axis")
         if args.png:
             output_file(args.png, args.force, inputs=[args.surface.partition(":")[0]] if args.surface else [],
                         option="--png")
-        surface = load_surface(args.surface) if args.surface else make_demo_surface(None if args.healthy else args.bug)
-        return check_loss_surface(surface, args.grid, args.png)
-
-    try:
         result = run_user_code(work, args.surface and f"running {args.surface}", args.timeout, args.json, SurfaceError,
                                "the loss could not be evaluated")
-    except CaseError as exc:
+    except (CaseError, SurfaceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.json:

@@ -31,7 +31,7 @@ def test_png_is_written_and_never_overwritten(tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert f"png: {png}" in capsys.readouterr().out
     assert loss_surface.main(["--bug", "plateau", "--grid", "11", "--png", str(png)]) == 2
-    assert "exists; pass --force" in capsys.readouterr().err
+    assert capsys.readouterr().err == f"error: --png {png} exists; pass --force to replace it, or choose another path\n"
 
 
 def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
