@@ -17,8 +17,9 @@ What it checks
       plateau     points above the minimum's basin (loss more than 1% of the range above the
                   lowest) where the gradient is under 1e-3 of the average slope across the box:
                   an optimizer standing there does not move. fail: more than 10% of the grid
-      minimum     the lowest grid point more than 2 grid steps from the intended target: fail (a
-                  sign, a scale or an extra term moved the minimum)
+      minimum     the lowest grid point more than 2 grid steps from the intended target, or the loss
+                  at the target itself above the minimum's basin (a coarse grid's steps are too wide
+                  to tell by distance): fail (a sign, a scale or an extra term moved the minimum)
 
     The thresholds are our assumptions, tuned on the embedded twins: the healthy Huber loss has no
     plateau and its minimum on the target. With --png, a contour plot of the loss with arrows along
@@ -72,6 +73,7 @@ BASIN = 0.01  # our assumption: points within 1% of the loss range above the low
 FLAT = 1e-3  # our assumption: a gradient under 1e-3 of the box's average slope does not move an optimizer
 PLATEAU_SHARE = 0.10  # our assumption: the clipped-loss twin measures 0.77, the healthy twin 0
 MIN_STEPS = 2.0  # our assumption: the grid's minimum may sit up to 2 grid steps from a target between grid points
+# (and the loss at the target is in the minimum's basin, BASIN)
 
 
 class SurfaceError(Exception):
@@ -148,6 +150,9 @@ def check_loss_surface(surface, n=GRID, png=None):
             tx, ty = map(float, surface["target"])
             details["target"] = [tx, ty]
             details["min_distance_steps"] = math.hypot(details["min_at"][0] - tx, details["min_at"][1] - ty) / step
+            with torch.random.fork_rng(devices=[]):
+                at_target = surface["loss"](*torch.tensor([tx, ty], dtype=torch.float64))
+            details["target_loss"] = float(at_target.detach().double().reshape(()))
     status, summary = "pass", "finite everywhere, no plateau, minimum on target"
     if details["nonfinite_points"]:
         status = "fail"
@@ -158,7 +163,8 @@ def check_loss_surface(surface, n=GRID, png=None):
         status = "fail"
         summary = f"{details['plateau_share']:.0%} of the grid is a plateau: loss above the minimum, gradient near 0"
         details["next"] = "look for a clip, clamp, margin or saturating function in the loss: beyond it the gradient is 0"
-    elif details.get("min_distance_steps", 0) > MIN_STEPS:
+    elif (details.get("min_distance_steps", 0) > MIN_STEPS
+          or details.get("target_loss", low) > low + BASIN * (high - low)):  # (a NaN at the target: no verdict here)
         status = "fail"
         summary = (f"the minimum is at ({details['min_at'][0]:.3g}, {details['min_at'][1]:.3g}), "
                    f"not at the target ({details['target'][0]:.3g}, {details['target'][1]:.3g})")

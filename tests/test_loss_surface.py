@@ -85,3 +85,21 @@ def test_a_target_of_zero_dimensional_tensors_is_accepted_as_numbers():
     surface = dict(loss_surface.make_demo_surface(None), target=(torch.tensor(1.0), torch.tensor(-0.5)))
     result = loss_surface.check_loss_surface(surface, n=21)
     assert (result["status"], result["details"]["target"]) == ("pass", [1.0, -0.5])
+
+
+@pytest.mark.parametrize("grid", [5, 7, 9])
+def test_a_moved_minimum_fails_on_a_coarse_grid_too(grid):
+    """At 5-9 points a grid step is 0.5-1 wide, and the moved minimum (0.3, -0.2) lands within 2 steps of the target
+    (the distance rule passed it at 7): the loss at the target itself, above the lowest grid point's basin, fails it.
+    The healthy twin's target is its minimum at any grid."""
+    assert loss_surface.check_loss_surface(loss_surface.make_demo_surface("min"), n=grid)["status"] == "fail"
+    assert loss_surface.check_loss_surface(loss_surface.make_demo_surface(None), n=grid)["status"] == "pass"
+
+
+def test_a_minimum_moved_by_a_hair_is_still_on_target():
+    """A weight decay of 1e-3 moves the minimum by 0.001: the loss at the target is within the basin (1% of the
+    loss's range over the grid above the lowest point) and the grid minimum on it: pass."""
+    surface = {"loss": lambda a, b: (a - 1) ** 2 + (b + 0.5) ** 2 + 1e-3 * (a ** 2 + b ** 2),
+               "x_range": (-2.0, 2.0), "y_range": (-2.0, 2.0), "target": (1.0, -0.5)}
+    result = loss_surface.check_loss_surface(surface)
+    assert result["status"] == "pass" and result["details"]["target_loss"] < 1e-2
