@@ -1147,9 +1147,14 @@ def test_a_block_median_is_a_level_shift_from_6_of_its_standard_errors(shift, fo
 
 def test_a_level_shift_in_block_medians_is_back_when_a_block_median_is_in_their_band():
     """The same shift for 64 rows only: the blocks of the spike (from its start, 32 rows each) are followed by their
-    medians, and the first back in their noise band (half-way to the limit) is where it recovered: slow."""
-    series, _ = fed([cycle(i, 0.2 if 200 <= i < 264 else 0.0) for i in range(800)])
-    assert [(s.start, s.step, s.end, s.type) for s in series.spikes] == [(201, 202, 265, "slow_recovery")]
+    medians, and the first back in their noise band (half-way to the limit) is where it recovered: slow. The rows
+    of that block are read again after it, so a 3x row among them (280) is a spike of its own, measured against the
+    baseline from before the shift."""
+    values = [cycle(i, 0.2 if 200 <= i < 264 else 0.0) for i in range(800)]
+    values[280] = 6.0
+    series, _ = fed(values)
+    assert [(s.start, s.step, s.end, s.type) for s in series.spikes] == [(201, 202, 265, "slow_recovery"),
+                                                                         (280, 280, 281, "fast_recovery")]
 
 
 def test_a_level_shift_in_the_first_block_after_a_resume_opens_at_the_resume():
@@ -1185,6 +1190,20 @@ def test_a_new_spike_joins_a_recovery_only_within_a_block_of_it(since, merged):
     verdict = episode.add(1 + since, 1 + since, 2.5)
     assert (verdict is None) == merged
     assert verdict is None or verdict[:2] == ("fast_recovery", 1)
+
+
+@pytest.mark.parametrize("fade, verdict", [(0, (129, "fast_recovery", 1)), (260, (161, "slow_recovery", 138))])
+def test_a_recovery_is_checked_128_values_after_it_came_back_and_again_a_block_later(fade, verdict):
+    """After a peak of 3.0 on a baseline of 1.0 (band 1.3), the loss back in the band from the next row: flat, the
+    level is checked against the trend 128 values after the first one back (row 129) and the recovery stands, fast;
+    still coming down through the band (a 0.28 excess fading over 260 rows), the check slides on by a block (row
+    161), where it is slow: back on the trend at the middle of the first block of 32 that is."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.1, 1.6, [])
+    for row in range(1, 600):
+        found = episode.add(row, row, 1.0 + 0.28 * max(0.0, 1 - row / fade) if fade else 1.0)
+        if found:
+            break
+    assert (row, *found[:2]) == verdict
 
 
 def test_the_peak_of_a_block_level_shift_is_its_first_highest_row():

@@ -98,20 +98,15 @@ class Episode:
                 self._into_block(s, v)
             self.pending, self.after, self.dropped, self.back_step = None, [], [], None
             self.tail.clear()
-        if self.coarse:
+        tail = self.tail
+        if self.coarse:  # (no tail: followed by its block medians, below)
             if x > self.peak and not self.blocks:  # (its peak: the highest row of the block that showed it)
                 self.peak, self.peak_step, self.peak_row = x, step, row
-            if self._into_block(step, x):
-                if self.blocks[-1][1] <= self.band:  # (recent holds the block: every value went into it)
-                    return self._recovered(*self.recent[0][:2], self.blocks[-1][1])
-                return self._settled(step)
-            return self.by_level("horizon") if self.count >= MAX_FOLLOW else None
-        tail = self.tail
-        if tail and x > self.threshold and all(v <= self.band for _, _, v in tail) and self._back_yet():
+        elif tail and x > self.threshold and all(v <= self.band for _, _, v in tail) and self._back_yet():
             level = statistics.median(v for _, _, v in tail)  # back in the band, then up again: a new spike
             tail.append(value)
             return self._recovered(tail[0][0], tail[0][1], level)
-        if x > self.peak:
+        elif x > self.peak:
             self.peak, self.peak_step, self.peak_row = x, step, row
             self.tail.clear()
         else:
@@ -124,6 +119,8 @@ class Episode:
                     return None
                 del tail[0]
         if self._into_block(step, x):
+            if self.coarse and self.blocks[-1][1] <= self.band:  # (recent holds the block: every value went in)
+                return self._recovered(*self.recent[0][:2], self.blocks[-1][1])
             verdict = self._settled(step)
             if verdict:
                 return verdict
@@ -620,7 +617,8 @@ class Series:
             self._close(verdict, row)
             if verdict[3] == "recovered":  # the values that confirmed the recovery come after it and
                 self.last_step = -math.inf  # may hold the next spike: take them again as new values
-                later = (episode.dropped + episode.after)[-WINDOW:] if episode.pending else episode.tail[1:]
+                later = ((episode.dropped + episode.after)[-WINDOW:] if episode.pending
+                         else list(episode.recent)[1:] if episode.coarse else episode.tail[1:])  # (coarse: the block)
                 if later and later[-1][1] - later[0][1] == len(later) - 1:  # rows in a row: as a run
                     self.feed_run([s for s, _, _ in later], [x for _, _, x in later], later[0][1], 0, len(later))
                 else:
