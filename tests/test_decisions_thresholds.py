@@ -15,6 +15,7 @@ import init_loss
 import init_scale
 import label_alignment
 import labels
+import metric_stuck
 import monitor
 import nan_watch
 import pinn_check
@@ -253,3 +254,15 @@ def test_nan_watch_reports_the_last_8_frames_up_to_the_first_nan_or_inf():  # FR
             "loss_fn": torch.nn.functional.mse_loss}
     result = nan_watch.check_nan_watch(case)
     assert result.status == "fail" and len(result.details["frames"]) == 8
+
+
+@pytest.mark.parametrize("ratio, status", [(0.95e-7, "fail"), (1.05e-7, "pass")])  # SATURATED_GRAD: 1e-7 x the loss
+def test_metric_stuck_calls_a_sample_saturated_only_below_its_gradient_limit(ratio, status):
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    term = {"flat": lambda out, y: (ratio * out + 1).sum()}  # per sample: loss 1, gradient norm `ratio`
+    problem = {"model": model, "batch": (torch.ones(4, 1), torch.zeros(4, 1)), "terms": term,
+               "target_term": "flat", "metric": lambda out, y: 0.0, "goal": "min", "best": 0.0}  # always at its best
+    result = metric_stuck.check_metric_stuck(problem)
+    assert (result["status"], result["details"].get("failed")) == (status, "gradient" if status == "fail" else None)
