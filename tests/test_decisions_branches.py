@@ -404,3 +404,33 @@ def test_the_postmortem_counts_a_spikes_lost_steps_up_to_the_rollback_after_it(t
     rows += [(s, 2.0 + 0.01 * (s % 3)) for s in range(250, 500)]
     report, draft = _postmortem_of(tmp_path, rows)
     assert report.spikes and "99 steps from the start of the spike to the rollback at step 399 (resumed at step 250)" in draft
+
+
+class _AboveHalf(torch.nn.Module):
+    """Outputs 0.5 + w**2: squared, the loss falls from 2.25 to a floor of 0.25 the model cannot go below; at 10x the lr
+    SGD overshoots and diverges."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        return x * 0 + 0.5 + self.w ** 2
+
+
+@pytest.mark.parametrize("steps, missed", [(300, "stalled"), (30, "ran out of its 30 steps")])
+def test_overfit_one_batch_says_whether_a_run_unstable_at_10x_stalled_or_ran_out_of_steps(steps, missed):
+    import overfit_one_batch
+
+    case = {"model": _AboveHalf(), "batch": (torch.zeros(4, 1), torch.zeros(4, 1)), "loss_fn": lambda out, y: (out ** 2).mean(),
+            "optimizer": lambda params: torch.optim.SGD(params, lr=0.05)}
+    result = overfit_one_batch.check_overfit_one_batch(case, steps=steps)
+    assert (result.status, result.details["failure"], result.details["retry_unstable"]) == ("skip", "inconclusive", "diverged")
+    assert f"but {missed} above the target" in result.summary
+
+
+def test_overfit_one_batch_reports_every_tenth_loss_and_the_last_one_once():
+    import overfit_one_batch
+
+    assert overfit_one_batch._every_10([float(v) for v in range(12)]) == [0.0, 10.0, 11.0]
+    assert overfit_one_batch._every_10([float(v) for v in range(11)]) == [0.0, 10.0]  # step 10 is the last: not twice
