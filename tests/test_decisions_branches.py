@@ -383,6 +383,25 @@ def test_registration_tells_the_unregistered_tensors_forward_uses_from_those_it_
     assert (result.details["unregistered_used"], result.details["unregistered_unused"]) == (["scale"], ["spare"])
 
 
+class _PlainShift(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 2)
+        self.shift = torch.ones(2)  # used in forward, not trainable, not registered
+
+    def forward(self, x):
+        return self.lin(x) + self.shift
+
+
+def test_registration_names_the_containers_of_the_untrainable_tensors_when_none_is_trainable():
+    import registration
+
+    case = {"model": _PlainShift(), "batch": (torch.randn(4, 3), torch.zeros(4, 2)),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = registration.check_registration(case)
+    assert (result.status, result.details["containers"]) == ("warn", ["shift"])
+
+
 def _postmortem_of(tmp_path, rows):
     import spikes
 

@@ -19,6 +19,7 @@ import metric_stuck
 import monitor
 import nan_watch
 import pinn_check
+import registration
 from ml_debug_contract import graph_edges
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
@@ -266,3 +267,22 @@ def test_metric_stuck_calls_a_sample_saturated_only_below_its_gradient_limit(rat
                "target_term": "flat", "metric": lambda out, y: 0.0, "goal": "min", "best": 0.0}  # always at its best
     result = metric_stuck.check_metric_stuck(problem)
     assert (result["status"], result["details"].get("failed")) == (status, "gradient" if status == "fail" else None)
+
+
+class _HoldsAList(torch.nn.Module):
+    def __init__(self, items):
+        super().__init__()
+        self.items = items
+
+
+def test_registration_walks_exactly_10000_values_of_a_models_containers():  # MAX_ITEMS
+    last, beyond = torch.zeros(1), torch.zeros(1)
+    model = _HoldsAList([0] * 9998 + [last, beyond])  # the list is value 1: its items are 2..10001
+    assert [(where, obj) for where, obj, _ in registration.held_outside(model)] == [("items[9998]", last)]
+
+
+def test_registration_looks_three_containers_deep():
+    third, fourth = torch.zeros(1), torch.zeros(1)
+    for items, where in [([[[third, [fourth]]]], "items[0][0][0]"), ({"a": {"b": {"c": third, "d": {"e": fourth}}}},
+                                                                    "items['a']['b']['c']")]:
+        assert [(at, obj) for at, obj, _ in registration.held_outside(_HoldsAList(items))] == [(where, third)]
