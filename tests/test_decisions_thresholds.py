@@ -15,6 +15,7 @@ import init_loss
 import init_scale
 import label_alignment
 import labels
+import loss_surface
 import metric_stuck
 import monitor
 import nan_watch
@@ -286,3 +287,9 @@ def test_registration_looks_three_containers_deep():
     for items, where in [([[[third, [fourth]]]], "items[0][0][0]"), ({"a": {"b": {"c": third, "d": {"e": fourth}}}},
                                                                     "items['a']['b']['c']")]:
         assert [(at, obj) for at, obj, _ in registration.held_outside(_HoldsAList(items))] == [(where, third)]
+
+
+@pytest.mark.parametrize("grid, code", [(4, 2), (5, 0), (401, 0), (402, 2)])  # 5 to 401 points per axis
+def test_loss_surface_takes_a_grid_of_5_to_401_points_per_axis(grid, code, capsys):
+    assert loss_surface.main(["--healthy", "--grid", str(grid), "--json"]) == code
+    assert bool(capsys.readouterr().err) == (code == 2)
