@@ -10,6 +10,7 @@ import causal_dependency
 import data_sanity
 import gradient_flow
 import inplace
+import input_dependence
 
 
 def test_batch_independence_skips_inputs_that_end_before_the_batch_dim():
@@ -453,3 +454,53 @@ def test_overfit_one_batch_reports_every_tenth_loss_and_the_last_one_once():
 
     assert overfit_one_batch._every_10([float(v) for v in range(12)]) == [0.0, 10.0, 11.0]
     assert overfit_one_batch._every_10([float(v) for v in range(11)]) == [0.0, 10.0]  # step 10 is the last: not twice
+
+
+@pytest.mark.parametrize("output, centred", [
+    (torch.tensor([0.0, -200.0]).log_softmax(-1), True),  # one row of log-probabilities, one of them exactly 0
+    (torch.tensor([[0.3, -0.2], [1.0, 2.0]]).log_softmax(-1), True),  # two classes
+    (torch.full((3, 1), -5e-4), False),  # one column: nothing to centre, though it is <= 0 with logsumexp near 0
+    (torch.tensor([[5e-4, -100.0]]), False),  # a positive value is no log-probability, whatever its logsumexp
+    (torch.tensor(-1.0), False),  # 0-d
+    (torch.tensor([[-0.95e-3, -1000.0]], dtype=torch.float64), True),  # logsumexp within 1e-3 of 0
+    (torch.tensor([[-1e-3, -1000.0]], dtype=torch.float64), False),  # exactly 1e-3 off: not log-probabilities
+])
+def test_input_dependence_centres_log_probabilities_only(output, centred):
+    compared = input_dependence.comparable(output)
+    expected = output.double() - output.double().mean(-1, keepdim=True) if centred else output.double()
+    assert torch.equal(compared, expected)
+
+
+class _ZeroHead(torch.nn.Module):
+    """A zero-initialised output layer; with `blows_up`, its output is inf once a step has moved the weight."""
+
+    def __init__(self, blows_up=False):
+        super().__init__()
+        self.head, self.blows_up = torch.nn.Linear(3, 2), blows_up
+        torch.nn.init.zeros_(self.head.weight)
+
+    def forward(self, x):
+        out = self.head(x)
+        return out / 0 if self.blows_up and self.head.weight.detach().any() else out
+
+
+def _zero_head_case(blows_up):
+    torch.manual_seed(0)
+    return {"model": _ZeroHead(blows_up), "batch": (torch.randn(4, 3), torch.randn(4, 2)),
+            "loss_fn": torch.nn.functional.mse_loss}
+
+
+def test_input_dependence_skips_an_output_that_turns_inf_after_the_zero_init_step():
+    result = input_dependence.check_input_dependence(_zero_head_case(blows_up=True))
+    assert result.status == "skip" and "NaN/inf after 1 step(s)" in result.summary
+
+
+def test_input_dependence_counts_the_steps_a_zero_init_layer_took_apart_from_the_weak_output_steps():
+    result = input_dependence.check_input_dependence(_zero_head_case(blows_up=False))
+    assert result.status == "pass" and result.details["steps_taken"] == 21  # 1 past the zero init, 20 for a weak output
+    assert "after 1 optimizer step(s): at init the all-zero head.weight" in result.summary
+    torch.manual_seed(0)
+    plain = {"model": torch.nn.Linear(3, 2), "batch": (torch.randn(4, 3), torch.randn(4, 2)),
+             "loss_fn": torch.nn.functional.mse_loss}
+    result = input_dependence.check_input_dependence(plain)
+    assert result.status == "pass" and "optimizer step" not in result.summary

@@ -13,6 +13,7 @@ import data_sanity
 import gradient_flow
 import init_loss
 import init_scale
+import input_dependence
 import label_alignment
 import labels
 import loss_surface
@@ -287,6 +288,25 @@ def test_registration_looks_three_containers_deep():
     for items, where in [([[[third, [fourth]]]], "items[0][0][0]"), ({"a": {"b": {"c": third, "d": {"e": fourth}}}},
                                                                     "items['a']['b']['c']")]:
         assert [(at, obj) for at, obj, _ in registration.held_outside(_HoldsAList(items))] == [(where, third)]
+
+
+class _OneUlp(torch.nn.Module):
+    """1 + eps x its input: an input of 0/1 moves an output of 1.0 by one float32 step, or not at all."""
+
+    def __init__(self):
+        super().__init__()
+        self.unused = torch.nn.Parameter(torch.zeros(1))  # something for the optimizer to hold
+
+    def forward(self, x):
+        return 1.0 + torch.finfo(torch.float32).eps * x
+
+
+def test_input_dependence_takes_a_change_just_above_half_a_rounding_step_as_a_change():  # ROUNDING: 0.5
+    x = torch.tensor([0.0, 1.0] * 26 + [0.0] * 48).unsqueeze(1)  # rolled by one row, 52 of the 100 outputs move
+    case = {"model": _OneUlp(), "batch": (x, torch.zeros(100)), "loss_fn": lambda out, y: out.sum()}
+    result = input_dependence.check_input_dependence(case)
+    assert result.details["relative_change"] == pytest.approx(0.52 * torch.finfo(torch.float32).eps, rel=1e-6)
+    assert result.status == "warn"  # a weak dependence, not an output that ignores its input
 
 
 @pytest.mark.parametrize("grid, code", [(4, 2), (5, 0), (401, 0), (402, 2)])  # 5 to 401 points per axis
