@@ -504,3 +504,34 @@ def test_input_dependence_counts_the_steps_a_zero_init_layer_took_apart_from_the
              "loss_fn": torch.nn.functional.mse_loss}
     result = input_dependence.check_input_dependence(plain)
     assert result.status == "pass" and "optimizer step" not in result.summary
+
+
+def test_nan_watch_blames_a_nan_loss_from_finite_outputs_on_the_loss_function_without_a_backward():
+    import nan_watch
+
+    targets = torch.zeros(4, 2)
+    targets[0, 0] = float("nan")  # a corrupt label: the model is fine, the loss is not
+    case = {"model": torch.nn.Sequential(torch.nn.Linear(3, 2)), "batch": (torch.randn(4, 3), targets),
+            "loss_fn": torch.nn.functional.mse_loss}
+    result = nan_watch.check_nan_watch(case)
+    assert (result.status, result.details["origin"]) == ("fail", {"module": "loss_fn", "phase": "forward"})
+
+
+@pytest.mark.parametrize("how, blamed", [("a NaN batch", ("Sequential", "inputs")),
+                                         ("a log between layers called one by one", ("1", "outside"))])
+def test_the_nan_watch_replay_tells_a_nan_batch_from_a_nan_made_outside_the_model(how, blamed):
+    from nan_watch import NanWatch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    x = torch.randn(4, 3)
+    if how == "a NaN batch":
+        x[0, 0] = float("nan")
+
+    def compute():  # the loop calls the model whole, or its layers itself with a log between them (the root never runs)
+        return model(x).sum() if how == "a NaN batch" else model[1](model[0](x).log()).sum()
+
+    loss = compute()
+    loss.backward()
+    report = NanWatch(model).check(0, loss, replay=compute)
+    assert (report["module"], report["phase"], report["source"]) == (blamed[0], "forward", blamed[1])
