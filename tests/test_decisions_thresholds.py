@@ -219,7 +219,6 @@ def test_the_monitor_table_shows_three_steps_either_side_and_every_20th_before()
     assert shown == [80, 97, 98, 99, 100, 101, 102, 103]
 
 
-
 def _pinn(terms, domain=((0.0, 1.0),)):
     torch.manual_seed(0)
     points = torch.rand(256, 1)
