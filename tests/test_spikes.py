@@ -7,13 +7,14 @@ import random
 import subprocess
 import sys
 import tracemalloc
+import types
 
 import pytest
 
 import spikes
 from spikelog.detect import _increasing
-from spikelog.detect.events import Creep
-from spikelog.detect.series import Episode, Series
+from spikelog.detect.events import Creep, ResumeWatch
+from spikelog.detect.series import Episode, Series, tail_distance
 from spikelog.detect.thresholds import CREEP_ABS, CREEP_REL, CREEP_Z, MEDIAN_SE, REFRESH
 from spikelog.read import general, open_log, table
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
@@ -1214,6 +1215,46 @@ def test_the_peak_of_a_spike_is_its_first_highest_row(block_band):
     for k in range(1, 40):
         episode.add(k, k, 1.5 if k in (5, 9, 35) else 1.4)
     assert (episode.peak, episode.peak_step) == (1.5, 5)
+
+
+@pytest.mark.parametrize("descent, settled", [(0.00065, True), (0.0007, False)])
+def test_a_spike_still_coming_down_is_followed_while_its_pace_brings_it_back_within_4x_its_age(descent, settled):
+    """After a peak at row 0 the loss falls by `descent` a row from 1.45, above the band (1.03) for 600 rows. At the
+    fourth block (row 127) the pace of its block medians would bring it back in about 535 rows at 0.00065 a row,
+    over 4x its age (thresholds.SETTLE_FACTOR: 508): settled, no_recovery; at 0.0007, 485 rows: still followed."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.01, 1.6, [])
+    verdicts = {row: episode.add(row, row, 1.45 - descent * row) for row in range(1, 129)}
+    found = {row: v[:2] for row, v in verdicts.items() if v}
+    assert found == ({127: ("no_recovery", 96)} if settled else {})
+
+
+@pytest.mark.parametrize("early, row", [(1.248, 129), (1.252, 161)])
+def test_an_offset_still_coming_down_by_half_a_sigma_is_looked_at_again_a_block_later(early, row):
+    """Back in the band (1.3) at an offset: 1.2 against a baseline of 1.0, noise 0.1. Its 128 values after the first
+    one back: an earlier half at `early` and a later one at 1.2. Coming down by more than half a sigma between the
+    halves (thresholds.FALL_Z: 0.05) the check slides on by a block; by less, it is a lasting offset there."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.1, 1.6, [])
+    found = next((r, v[:2]) for r in range(1, 400) if (v := episode.add(r, r, early if r <= 65 else 1.2)))
+    assert found == (row, ("no_recovery", 1))
+
+
+@pytest.mark.parametrize("after, dropped", [(8.95, True), (9.05, False)])
+def test_a_resume_drop_is_two_sigma_below_the_level_before_the_resume(after, dropped):
+    """The first 32 values after a resume against the level before it (10.0, sigma 0.5): 1.05 lower is a drop
+    (thresholds.DROP_Z: 2 sigma, 1.0), 0.95 lower is not."""
+    events = []
+    watch = ResumeWatch(100, 100, 10.0, types.SimpleNamespace(med=10.0, sigma=0.5), events)
+    done = [watch.add(100 + k, 100 + k, after) for k in range(32)]
+    assert [e["kind"] for e in events] == (["resume_drop"] if dropped else [])
+    assert done[-1] is not dropped  # (after a drop it goes on watching for the jump back)
+
+
+def test_the_threshold_widens_toward_a_log_normal_tail_from_a_log_spread_of_one_half():
+    """thresholds.HEAVY_SPREAD: up to a spread of 0.5 in logs the threshold is the quartiles' 6 sigma; just past it,
+    part of the way to a log-normal's 6-sigma point (level x (e^(6 x spread) - 1)), all the way at twice 0.5."""
+    assert tail_distance(1.0, 0.6, 0.5) == 0.6
+    assert 0.6 < tail_distance(1.0, 0.6, 0.52) < tail_distance(1.0, 0.6, 0.75) < tail_distance(1.0, 0.6, 1.0) == pytest.approx(
+        math.expm1(6.0))
 
 
 @pytest.mark.parametrize("lead, start", [(3, 100), (2, 103)])
