@@ -459,6 +459,33 @@ def test_postmortem_has_a_section_per_significant_spike(tmp_path):
     assert '"' not in text  # no quotation marks: the draft is in our own words
 
 
+def test_postmortem_calls_an_offset_an_offset_and_only_an_offset(tmp_path):
+    """A lasting 1.25x offset on a loss of 0.5 (a baseline under 1): its section says by how much it settled above
+    the pre-spike level, a lasting offset; a divergence that settled somewhere says where, and is no offset."""
+    rng = random.Random(0)
+    rows = [f"{s},{0.5 * (1.25 if s >= 2000 else 1.0) * (1 + 0.08 * rng.gauss(0, 1)):.6g}" for s in range(3000)]
+    report = spikes.analyze(write(tmp_path, "offset.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    [spike] = report.spikes
+    assert (spike.type, spike.baseline < 1) == ("no_recovery", True)
+    share = 100 * (spike.level_after / spike.baseline - 1)
+    assert f"settled at {spike.level_after:.4g}, {share:.0f}% above the pre-spike level" in spikes.postmortem(report)
+    rows = [f"{s},{3.0 + 0.05 * ((s * 7) % 5 - 2) if s < 300 else 6.0 + 0.02 * (s - 300)}" for s in range(1000)]
+    report = spikes.analyze(write(tmp_path, "diverges.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    [spike] = report.spikes
+    assert (spike.type, spike.level_after is not None) == ("divergence", True)
+    draft = spikes.postmortem(report)
+    assert f"settled at {spike.level_after:.4g}" in draft and "above the pre-spike level" not in draft
+
+
+@pytest.mark.parametrize("limit, more", [(2, None), (1, "  ... 1 more events (all are in --json)")])
+def test_the_summary_lists_events_up_to_its_limit_and_counts_the_rest(tmp_path, limit, more):
+    rows = [f"{s},{2.0 + 0.01 * ((s * 7) % 5 - 2)}" for s in [*range(200), *range(100, 300), *range(150, 400)]]
+    report = spikes.analyze(write(tmp_path, "resumed.csv", "step,loss\n" + "\n".join(rows) + "\n"))
+    assert [e["kind"] for e in report.to_json()["events"]] == ["resume", "resume"]
+    lines = spikes.summary(report, limit=limit).splitlines()
+    assert [line for line in lines if line.startswith("  ...")] == ([more] if more else [])
+
+
 def test_postmortem_of_a_log_without_spikes_is_just_the_summary(tmp_path):
     _, path = synthetic(tmp_path, "clean", 0)
     out = tmp_path / "pm.md"

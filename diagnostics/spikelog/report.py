@@ -113,8 +113,8 @@ def postmortem(report):
 def _spike_section(number, s, report, events):
     ratio = f" ({s.peak / s.baseline:.2f}x the baseline)" if s.baseline > 0 else ""
     if s.type == "slow_recovery":
-        after = f"{_fmt(s.level_after)}, back inside the pre-spike noise band {s.recovery_steps} steps after the peak"
-        cost = f"{json_int(s.end - s.start)} steps from the start of the spike until the loss was back in its band."
+        after = f"{_fmt(s.level_after)}, back to the pre-spike trend {s.recovery_steps} steps after the peak"
+        cost = f"{json_int(s.end - s.start)} steps from the start of the spike until the loss was back on its trend."
     elif s.ended_by == "nonfinite":
         after = "none: the loss turned NaN/inf"
         cost = _lost_steps(s, report)
