@@ -55,6 +55,25 @@ SILENT = {
                 correct += (model(x).argmax(-1) == y).sum().item()
             return correct
         """,
+    "eval-without-no-grad: a decorator of the file that runs the function under torch.no_grad()": """
+        import functools
+        import torch
+
+        def evaluation(fn):
+            @functools.wraps(fn)
+            def run(*args, **kwargs):
+                with torch.no_grad():
+                    return fn(*args, **kwargs)
+            return run
+
+        @evaluation
+        def evaluate(model, loader):
+            model.eval()
+            correct = 0
+            for x, y in loader:
+                correct += (model(x).argmax(-1) == y).sum().item()
+            return correct
+        """,
     "inplace-on-saved-output: inside autograd.Function.forward": """
         import torch
 
@@ -411,6 +430,25 @@ STILL_FOUND = [
 
         def restore(model, path):
             model.load_state_dict(torch.load(path, weights_only=False)["ema"])  # BUG
+        """),
+    ("eval-without-no-grad", """
+        import functools
+        import torch
+
+        def timed(fn):
+            @functools.wraps(fn)
+            def run(*args, **kwargs):
+                with torch.enable_grad():
+                    return fn(*args, **kwargs)
+            return run
+
+        @timed
+        def evaluate(model, loader):
+            model.eval()
+            correct = 0
+            for x, y in loader:
+                correct += (model(x).argmax(-1) == y).sum().item()  # BUG
+            return correct
         """),
     ("torch-load-unsafe", """
         import torch

@@ -453,10 +453,18 @@ class Source:
 
     # -- autograd mode --------------------------------------------------------------------------
 
-    def grad_switch(self, expr):
-        """False for a context or decorator that turns autograd off, True for one that turns it on, else None."""
+    def grad_switch(self, expr, resolve=True):
+        """False for a context or decorator that turns autograd off, True for one that turns it on, else None. With
+        resolve, a decorator defined once in this file that runs the function under a `with` turning autograd off
+        (`def no_grad_eval(fn): ... with torch.no_grad(): return fn(...)`) turns it off too."""
         call = expr if isinstance(expr, ast.Call) else None
-        name = self.qualname(call.func if call else expr)
+        target = call.func if call else expr
+        if resolve and isinstance(target, ast.Name) and target.id not in self.imports \
+                and len(self.functions.get(target.id, ())) == 1:
+            withs = (n for n in ast.walk(self.functions[target.id][0]) if isinstance(n, (ast.With, ast.AsyncWith)))
+            if any(self.grad_switch(item.context_expr, False) is False for n in withs for item in n.items):
+                return False
+        name = self.qualname(target)
         if name in GRAD_OFF:
             mode = argument(call, 0, "mode") if call else None
             return is_false(mode)  # inference_mode(False) leaves autograd on
