@@ -228,6 +228,21 @@ def test_spikes_shared_by_datasets_or_confined_to_one(tmp_path, seed):
         assert abs(step - p_step) <= TOLERANCE and scope == p_scope and series == p_series
 
 
+def test_a_spike_in_one_dataset_is_confined_to_it_among_the_datasets_with_a_baseline(tmp_path):
+    """loss/a spikes at row 300 with the loss, loss/b stays flat: confined to loss/a, loss/b quiet. loss/c has a value
+    every 50 rows only (6 in all), no baseline: it is no dataset the spike could have been in."""
+    rows = ["step,loss,loss/a,loss/b,loss/c"]
+    for s in range(600):
+        wobble = 0.01 * ((s * 7) % 5 - 2)
+        jump = 3.0 if s == 300 else 1.0
+        rows.append(f"{s},{(2.0 + wobble) * jump},{(1.0 + wobble) * jump},{1.5 + wobble},{'1.2' if s % 100 == 0 else ''}")
+    report = spikes.analyze(write(tmp_path, "datasets.csv", "\n".join(rows) + "\n"))
+    assert report.columns.extras == ["loss/a", "loss/b", "loss/c"]
+    shared = [(e["step"], e["scope"], e["series"], e["quiet"]) for e in report.to_json()["events"]
+              if e["kind"] == "series_spike"]
+    assert shared == [(300, "confined", ["loss/a"], ["loss/b"])]
+
+
 # --- the real log --------------------------------------------------------------------------------
 
 
