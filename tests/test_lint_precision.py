@@ -67,12 +67,12 @@ SILENT = {
             return run
 
         @evaluation
-        def evaluate(model, loader):
+        def validate(model, loader, criterion):
             model.eval()
-            correct = 0
+            total = 0.0
             for x, y in loader:
-                correct += (model(x).argmax(-1) == y).sum().item()
-            return correct
+                total += criterion(model(x), y).item()
+            return total / len(loader)
         """,
     "inplace-on-saved-output: inside autograd.Function.forward": """
         import torch
@@ -431,25 +431,6 @@ STILL_FOUND = [
         def restore(model, path):
             model.load_state_dict(torch.load(path, weights_only=False)["ema"])  # BUG
         """),
-    ("eval-without-no-grad", """
-        import functools
-        import torch
-
-        def timed(fn):
-            @functools.wraps(fn)
-            def run(*args, **kwargs):
-                with torch.enable_grad():
-                    return fn(*args, **kwargs)
-            return run
-
-        @timed
-        def evaluate(model, loader):
-            model.eval()
-            correct = 0
-            for x, y in loader:
-                correct += (model(x).argmax(-1) == y).sum().item()  # BUG
-            return correct
-        """),
     ("torch-load-unsafe", """
         import torch
 
@@ -466,6 +447,13 @@ def test_the_broken_neighbours_of_those_look_alikes_are_still_found(rule, code):
     code = textwrap.dedent(code)
     line = next(n for n, text in enumerate(code.splitlines(), 1) if "# BUG" in text)
     assert (rule, line) in findings(code)
+
+
+def test_a_decorator_of_the_file_that_keeps_autograd_on_is_no_excuse():
+    code = textwrap.dedent(SILENT["eval-without-no-grad: a decorator of the file that runs the function under "
+                                  "torch.no_grad()"]).replace("torch.no_grad()", "torch.enable_grad()")
+    line = next(n for n, text in enumerate(code.splitlines(), 1) if "total +=" in text)
+    assert ("eval-without-no-grad", line) in findings(code)
 
 
 # --- recall lost since the precision work, and the reach (issue 24, deliverables 3 and 4) -----------------------
