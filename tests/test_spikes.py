@@ -1249,6 +1249,20 @@ def test_a_recovery_is_checked_128_values_after_it_came_back_and_again_a_block_l
     assert (row, *found[:2]) == verdict
 
 
+def test_a_recovery_still_coming_down_at_the_horizon_stands_there():
+    """A spike that takes 3,966 rows to come back into the band (1.01), then is up again and still falling at its
+    check: the check would slide on by a block, but the spike has been followed for 4,096 values (MAX_FOLLOW) at
+    that check (row 4095): the recovery stands there, slow."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.001, 1.05, [])
+    for row in range(1, 5000):
+        x = (1.01 + 0.4 * math.exp(-row / 500) * (1 - row / 3967) if row < 3967 else 1.005 if row < 3972
+             else 1.05 - 0.0002 * (row - 3967))
+        found = episode.add(row, row, x)
+        if found:
+            break
+    assert (row, episode.count, *found[:2]) == (4095, 4096, "slow_recovery", 3967)
+
+
 @pytest.mark.parametrize("block_band", [None, 1.07])
 def test_the_peak_of_a_spike_is_its_first_highest_row(block_band):
     """Loss values logged to a few decimals repeat: of two rows at the peak value, the first is the peak (for a level
