@@ -233,10 +233,11 @@ class Episode:
             if back(late, self.after[half + later // 2][1], margin):
                 return self._back_on_trend(back)
         else:
-            def back(level, row, margin):  # (a fast fall slows down and a straight line overshoots it: below its
-                return level - self._trend_at(row) <= margin or level <= self.baseline  # pre-spike level, a loss
-            falling = (early - late) + self.slope * half  # was not set back; beyond the trend's own fall: over those
-            if back(late, self.after[-1][1], margin):  # rows)
+            # A fast fall slows down and a straight line overshoots it: below its pre-spike level, a loss was not set
+            def back(level, row, margin):  # back.
+                return level - self._trend_at(row) <= margin or level <= self.baseline
+            falling = (early - late) + self.slope * half  # beyond the trend's own fall over those rows
+            if back(late, self.after[-1][1], margin):
                 return self._back_on_trend(back)
         if falling > FALL_Z * self.noise:
             return None
