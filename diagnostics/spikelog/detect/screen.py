@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 from .series import log_spread, tail_distance
-from .thresholds import (BAND_Z, BLOCK, BLOCK_SIGMAS, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH, SETTLED_REFRESHES, SHIFT_ROWS,
-                         SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW)
+from .thresholds import (BAND_Z, BLOCK, BLOCK_SIGMAS, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH,
+                         SETTLED_REFRESHES, SHIFT_ROWS, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW)
 
 FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
 # soon (the next spike) costs little, and a long healthy one is screened in a few large numpy calls (ours)
