@@ -255,3 +255,20 @@ def test_a_module_constant_runs_every_test_of_its_file_even_where_the_map_credit
     assert line_map.tests_for(lines, constant) == (["tests/test_x.py::test_threshold", "tests/test_x.py::test_child"],
                                                    2.1, True)
     assert line_map.tests_for(lines, inside) == (["tests/test_x.py::test_child"], 2.0, False)
+
+
+def test_a_module_constant_also_runs_the_tests_of_the_files_that_import_it():
+    """A module of constants (thresholds.py) runs every line at import, outside any test: the map credits none of its
+    lines to a test. A file that imports a constant by name reads its own copy: the tests that run that file's lines
+    kill the constant's mutant (FALL_Z's and DROP_Z's survived the map and died without it). A line of the file
+    itself that ran outside a test takes the file's own tests only."""
+    line_map = mutate_tool.LineMap.__new__(mutate_tool.LineMap)
+    line_map.tests = [["tests/test_y.py::test_uses_it", 0.5, False], ["tests/test_y.py::test_other", 0.2, False]]
+    constants = {"5": [mutate_tool.UNATTRIBUTED]}  # thresholds.py: set at collection
+    importer = {"12": [0], "20": [1]}  # series.py's lines, run by both tests
+    constant = mutate_tool.Mutant("diagnostics/t.py", 5, 0, 1, b"2", "1 -> 2", 5, at_import=True)
+    assert line_map.tests_for(constants, constant, [importer]) == (["tests/test_y.py::test_other",
+                                                                    "tests/test_y.py::test_uses_it"], 0.7, True)
+    assert line_map.tests_for(constants, constant) == ([], 0, True)
+    outside = mutate_tool.Mutant("diagnostics/t.py", 5, 0, 1, b"2", "1 -> 2", 5)
+    assert line_map.tests_for(constants, outside, [importer]) == ([], 0, True)

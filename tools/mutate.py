@@ -49,8 +49,9 @@ MAP says, for each line of each file under diagnostics/, ml_debug/ and tools/, w
 of the tests (--tests, default tests/; -n 2 spreads it over two pytest-xdist workers) under coverage.py with one
 context per test, children followed (`python diagnostics/x.py` run by a test, and the forked child that runs user
 code). A mutant no test reaches survives unrun ("no test runs this line"); one on an UPPER_CASE constant (set at
-import, often outside any test's context, and read by every test that runs the file) or on a line that also ran
-outside any test runs the tests that run any line of its file; in a file the map has no
+import, often outside any test's context, and read by every test that runs the file or a file that imports it)
+runs the tests that run any line of its file or of those importers, and one on a line that also ran outside any
+test the tests that run any line of its file; in a file the map has no
 entry for, or that changed since, it falls back to the tests that import the file. The file's line says so. Its time limit is three times the mapped tests'
 seconds plus 30 s; the tests that failed while the map was built are left out. --build-map never writes over a file
 it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
@@ -529,18 +530,22 @@ class LineMap:
             return None, "it changed since the line map was built"
         return entry["lines"], None
 
-    def tests_for(self, lines, mutant):
+    def tests_for(self, lines, mutant, importers=()):
         """(test ids, seconds, whole file): the tests that run the mutant's lines, fastest first, those that failed when
         the map was built left out. A module-level constant is set at import, wherever that happened (in a test
         worker, during collection, often outside any test's context: the map then credits it only to the tests whose
         children imported the file), and every test that runs the file reads it: the tests that run any line of the
-        file (whole file: True). So too a line the map saw run outside any test."""
+        file (whole file: True), and of the files that import it (`importers`: their line maps), which read their own
+        copy of a name imported from it (a module of constants runs no line inside a test). So too a line the map
+        saw run outside any test (the file's tests only)."""
         found = set()
         for line in range(mutant.line, mutant.last + 1):
             found.update(lines.get(str(line), ()))
         whole = mutant.at_import or UNATTRIBUTED in found
         if whole:
             found = {i for ids in lines.values() for i in ids}
+            if mutant.at_import:
+                found |= {i for other in importers for ids in other.values() for i in ids}
         chosen = sorted((self.tests[i] for i in found if i != UNATTRIBUTED and not self.tests[i][2]),
                         key=lambda t: (t[1], t[0]))
         return [t[0] for t in chosen], sum(t[1] for t in chosen), whole
@@ -732,12 +737,13 @@ def stages(ids):
 
 
 def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None, warm=False,
-                checked=None):
+                checked=None, importers=()):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
 
     `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
     that ran its lines (none: it survives unrun), and falls back to `tests` when the map has no entry for the file or
-    its line ran outside any test. A mutant `equivalent` lists is counted as such and not run. A test that fails with
+    its line ran outside any test; a module constant's also runs the tests of the files that import it (`importers`,
+    as far as the map knows them). A mutant `equivalent` lists is counted as such and not run. A test that fails with
     a mutant is run once without any (`checked`, test id -> it passes then, shared between files): one that fails
     there too kills nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
@@ -754,7 +760,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         if lines is None:
             plan.append((mutant, None, None))
             continue
-        chosen, seconds, whole = line_map.tests_for(lines, mutant)
+        chosen, seconds, whole = line_map.tests_for(lines, mutant, [entry for entry in (
+            line_map.entry(copy, user)[0] for user in importers) if entry is not None] if mutant.at_import else ())
         wholes += whole
         if not chosen:
             result["survived"].append(mutant.label() + UNRUN)
@@ -967,12 +974,14 @@ def main(argv=None):
         settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
                     "timeout": args.timeout, "map": None if args.map is None else str(args.map), "warm": args.warm}
         checked = {}  # test id -> it passes without any mutant
+        users = reference_graph(root, tuple(rel for rel in everything if rel.endswith(".py")))
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
             for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
+                importers = sorted(user for user in users.get(rel, ()) if not Path(user).name.startswith("test_"))
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
-                                     args.warm, checked)
+                                     args.warm, checked, importers)
                 if fork is not None:
                     result["in_file"] = in_file
                 results.append(result)
