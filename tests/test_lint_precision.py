@@ -74,6 +74,29 @@ SILENT = {
                 total += criterion(model(x), y).item()
             return total / len(loader)
         """,
+    "eval-without-no-grad: a decorator factory of the file whose inner function is decorated with torch.no_grad()": """
+        import torch
+
+        def validation(restore_train=True):
+            def decorate(step):
+                @torch.no_grad()
+                def run(model, *args):
+                    model.eval()
+                    out = step(model, *args)
+                    if restore_train:
+                        model.train()
+                    return out
+                return run
+            return decorate
+
+        @validation()
+        def score(model, loader):
+            model.eval()
+            hits = 0
+            for x, y in loader:
+                hits += (model(x).argmax(-1) == y).sum().item()
+            return hits
+        """,
     "inplace-on-saved-output: inside autograd.Function.forward": """
         import torch
 

@@ -455,14 +455,19 @@ class Source:
 
     def grad_switch(self, expr, resolve=True):
         """False for a context or decorator that turns autograd off, True for one that turns it on, else None. With
-        resolve, a decorator defined once in this file that runs the function under a `with` turning autograd off
-        (`def no_grad_eval(fn): ... with torch.no_grad(): return fn(...)`) turns it off too."""
+        resolve, a decorator (or decorator factory) defined once in this file that runs the function under a `with`
+        or an inner function decorated to turn autograd off (`def no_grad_eval(fn): ... with torch.no_grad(): return
+        fn(...)`, `def torch_eval(fn): @torch.no_grad() def run(...)`) turns it off too."""
         call = expr if isinstance(expr, ast.Call) else None
         target = call.func if call else expr
         if resolve and isinstance(target, ast.Name) and target.id not in self.imports \
                 and len(self.functions.get(target.id, ())) == 1:
-            withs = (n for n in ast.walk(self.functions[target.id][0]) if isinstance(n, (ast.With, ast.AsyncWith)))
-            if any(self.grad_switch(item.context_expr, False) is False for n in withs for item in n.items):
+            definition = self.functions[target.id][0]
+            switches = [item.context_expr for n in ast.walk(definition) if isinstance(n, (ast.With, ast.AsyncWith))
+                        for item in n.items]
+            switches += [d for n in ast.walk(definition) if isinstance(n, FUNCTIONS) and n is not definition
+                         for d in n.decorator_list]
+            if any(self.grad_switch(switch, False) is False for switch in switches):
                 return False
         name = self.qualname(target)
         if name in GRAD_OFF:
