@@ -751,6 +751,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
     lines, why = line_map.entry(copy, rel) if line_map is not None else (None, None)
     if why:
         result["map"] = f"{why}: import-level tests"
+    importer_lines = [] if lines is None or not any(m.at_import for m in mutants) else [  # (each hashed once)
+        entry for entry in (line_map.entry(copy, user)[0] for user in importers) if entry is not None]
     plan = []  # (mutant, tests, time limit or None: the file's tests, with the baseline's limit)
     wholes = 0
     for mutant in mutants:
@@ -760,8 +762,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         if lines is None:
             plan.append((mutant, None, None))
             continue
-        chosen, seconds, whole = line_map.tests_for(lines, mutant, [entry for entry in (
-            line_map.entry(copy, user)[0] for user in importers) if entry is not None] if mutant.at_import else ())
+        chosen, seconds, whole = line_map.tests_for(lines, mutant, importer_lines)
         wholes += whole
         if not chosen:
             result["survived"].append(mutant.label() + UNRUN)
