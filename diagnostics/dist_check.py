@@ -39,7 +39,7 @@ What it checks
 
 Command
     torchrun --nproc_per_node 8 diagnostics/dist_check.py            # on the real machines
-    python diagnostics/dist_check.py --nproc 2                       # N local CPU ranks (gloo)
+    python diagnostics/dist_check.py --nproc 2                       # N local ranks: nccl with a GPU each, else gloo
     python diagnostics/dist_check.py --nproc 2 --plant skip --timeout 5   # demo: a planted hang
 
 Output
@@ -299,10 +299,25 @@ def read_verdicts(store, world):
     return verdicts
 
 
-def run_rank(rank, world, local_rank, store, out_dir, timeout, backend=None, plant=None, record=lambda: None):
+def default_backend(local_ranks):
+    """nccl when this machine has a GPU for each of its `local_ranks`, else gloo: NCCL refuses two ranks on one GPU, so
+    two ranks on a one-GPU workstation test the CPU transport rather than fail to start."""
+    return "nccl" if torch.cuda.is_available() and local_ranks <= torch.cuda.device_count() else "gloo"
+
+
+def refuse_nccl_without_a_gpu_per_rank(local_ranks, what):
+    """UsageError (one line) when NCCL is asked for with fewer GPUs here than local ranks."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise UsageError("--backend nccl needs CUDA, and this machine has none: use gloo")
+    if local_ranks > gpus:
+        raise UsageError(f"--backend nccl needs a GPU per rank: {what}, and this machine has {gpus} GPU"
+                         f"{'s' if gpus > 1 else ''}: start at most {gpus} rank{'s' if gpus > 1 else ''} on it, or use gloo")
+
+
+def run_rank(rank, world, local_rank, store, out_dir, timeout, backend, plant=None, record=lambda: None):
     """One rank's whole smoke test; returns its verdict. Writes OUT/rank<N>.json and .stack.txt, then record()s them
     (also on the way out of an abort)."""
-    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     device = torch.device(f"cuda:{local_rank}" if backend == "nccl" else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
@@ -443,6 +458,7 @@ def report(verdicts, world, backend, timeout, out_dir):
 
 # Linux forks the local ranks from the launcher, which has torch loaded: a fresh interpreter per rank imports torch
 # again (3.5 s of CPU each on a 2-core VM, measured). Elsewhere fork is unsafe (macOS) or missing (Windows): spawn.
+# NCCL ranks are spawned everywhere: CUDA cannot be used in a child forked after the parent asked the driver about it.
 RANK_START = "fork" if sys.platform.startswith("linux") else "spawn"
 
 
@@ -457,7 +473,7 @@ def launch_local(nproc, args):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     argv = ["--out", str(args.out), "--timeout", str(args.timeout)]
     argv += (["--backend", args.backend] if args.backend else []) + (["--plant", args.plant] if args.plant else [])
-    context = multiprocessing.get_context(RANK_START)
+    context = multiprocessing.get_context("spawn" if args.backend == "nccl" else RANK_START)
     ranks = [context.Process(target=run_launched_rank, args=(rank, nproc, argv), daemon=True) for rank in range(nproc)]
     try:
         for process in ranks:
@@ -489,6 +505,10 @@ def run_launched_rank(rank, world, argv):
 def run_one_rank(args, environment):
     """Under torchrun (or the launcher): this rank's test; the rank that reports prints the combined report."""
     rank, world, local_rank, host, port = environment
+    local_ranks = _env_int("LOCAL_WORLD_SIZE", 1, world) if "LOCAL_WORLD_SIZE" in os.environ else world
+    if args.backend == "nccl":
+        refuse_nccl_without_a_gpu_per_rank(local_rank + 1, f"this is local rank {local_rank}")
+    backend = args.backend or default_backend(local_ranks)
     launched = os.environ.get("DIST_CHECK_LAUNCHED") == "1"
     host_store = rank == 0 and not launched and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
     try:
@@ -498,7 +518,7 @@ def run_one_rank(args, environment):
                          f"s (rank 0 never started?): {_first_line(exc)}") from None
     folder = None if launched else agree_on_out(store, rank, world, args.out, args.force, args.timeout)
     record = (lambda: None) if folder is None else (lambda: folder.record(*rank_names([rank])))
-    verdict = run_rank(rank, world, local_rank, store, args.out, args.timeout, args.backend, args.plant, record)
+    verdict = run_rank(rank, world, local_rank, store, args.out, args.timeout, backend, args.plant, record)
     if "hang" in verdict:
         with contextlib.suppress(RuntimeError):  # the store may be gone with its host: the verdicts are on disk
             if not launched and store.add("dist_check/reporter", 1) == 1:
@@ -519,10 +539,10 @@ def main(argv=None):
                             formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="Under torchrun each rank runs the test; with --nproc N this starts N local "
                                    "ranks itself. Exit 0 every rank passed, 1 a wrong value or a hang, 2 bad usage.")
-    parser.add_argument("--nproc", type=int, help="start N local ranks (CPU: gloo) instead of running as one torchrun rank")
+    parser.add_argument("--nproc", type=int, help="start N local ranks (nccl with a GPU each, else gloo on the CPU) instead of running as one torchrun rank")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
                         help=f"seconds each collective may take before it counts as a hang (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with CUDA, else gloo")
+    parser.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per local rank, else gloo")
     parser.add_argument("--out", default="dist_check_out", help="folder for the per-rank verdicts and stacks "
                         "(default dist_check_out; a folder of yours is refused without --force)")
     parser.add_argument("--force", action="store_true", help="write rank files into a folder of yours (its files are "
@@ -538,10 +558,11 @@ def main(argv=None):
             raise UsageError("no ranks: run under torchrun (torchrun --nproc_per_node N dist_check.py) or pass --nproc N")
         if args.nproc is not None and not 1 <= args.nproc <= 64:
             raise UsageError(f"--nproc must be between 1 and 64, got {args.nproc}")
-        if args.backend == "nccl" and not torch.cuda.is_available():
-            raise UsageError("--backend nccl needs CUDA, and this machine has none: use gloo")
         if args.nproc is None:
             return run_one_rank(args, rank_environment())
+        if args.backend == "nccl":
+            refuse_nccl_without_a_gpu_per_rank(args.nproc, f"--nproc {args.nproc}")
+        args.backend = args.backend or default_backend(args.nproc)
         names = rank_names(range(args.nproc))
         folder = OutputFolder(args.out, names, args.force, tool="dist_check.py")
         folder.prepare()  # before any rank starts: the ranks write only names checked here
@@ -549,8 +570,7 @@ def main(argv=None):
             verdicts = launch_local(args.nproc, args)
         finally:
             folder.record(*names)
-        backend = next(iter(verdicts.values()))["backend"] if verdicts else (args.backend or "gloo")
-        print(report(verdicts, args.nproc, backend, args.timeout, args.out))
+        print(report(verdicts, args.nproc, args.backend, args.timeout, args.out))
         return 0 if len(verdicts) == args.nproc and all(v["status"] == "pass" for v in verdicts.values()) else 1
     except (UsageError, OutputRefused) as exc:
         print(f"dist_check.py: error: {exc}", file=sys.stderr)

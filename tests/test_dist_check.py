@@ -2,6 +2,7 @@
 named within the time limit, with their stacks on disk; no process is left behind; bad usage is one line.
 
 The three runs start together (each is a launcher plus its ranks, forked from it) so that their waits overlap."""
+import argparse
 import json
 import os
 import subprocess
@@ -138,6 +139,51 @@ def test_bad_usage_is_one_line(args, words, capsys, monkeypatch):
     assert dist_check.main(args) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and words in err
+
+
+def gpus(monkeypatch, count):
+    """Pretend this machine has `count` CUDA GPUs (0: no CUDA)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+@pytest.mark.parametrize("count, nproc, backend", [(0, 1, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (2, 2, "nccl")])
+def test_local_ranks_default_to_nccl_only_with_a_gpu_each(monkeypatch, tmp_path, count, nproc, backend):
+    gpus(monkeypatch, count)
+    launched = {}
+
+    def launch(n, args):
+        launched["backend"] = args.backend
+        return {}
+    monkeypatch.setattr(dist_check, "launch_local", launch)
+    dist_check.main(["--nproc", str(nproc), "--out", str(tmp_path / "out")])
+    assert launched == {"backend": backend}
+
+
+@pytest.mark.hostile
+def test_nccl_with_more_ranks_than_gpus_is_one_line(monkeypatch, capsys):
+    gpus(monkeypatch, 1)
+    monkeypatch.delenv("RANK", raising=False)
+    assert dist_check.main(["--nproc", "2", "--backend", "nccl"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "needs a GPU per rank: --nproc 2" in err and "1 GPU:" in err
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert dist_check.main(["--backend", "nccl"]) == 2  # under torchrun: local rank 1 has no GPU of its own
+    assert "this is local rank 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend, start", [("nccl", "spawn"), ("gloo", dist_check.RANK_START)])
+def test_nccl_ranks_are_spawned_not_forked(monkeypatch, backend, start):
+    class Started(Exception):
+        pass
+
+    def get_context(method):
+        raise Started(method)
+    monkeypatch.setattr(dist_check.multiprocessing, "get_context", get_context)
+    monkeypatch.setattr(dist_check.os, "environ", dict(os.environ))  # launch_local sets MASTER_ADDR and MASTER_PORT
+    with pytest.raises(Started, match=start):
+        dist_check.launch_local(2, argparse.Namespace(out="out", timeout=5, backend=backend, plant=None))
 
 
 @pytest.mark.hostile
