@@ -97,9 +97,11 @@ How to read it
     Read the first fail first: checks run cheapest first, and a later fail is often a
     consequence of an earlier one (too-wide weights make the loss at init too high, for one). Each line
     is the check's summary; "next" says what to try, and the playbook entry explains the
-    hypotheses behind it. --json prints {"checks": [{"id", "status", "summary", "details"}]}
-    with the measurements in details. Exit code: 0 no fail, 1 at least one fail, 2 the case
-    could not be loaded.
+    hypotheses behind it. A check whose code raised is a fail that names your line; on a GPU, a
+    device-side assert (an index out of range, such as a label >= the number of classes) leaves
+    CUDA unusable in the process, so the checks after it are skips that say so. --json prints
+    {"checks": [{"id", "status", "summary", "details"}]} with the measurements in details.
+    Exit code: 0 no fail, 1 at least one fail, 2 the case could not be loaded.
 
 Next step
     Fix the first fail, then rerun the doctor. Each check is also a file of its own (e.g.
@@ -239,6 +241,18 @@ class Interrupted(BaseException):
     """Ctrl-C (a real SIGINT to the doctor), told apart from a KeyboardInterrupt that the user's code raises itself."""
 
 
+# CUDA errors that are sticky: once raised, every later CUDA call in the process fails the same way
+DEVICE_LOST = ("device-side assert triggered", "an illegal memory access was encountered", "unspecified launch failure")
+DEVICE_LOST_NEXT = ("a device-side assert is most often an index out of range: a label >= the number of classes (see "
+                    "labels) or a token id >= the embedding's size; the CPU names it: run the doctor with "
+                    "CUDA_VISIBLE_DEVICES= (no GPU), or with CUDA_LAUNCH_BLOCKING=1 for the op that failed")
+
+
+def cuda_device_lost(exc):
+    """Whether `exc` is a sticky CUDA error: the device is unusable for the rest of this process."""
+    return isinstance(exc, RuntimeError) and any(words in str(exc) for words in DEVICE_LOST)
+
+
 def run_checks(case, checks=None, timeout=None, started=None, finished=None, budget=False):
     """Run the checks on a case in order, each within `timeout` seconds; a check that raises becomes its own `fail`, once.
 
@@ -249,11 +263,19 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None, bud
     on the cut batch, and say so in details["batch_cut"].
     """
     results, errors = [], {}  # errors: (error type, where) -> the first check that raised it
-    cut, rows = case, None
+    cut, rows, device_lost = case, None, None  # device_lost: the check whose CUDA error left the device unusable
     for check_id, module_name in checks or CHECKS:
         if started is not None:
             started(check_id)
         began, runs_on = time.perf_counter(), case
+        if device_lost is not None:
+            result = CheckResult(check_id, "skip", f"not run: the CUDA device stopped working in {device_lost} (after a "
+                                 "device-side error every CUDA call in this process fails)")
+            result.details["seconds"] = 0.0
+            results.append(result)
+            if finished is not None:
+                finished(result)
+            continue
         try:
             with time_limit(timeout):
                 if budget and check_id not in ON_THE_BATCH_AS_GIVEN:
@@ -271,7 +293,13 @@ def run_checks(case, checks=None, timeout=None, started=None, finished=None, bud
             else:
                 error, where = f"{type(exc).__name__}: {exc}", user_frame(exc.__traceback__)
                 first = errors.setdefault((type(exc).__name__, where), check_id)  # same type at the same line: same bug
-                if first != check_id:  # one bug, one line: the same error again is not a second finding
+                if cuda_device_lost(exc):
+                    device_lost = check_id
+                    result = CheckResult(check_id, "fail", f"the check raised {type(exc).__name__}: {str(exc).splitlines()[0]} at {where}: a CUDA "
+                                         "device-side error, which leaves the device unusable, so the checks after "
+                                         "this one were not run",
+                                         {"error": error, "where": where, "next": DEVICE_LOST_NEXT})
+                elif first != check_id:  # one bug, one line: the same error again is not a second finding
                     result = CheckResult(check_id, "skip", f"raised the same error as {first}", {"error": error, "where": where})
                 else:
                     result = CheckResult(check_id, "fail", f"the check raised {error} at {where}",

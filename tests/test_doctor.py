@@ -129,6 +129,35 @@ def test_a_check_that_raises_is_its_own_fail(tmp_path, capsys):
     assert all(c["details"]["seconds"] >= 0 for c in checks.values())
 
 
+
+class LosesTheDevice(torch.nn.Module):
+    """Raises the error a CUDA device-side assert raises, from its second forward call on (the first: labels'):
+    torch's AcceleratorError is a RuntimeError, and its message's first line is the CUDA error's."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.calls = torch.nn.Linear(4, 3), 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("CUDA error: device-side assert triggered\nCompile with `TORCH_USE_CUDA_DSA` to ...")
+        return self.fc(x)
+
+
+def test_a_cuda_device_side_error_fails_its_check_and_skips_the_rest():
+    case = {"model": LosesTheDevice(), "batch": (torch.randn(10, 4), torch.zeros(10, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    results = doctor.run_checks(doctor.validate_case(case))
+    statuses = [(r.id, r.status) for r in results]
+    lost = next(i for i, r in enumerate(results) if r.status == "fail")
+    assert statuses[lost] == ("init_loss", "fail") and "device-side" in results[lost].summary  # its first loss
+    assert "CUDA_VISIBLE_DEVICES=" in results[lost].details["next"]
+    assert all(r.status == "skip" and "stopped working in init_loss" in r.summary for r in results[lost + 1:])
+    assert dict(statuses[:lost]) == {"data_sanity": "pass", "init_scale": "pass", "labels": "pass", "registration": "pass",
+                                     "batchnorm": "pass", "training_loop": "skip"}  # no forward call but labels'
+    assert len(results) == len(doctor.CHECKS)
+
 HOSTILE_CASE = """import sys, time, torch
 def make_case():
     torch.manual_seed(0)  # fixed weights and data: an unlucky draw gave a 1.75x-chance loss at init, an init_loss fail
