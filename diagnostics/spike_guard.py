@@ -35,7 +35,17 @@ What it checks
     RestartFromCheckpoint: a run that keeps producing outliers needs a rollback, a lower LR or
     other data (refs/stability.md#recover), not endless skipping. A planned change (new data
     mix, LR schedule jump) can look the same: call guard.reset() after one, and the guard warms
-    up again.
+    up again. One run of skips is not a restart: max_consecutive gradient-norm outliers in a
+    row with the loss in its band. No step was taken, so those batches met the same weights:
+    the large norm belongs to the weights, not to a batch, a skip cannot change it, and the
+    loss shows no damage to roll back. The guard takes that step (clip it, as above) and learns
+    the norm's scale again from the next `warmup` steps (event "rewarm"). Measured on an H200
+    (benchmarks/nanwatch_overhead.py, GPT-2 small from scratch, bf16, AdamW 1e-4, 2026-11-27):
+    the guard variant skipped steps 33 to 37 for the gradient norm alone and raised. With the
+    rule above, another run skipped steps 28 to 31 (norms 3.3 to 10.4 over a limit of 2.46, at
+    one set of weights) and took step 32 (10.8). A run of the same model that took every step
+    met one such norm (25.9 against 0.22 before it, at step 77) and was back at 0.225 one step
+    later.
 
     In your loop, after backward and before clipping and optimizer.step():
 
@@ -99,7 +109,7 @@ What it checks
     CPU steps, one thread, AMD EPYC, torch 2.13 CPU, 2026-11-22): should_skip() takes 0.65 ms of
     CPU per step (1.8%), 0.68 ms with clip_z; the zclip package's ZClip.step() took 0.72 ms.
 
-    Events ({"step", "event": "skip"|"clip"|"restart", "reason", "value", "threshold"}) are kept
+    Events ({"step", "event": "skip"|"clip"|"rewarm"|"restart", "reason", "value", "threshold"}) are kept
     in guard.events (the last 10,000) and written to the monitor's log when one is given.
 
 Command
@@ -380,7 +390,8 @@ class SpikeGuard:
         """True: do not step the optimizer now. Call after backward (and scaler.unscale_), on every rank.
 
         loss: this rank's loss (tensor or number); grad_norm: the global pre-clip norm if you have it.
-        Raises RestartFromCheckpoint after max_consecutive skips in a row.
+        Raises RestartFromCheckpoint after max_consecutive skips in a row, unless all of them were for the gradient
+        norm alone: then the step is taken and the norm's statistics start again (event "rewarm").
         """
         loss, norm = self.loss, self.grad_norm = self._reduce(loss, grad_norm)
         reason = threshold = None
@@ -394,6 +405,14 @@ class SpikeGuard:
             reason, value, threshold = "loss_outlier", loss, self._limit(self.loss_stat)
         elif self.norm_stat.ready and norm > self._limit(self.norm_stat):
             reason, value, threshold = "grad_norm_outlier", norm, self._limit(self.norm_stat)
+        if reason == "grad_norm_outlier" and self.consecutive + 1 >= self.max_consecutive and self._run and \
+                all(e["reason"] == "grad_norm_outlier" for e in self._run):
+            self._event(step, "rewarm", f"grad_norm_outlier on {self.consecutive + 1} batches in a row at the same "
+                        "weights, the loss in its band", value, threshold)
+            self.norm_stat = EmaStat(self.alpha, self.warmup)  # learnt again from the steps after this one
+            self.consecutive, self._run = 0, []
+            self.loss_stat.update(loss)
+            return False
         if reason is not None:
             self.skipped += 1
             self.consecutive += 1
@@ -525,7 +544,7 @@ def main(argv=None):
             text = json_text(result, indent=None) if args.json else _report(result, not args.healthy, args.steps)
         except ValueError as exc:
             parser.error(str(exc))
-        except RestartFromCheckpoint as exc:  # a skip_z so low that healthy steps look like outliers
+        except RestartFromCheckpoint as exc:  # a run of loss or non-finite outliers: damage a rollback must undo
             text, code = f"the guarded run stopped with RestartFromCheckpoint: {exc}", 1
         sys.stdout.write(text + "\n")
         sys.stdout.flush()

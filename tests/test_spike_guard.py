@@ -85,6 +85,27 @@ def test_k_consecutive_skips_raise_restart_from_checkpoint():
     assert guard.consecutive == 0 and not guard.should_skip(36, 9.0, grad_norm=1.0)  # warming up again
 
 
+def test_a_run_of_gradient_norm_outliers_alone_is_taken_and_the_norm_learnt_again():
+    """The H200 GPT-2 run: five batches in a row at the same weights, each a norm ~100x the usual, the loss in its band."""
+    guard = spike_guard.SpikeGuard(max_consecutive=3)
+    feed(guard, healthy(30))
+    loss_before = stats(guard)[0]
+    assert feed(guard, [(2.0, 100.0), (2.0, 90.0), (2.0, 95.0)], start=30) == [True, True, False]  # no restart
+    assert [(e["step"], e["event"]) for e in guard.events] == [(30, "skip"), (31, "skip"), (32, "rewarm")]
+    assert guard.consecutive == 0 and not guard.norm_stat.ready and guard.norm_stat.buffer == []  # 95 not learnt
+    assert stats(guard)[0] != loss_before  # the step was taken: its loss entered the loss statistics
+    assert feed(guard, [(2.0, 100.0)], start=33) == [False]  # warming up again: only NaN/inf count
+    mixed = spike_guard.SpikeGuard(max_consecutive=3)
+    feed(mixed, healthy(30))
+    assert feed(mixed, [(2.0, 100.0), (9.0, 1.0)], start=30) == [True, True]
+    with pytest.raises(spike_guard.RestartFromCheckpoint):  # a loss outlier in the run: damage, roll back
+        mixed.should_skip(32, 2.0, grad_norm=100.0)
+    once = spike_guard.SpikeGuard(max_consecutive=1)
+    feed(once, healthy(30))
+    with pytest.raises(spike_guard.RestartFromCheckpoint):  # one batch says nothing about the weights
+        once.should_skip(30, 2.0, grad_norm=100.0)
+
+
 def plain(value):
     """True when `value` holds only what a checkpoint needs no pickled classes for: dicts, lists, str, numbers."""
     if isinstance(value, dict):
@@ -208,9 +229,19 @@ def test_a_malformed_state_dict_raises_value_error_and_changes_nothing(state):
     assert guard.state_dict() == before
 
 
-def test_demo_with_a_skip_z_too_low_stops_with_the_restart_verdict(capsys):
-    assert spike_guard.main(["--skip-z", "0.5"]) == 1
-    assert "RestartFromCheckpoint: step" in capsys.readouterr().out
+def test_demo_with_a_skip_z_too_low_skips_healthy_steps_and_learns_the_norm_again(capsys):
+    assert spike_guard.main(["--skip-z", "0.5", "--json"]) == 0
+    events = [e["event"] for e in json.loads(capsys.readouterr().out)["events"]]
+    assert events.count("skip") > 20 and "rewarm" in events and "restart" not in events
+
+
+def test_demo_that_raises_restart_from_checkpoint_says_so_and_exits_1(capsys, monkeypatch):
+    def restarting(*args, **options):
+        raise spike_guard.RestartFromCheckpoint(35, 5, [{"step": 31, "event": "skip", "reason": "loss_outlier",
+                                                         "value": 9.0, "threshold": 2.2}])
+    monkeypatch.setattr(spike_guard, "demo", restarting)
+    assert spike_guard.main([]) == 1
+    assert "stopped with RestartFromCheckpoint: step 35: 5 consecutive steps skipped" in capsys.readouterr().out
 
 
 def test_with_a_grad_scaler_an_inf_grad_norm_is_the_scalers_business():
