@@ -76,6 +76,8 @@ SET_BY_OTHERS = {  # environment variables set in this process by pytest or a li
     "PYTEST_CURRENT_TEST": "pytest names the test and its phase",
     "PYTORCH_NVML_BASED_CUDA_CHECK": "lightning.fabric sets it when first imported, in whichever test that is",
     "TORCHINDUCTOR_CACHE_DIR": "torch sets it the first time inductor looks up its cache folder",
+    "TRITON_CACHE_DIR": "inductor sets it the first time it compiles Triton kernels (on a GPU)",
+    "TRITON_PTXAS_PATH": "inductor sets it the first time it compiles Triton kernels (on a GPU)",
 }
 
 

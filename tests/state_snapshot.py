@@ -5,8 +5,9 @@
     assert_unchanged(before, snapshot(model, optimizer))
 
 Covers parameter values and identity, requires_grad, .grad, buffers, train/eval mode of every
-submodule, module hooks and global module hooks, optimizer state, the Python and torch (CPU)
-RNG streams, and whether autograd is enabled. Written independently of the diagnostics' own
+submodule, module hooks and global module hooks, optimizer state, the Python and torch RNG
+streams (CPU, and CUDA once it is in use), the device of every parameter and buffer, and whether
+autograd is enabled. Written independently of the diagnostics' own
 `preserved()` guard, so that a bug in the guard shows up here.
 """
 import copy
@@ -28,6 +29,7 @@ def snapshot(model, optimizer=None):
         "requires_grad": {name: p.requires_grad for name, p in params.items()},
         "grads": {name: None if p.grad is None else p.grad.detach().clone() for name, p in params.items()},
         "buffers": {name: b.detach().clone() for name, b in model.named_buffers()},
+        "devices": {name: str(t.device) for name, t in [*params.items(), *model.named_buffers()]},
         "modes": {name: m.training for name, m in model.named_modules()},
         "hooks": {name: {attr: list(hooks.items()) for attr, hooks in _hook_dicts(m).items()}
                   for name, m in model.named_modules()},
@@ -35,6 +37,7 @@ def snapshot(model, optimizer=None):
         "optimizer": None if optimizer is None else copy.deepcopy(optimizer.state_dict()),
         "python_rng": random.getstate(),
         "torch_rng": torch.get_rng_state(),
+        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
         "grad_enabled": torch.is_grad_enabled(),
     }
 
@@ -43,7 +46,7 @@ def _same(a, b):
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return False
-        if a.shape != b.shape or a.dtype != b.dtype:
+        if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
             return False
         if a.is_floating_point():
             nan_a, nan_b = a.isnan(), b.isnan()

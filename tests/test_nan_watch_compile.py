@@ -66,28 +66,35 @@ def test_attached_the_watch_adds_no_graph_break_also_after_a_replay():
     torch._dynamo.reset()
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_a_planted_inf_in_a_named_module_at_a_named_step_is_named(compiled):
+def planted_run_reports(backend=None, device="cpu"):
+    """Five AdamW steps of Tiny, compiled with `backend` (None: eager), an inf planted in blocks.1.mlp.2 at step BAD:
+    {step: report} of the watch's check() after each backward (a reported step is skipped, as SpikeGuard would)."""
     torch.manual_seed(0)
-    model = Tiny()
-    run = torch.compile(model, backend="aot_eager") if compiled else model
+    model = Tiny().to(device)
+    run = torch.compile(model, backend=backend) if backend else model
     watch = NanWatch(run)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(0)
     reports = {}
     for step in range(5):
-        x, y = torch.randn(8, D, generator=g), torch.randint(0, CLASSES, (8,), generator=g)
+        x, y = torch.randn(8, D, generator=g).to(device), torch.randint(0, CLASSES, (8,), generator=g).to(device)
         model.blocks[1].mlp[2].scale.fill_(float("inf") if step == BAD else 1.0)  # BUG: an overflow at step BAD
         loss = loss_of(run, x, y)
         loss.backward()
         report = watch.check(step, loss, replay=lambda x=x, y=y: loss_of(run, x, y))
         if report is not None:
             reports[step] = report
-            opt.zero_grad(set_to_none=True)  # skip the bad step, as SpikeGuard would
+            opt.zero_grad(set_to_none=True)
             continue
         opt.step()
         opt.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+    return reports
+
+
+@pytest.mark.parametrize("backend", [None, "aot_eager"])
+def test_a_planted_inf_in_a_named_module_at_a_named_step_is_named(backend):
+    reports = planted_run_reports(backend)
     assert {step: (r["module"], r["class"], r["phase"], r["source"]) for step, r in reports.items()} == \
         {BAD: ("blocks.1.mlp.2", "Plant", "forward", "module")}
     assert reports[BAD]["frames"][-1]["out"][1] == "inf"
-    torch._dynamo.reset()
