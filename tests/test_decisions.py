@@ -369,6 +369,21 @@ def test_a_level_still_climbing_after_a_spike_is_a_divergence_below_1_5x(tmp_pat
     assert [(s.step, s.type, s.ended_by) for s in report.spikes] == [(300, "divergence", "settled")]
 
 
+@pytest.mark.parametrize("level, kind", [(4.44, "no_recovery"), (4.56, "divergence")])
+def test_a_level_that_settles_at_1_5x_the_baseline_or_more_is_a_divergence(tmp_path, level, kind):
+    losses = [6.0 if s == 300 else level + 0.01 * math.sin(s * 1.7) if s > 300 else quiet(s) for s in range(700)]
+    report = analyze(tmp_path, losses)
+    assert [(s.step, s.type, s.ended_by) for s in report.spikes] == [(300, kind, "settled")]
+
+
+@pytest.mark.parametrize("bump, found", [(1.048, False), (1.052, True)])
+def test_a_row_spike_must_also_be_5_percent_over_the_baseline(tmp_path, bump, found):
+    """Noise of 0.01%: 6 sigma is far below 5% of the level, so the 5% floor (SPIKE_REL) alone decides."""
+    losses = [3.0 * bump if s == 300 else 3.0 + 0.0003 * math.sin(s * 1.7) for s in range(500)]
+    report = analyze(tmp_path, losses)
+    assert [s.step for s in report.spikes] == ([300] if found else [])
+
+
 @pytest.mark.parametrize("names, loss", [
     (["step", "avg_loss"], "avg_loss"),  # the one column named like a loss, in a table (no counts)
     (["step", "avg_loss", "train_total_loss"], "train_total_loss"),  # of two, the one named for training

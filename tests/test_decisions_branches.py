@@ -535,3 +535,28 @@ def test_the_nan_watch_replay_tells_a_nan_batch_from_a_nan_made_outside_the_mode
     loss.backward()
     report = NanWatch(model).check(0, loss, replay=compute)
     assert (report["module"], report["phase"], report["source"]) == (blamed[0], "forward", blamed[1])
+
+
+def test_spikes_write_output_never_replaces_a_file_that_appeared_and_removes_only_its_own_partial_file(tmp_path):
+    from spikelog import CliError
+    from spikelog.output import write_output
+    calls = []
+    appeared = tmp_path / "pm.md"
+    appeared.write_text("mine\n")  # made after check_output looked: the open refuses, write is never called
+    with pytest.raises(CliError, match="the file exists"):
+        write_output(appeared, calls.append, force=False)
+    assert calls == [] and appeared.read_text() == "mine\n"
+    with pytest.raises(CliError, match="cannot write"):
+        write_output(tmp_path / "no such folder" / "pm.md", calls.append, force=False)
+    assert calls == []
+
+    def disk_full(handle):
+        handle.write(b"half a post-")
+        raise OSError(28, "No space left on device")
+    ours = tmp_path / "new.md"
+    with pytest.raises(CliError, match="No space left"):
+        write_output(ours, disk_full, force=False)
+    assert not ours.exists()  # created by this run and not finished: removed
+    with pytest.raises(CliError, match="No space left"):
+        write_output(appeared, disk_full, force=True)
+    assert appeared.exists()  # the user's file (--force): never deleted

@@ -22,6 +22,7 @@ import monitor
 import nan_watch
 import pinn_check
 import registration
+import training_loop
 from ml_debug_contract import graph_edges
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
@@ -312,3 +313,35 @@ def test_input_dependence_takes_a_change_just_above_half_a_rounding_step_as_a_ch
 def test_loss_surface_takes_a_grid_of_5_to_401_points_per_axis(grid, code, capsys):
     assert loss_surface.main(["--healthy", "--grid", str(grid), "--json"]) == code
     assert bool(capsys.readouterr().err) == (code == 2)
+
+
+class _ModeScaled(torch.nn.Module):
+    """Returns `base` (a fixed output) in eval mode and base * (1 + shift) + offset in train mode."""
+
+    def __init__(self, base, shift=0.0, offset=0.0):
+        super().__init__()
+        self.register_buffer("base", torch.as_tensor(base, dtype=torch.float64))
+        self.shift, self.offset = shift, offset
+
+    def forward(self, x):
+        return self.base * (1 + self.shift) + self.offset if self.training else self.base
+
+
+@pytest.mark.parametrize("base, shift, offset, effect", [
+    ([0.3, 0.4], 0.1, 0.0, 0.1),  # outputs of norm 0.5: relative to them, not to 1
+    ([0.0, 0.0], 0.0, 0.5, 1.0),  # zero in its own mode, not in train mode: all of it moved
+    ([0.0, 0.0], 0.0, 0.0, 0.0),  # zero in both: nothing moved (and no division by zero)
+])
+def test_training_loop_measures_the_mode_effect_relative_to_the_output(base, shift, offset, effect):
+    case = {"model": _ModeScaled(base, shift, offset).eval(), "batch": (torch.zeros(2), torch.zeros(2)),
+            "loss_fn": lambda out, y: out.sum()}
+    assert training_loop._mode_effect(case) == pytest.approx(effect, rel=1e-6)  # measured in float32
+
+
+@pytest.mark.parametrize("shift, status", [(0.00095, "pass"), (0.00105, "fail")])
+def test_training_loop_fails_an_eval_mode_loop_only_past_a_0_1_percent_effect(shift, status):
+    case = {"model": _ModeScaled([3.0, 4.0], shift).eval(), "batch": (torch.zeros(2), torch.zeros(2)),
+            "loss_fn": lambda out, y: out.sum(),
+            "loop": {"training": False, "in_eval": ["drop"], "mode_dependent": 1, "grads": "cleared",
+                     "grads_residuals": {"cleared": 0.0, "kept": 1.0}}}
+    assert training_loop.check_training_loop(case).status == status

@@ -185,3 +185,18 @@ def test_the_arguments_after_a_command_reach_its_file_unchanged(monkeypatch):
     assert cli.main(["lint", "--", "-odd.py", "--json"]) == 0
     assert seen == [("lint.py", ["--", "-odd.py", "--json"])]
     assert cli.main(["lint", "--no-such-flag"]) == 0 and seen[-1] == ("lint.py", ["--no-such-flag"])
+
+
+def test_the_dispatcher_refuses_no_command_or_an_option_first_and_passes_an_unrelated_import_error_on(monkeypatch, capsys):
+    from ml_debug import cli
+
+    monkeypatch.setattr(cli, "run_file", lambda path, args: 0)
+    for argv in ([], ["--json"], ["-x", "lint"]):
+        assert cli.main(argv) == 2
+        assert "a command comes first" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # install_skill names the program in sys.argv
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(sys.modules, "install_skill", None)  # its import fails, for a reason not the [skill] extra's
+    with pytest.raises(ModuleNotFoundError):
+        cli.main(["install-skill", "dest"])
+    assert "ml-debug[skill]" not in capsys.readouterr().err
