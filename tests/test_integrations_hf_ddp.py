@@ -3,6 +3,8 @@ start it (RANK, WORLD_SIZE, MASTER_ADDR in the environment), a batch that makes 
 the step (their weights stay equal and finite) and the log rank 0 writes must name the module and rank 1.
 
 (A masked-label batch, the single-process test's NaN, makes none here: the Trainer divides by the tokens of every rank.)
+The model takes num_items_in_batch, as HF's models do: its loss is each rank's share of the step's, and the monitor's log
+must hold the loss the Trainer logs, not 1/world of it.
 """
 import json
 import math
@@ -30,9 +32,10 @@ class Classifier(torch.nn.Module):
                                            torch.nn.GELU())
         self.head = torch.nn.Linear(16, 3)
 
-    def forward(self, x, labels):
+    def forward(self, x, labels, num_items_in_batch=None, **kwargs):  # **kwargs: the Trainer passes the token count
         logits = self.head(self.encoder(x))
-        return {"loss": torch.nn.functional.cross_entropy(logits, labels), "logits": logits}
+        losses = torch.nn.functional.cross_entropy(logits, labels, reduction="none")
+        return {"loss": losses.sum() / num_items_in_batch, "logits": logits}  # this rank's share, as HF models do
 
 
 class Rows(torch.utils.data.Dataset):
@@ -68,10 +71,12 @@ def rank_main(rank, world, port, out_dir):
                                           use_cpu=True, disable_tqdm=True, dataloader_num_workers=0, seed=0,
                                           ddp_backend="gloo")
     callback = MLDebugCallback()
-    transformers.Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
-                         callbacks=[callback]).train()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Rows(), data_collator=collate,
+                                   callbacks=[callback])
+    trainer.train()
     gloo.report(rank, out_dir, {"weights": [p.detach().flatten().tolist() for p in model.parameters()],
-                                "reports": [(r["step"], r["module"], r["phase"], r["rank"]) for r in callback.reports]})
+                                "reports": [(r["step"], r["module"], r["phase"], r["rank"]) for r in callback.reports],
+                                "logged": {e["step"]: e["loss"] for e in trainer.state.log_history if "loss" in e}})
 
 
 def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tmp_path):
@@ -86,4 +91,7 @@ def test_hf_trainer_ddp_skips_a_nan_made_on_rank_1_on_every_rank_and_names_it(tm
     records, events = [r for r in lines if "event" not in r], [r for r in lines if "event" in r]
     assert [r["step"] for r in records] == [s for s in range(1, STEPS + 1) if s != BAD]  # rank 0 alone writes
     assert [(e["step"], e["event"]) for e in events] == [(BAD, "skip"), (BAD, "nan")]
+    trainer_logged = ranks[0]["logged"]  # the Trainer's own loss per step (averaged over ranks, rounded to 4 places)
+    assert {r["step"]: round(r["loss"], 4) for r in records} == \
+        pytest.approx({int(step): loss for step, loss in trainer_logged.items() if int(step) != BAD}, abs=1e-4)
     assert (events[1]["module"], events[1]["rank"]) == ("encoder.1", 1)

@@ -17,7 +17,9 @@ The loss is read from the model's output (output.loss, which the Trainer's defau
 also uses); a model that returns no loss leaves the monitor and the guard without input: they then
 log and decide nothing, and say so once. With gradient accumulation the step's loss is the mean of
 its micro-batches' losses, however many the step had (an epoch's last step may have fewer), or
-their sum when the model divided each by the tokens of the whole step (num_items_in_batch). The
+their sum when the model divided each by the tokens of the whole step (num_items_in_batch); under
+DDP those are every rank's tokens (average_tokens_across_devices, the default), and each rank's sum
+counts world-size times before the ranks are averaged, as the Trainer does for its own log. The
 gradient norm is taken at the end of each backward, before the Trainer clips. The learning-rate
 scheduler still advances on a skipped step.
 """
@@ -36,8 +38,8 @@ LOG_NAME = "ml_debug_log.jsonl"
 class _Probe:
     """A forward hook on the model: the loss of each training forward; at the end of its backward, the grad norm."""
 
-    def __init__(self, model, session):
-        self.model, self.session = model, session
+    def __init__(self, model, session, ranks=1):
+        self.model, self.session, self.ranks = model, session, ranks
         self.grad_norm, self.warned = None, False
         self.handle = model.register_forward_hook(self.on_forward, with_kwargs=True)
 
@@ -53,9 +55,11 @@ class _Probe:
             return
         # with num_items_in_batch the model divides by the tokens of the whole accumulated step: the shares add up;
         # without it, the step's loss is the mean over its micro-batches (the Trainer divides by the number the step had)
-        ids = kwargs.get("input_ids")
-        self.session.add_loss(loss, tokens=ids.numel() if torch.is_tensor(ids) else None,
-                              share=kwargs.get("num_items_in_batch") is not None)
+        # (of every rank's tokens when the Trainer averages them across ranks: this rank's share is 1/ranks of the
+        # loss the guard and the monitor average over ranks, so it counts ranks times, as the Trainer's own log does)
+        ids, share = kwargs.get("input_ids"), kwargs.get("num_items_in_batch") is not None
+        self.session.add_loss(loss.detach() * self.ranks if share else loss, tokens=ids.numel() if torch.is_tensor(ids) else None,
+                              share=share)
         if loss.requires_grad:
             loss.register_hook(self.on_loss_grad)
 
@@ -89,7 +93,8 @@ class MLDebugCallback(TrainerCallback):
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.session = Session(model, optimizer, path, every=self.every, append=state.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
-        self.probe = _Probe(model, self.session)
+        ranks = args.world_size if getattr(args, "average_tokens_across_devices", False) else 1
+        self.probe = _Probe(model, self.session, ranks)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.session.begin()
