@@ -147,8 +147,9 @@ def gpus(monkeypatch, count):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
 
 
-@pytest.mark.parametrize("count, nproc, backend", [(0, 1, "gloo"), (1, 1, "nccl"), (1, 2, "gloo"), (2, 2, "nccl")])
-def test_local_ranks_default_to_nccl_only_with_a_gpu_each(monkeypatch, tmp_path, count, nproc, backend):
+@pytest.mark.parametrize("count, nproc, asked, backend", [(0, 1, [], "gloo"), (1, 1, [], "nccl"), (1, 2, [], "gloo"),
+                                                         (2, 2, [], "nccl"), (2, 2, ["--backend", "nccl"], "nccl")])
+def test_local_ranks_default_to_nccl_only_with_a_gpu_each(monkeypatch, tmp_path, count, nproc, asked, backend):
     gpus(monkeypatch, count)
     launched = {}
 
@@ -156,8 +157,8 @@ def test_local_ranks_default_to_nccl_only_with_a_gpu_each(monkeypatch, tmp_path,
         launched["backend"] = args.backend
         return {}
     monkeypatch.setattr(dist_check, "launch_local", launch)
-    dist_check.main(["--nproc", str(nproc), "--out", str(tmp_path / "out")])
-    assert launched == {"backend": backend}
+    dist_check.main(["--nproc", str(nproc), *asked, "--out", str(tmp_path / "out")])
+    assert launched == {"backend": backend}  # nccl asked for with a GPU per rank: not refused
 
 
 @pytest.mark.hostile
