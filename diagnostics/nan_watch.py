@@ -66,6 +66,11 @@ What it checks
     steps have moved its weights), the report names the step, with module None and source
     "sentinel"; source "not reproduced" when the replay made no NaN/inf on this rank.
 
+    With fp16 and a GradScaler pass NanWatch(model, scaler=scaler): an inf or NaN gradient is then
+    the scaler's to skip (it lowers its scale and tries again) while its scale is above 1; at a
+    scale of 1 or less no scaling made it, and the step is reported: a NaN the scaler would skip
+    at every step, halving its scale towards nothing. A non-finite loss is always reported.
+
     Under torch.distributed every rank must call check() at the same steps: each read all-reduces
     the flags (one small collective per read), so every rank agrees on the step; on a bad step
     every rank replays its own batch and all return the same report, that of the first rank whose
@@ -322,12 +327,19 @@ def _verdict(log, loss, forward_finite, frames, details):
     return CheckResult("nan_watch", "fail", summary, details)
 
 
+def scale_of(scaler, device):
+    """An enabled GradScaler's current scale, a 0-d tensor on `device`, read without a host sync."""
+    scale = getattr(scaler, "_scale", None)  # set by its first scale(); get_scale() would sync
+    return torch.as_tensor(scaler.get_scale() if scale is None else scale, dtype=torch.float32).to(device).reshape(())
+
+
 class NanWatch:
     """A sentinel on every step, a replay with per-module hooks on a bad one; see the module docstring."""
 
-    def __init__(self, model, every=1, frames=FRAMES):
+    def __init__(self, model, every=1, frames=FRAMES, scaler=None):
         if not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer, got {every!r}")
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.wrapper = model  # what the loop calls: the replay goes through it, with DDP's no_sync
         self.model = _unwrapped(model)
         self.every, self.frames = every, frames
@@ -382,11 +394,19 @@ class NanWatch:
             grads = [p.grad._values() if p.grad.is_sparse else p.grad for p in self.params if p.grad is not None]
             grads = [g for g in grads if g.numel()]  # an empty tensor has no infinity norm
             grad_norm = torch.nn.utils.get_total_norm(grads, float("inf")) if grads else None
-        values = [torch.as_tensor(v).detach().float().reshape(()) for v in (loss, grad_norm) if v is not None]
-        if not values:
+        loss, grad_norm = [None if v is None else torch.as_tensor(v).detach().float().reshape(()) for v in (loss, grad_norm)]
+        if loss is None and grad_norm is None:
             return None
-        device = values[0].device
-        return ~torch.stack([v.to(device) for v in values]).isfinite().all()
+        device = (loss if loss is not None else grad_norm).device
+        bad = torch.zeros((), dtype=torch.bool, device=device)
+        if loss is not None:
+            bad = bad | ~loss.isfinite()
+        if grad_norm is not None:
+            overflow = ~grad_norm.to(device).isfinite()
+            if self.scaler is not None:  # an fp16 overflow is the scaler's to skip; at a scale of 1 or less, no overflow
+                overflow = overflow & (scale_of(self.scaler, device) <= 1)  # of the scaling made it: NaN/inf
+            bad = bad | overflow
+        return bad
 
     def _read(self, flags):
         """Whether each pending step was bad, on this rank or any other: one host read, one all-reduce."""
