@@ -165,3 +165,80 @@ def test_lightning_logs_the_mean_training_step_loss_also_in_an_epochs_last_short
     assert [len(model.losses[step]) for step in (0, 1, 2)] == [4, 4, 2]
     for r in records:
         assert r["loss"] == pytest.approx(sum(model.losses[r["step"]]) / len(model.losses[r["step"]]), rel=1e-5)
+
+
+def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_but_names_a_nan_loss(tmp_path):
+    """16-mixed on the CPU (Lightning's MixedPrecision with a CPU GradScaler): a scale of 2^40 overflows the fp16
+    gradients for the first ~20 steps, which the scaler skips while it halves its scale; then a zero row makes the loss
+    NaN. Before: the log held losses and norms times the scale, and the guard counted the overflows as skips and raised
+    RestartFromCheckpoint at step 4."""
+    lightning = pytest.importorskip("lightning")
+    from lightning.pytorch.plugins.precision import MixedPrecision
+    from lightning_cases import Classifier
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    class Recorded(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.losses, self.norms = {}, {}
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.losses[self.trainer.global_step] = float(loss.detach())
+            return loss
+
+        def on_before_optimizer_step(self, optimizer):  # unscaled by now: the norm the callback must log
+            grads = [p.grad for p in self.parameters() if p.grad is not None]
+            self.norms[self.trainer.global_step] = float(torch.nn.utils.get_total_norm(grads))
+
+    steps, bad = 30, 26
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(steps * 8, 8, generator=g), torch.randint(0, 3, (steps * 8,), generator=g)
+    x[bad * 8] = 0.0
+    torch.manual_seed(0)
+    model, callback = Recorded(), MLDebugCallback()
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)
+    trainer = lightning.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
+                                enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+                                callbacks=[callback], plugins=[MixedPrecision("16-mixed", "cpu", scaler)])
+    trainer.fit(model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8))
+
+    records, events = read_log(tmp_path / "ml_debug_log.jsonl")
+    overflowed = [r["step"] for r in records if not math.isfinite(r["grad_norm"])]
+    assert len(overflowed) >= 10 and overflowed[0] == 0  # the scaler's to skip: no report, no skip of the guard's
+    assert [(r["step"], r["source"]) for r in callback.reports] == [(bad, "module")]
+    assert [(e["step"], e["event"], e.get("reason")) for e in events] == [(bad, "skip", "nonfinite_loss"), (bad, "nan", None)]
+    assert [r["step"] for r in records] == [s for s in range(steps) if s != bad]
+    for r in records:
+        assert r["loss"] == pytest.approx(model.losses[r["step"]], rel=1e-5)
+        if math.isfinite(r["grad_norm"]):
+            assert r["grad_norm"] == pytest.approx(model.norms[r["step"]], rel=1e-4)
+
+
+def test_hf_probe_divides_the_gradient_norm_by_the_fp16_scale_the_gradients_carry():
+    pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import MLDebugCallback
+
+    class Scaled(torch.optim.SGD):
+        """Stands in for accelerate's AcceleratedOptimizer under fp16, which carries its GradScaler as .scaler."""
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return {"loss": self.fc(x).pow(2).mean()}
+
+    torch.manual_seed(0)
+    model, x = Model().train(), torch.randn(8, 4)
+    callback = MLDebugCallback(monitor=False)
+    args = type("Args", (), {"output_dir": "unused", "world_size": 1, "average_tokens_across_devices": False})()
+    callback.on_train_begin(args, type("State", (), {"global_step": 0})(), None, model=model,
+                            optimizer=Scaled(model.parameters(), lr=0.1))
+    Scaled.scaler.scale(model(x=x)["loss"]).backward()  # as accelerator.backward does under fp16
+    unscaled = torch.nn.utils.get_total_norm([p.grad / 1024.0 for p in model.parameters()])
+    assert float(callback.probe.grad_norm) == pytest.approx(float(unscaled), rel=1e-6)
+    callback.probe.remove()
+    callback.session.close()

@@ -12,11 +12,13 @@ class Session:
     """The three tools on one model and optimizer; each one switchable (None when off)."""
 
     def __init__(self, model, optimizer, path, monitor=True, guard=True, nan_watch=True, every=1, append=False,
-                 guard_options=None, nan_watch_every=1):
+                 guard_options=None, nan_watch_every=1, scaler=None):
         self.model = model
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None  # fp16's GradScaler
         self.monitor = load("monitor").TrainingMonitor(path, model, optimizer, every=every, append=append) if monitor else None
-        self.guard = load("spike_guard").SpikeGuard(model, monitor=self.monitor, **(guard_options or {})) if guard else None
-        self.watch = load("nan_watch").NanWatch(model, every=nan_watch_every) if nan_watch else None
+        self.guard = load("spike_guard").SpikeGuard(model, monitor=self.monitor, scaler=self.scaler,
+                                                    **(guard_options or {})) if guard else None
+        self.watch = load("nan_watch").NanWatch(model, every=nan_watch_every, scaler=self.scaler) if nan_watch else None
         self.reports = []  # NanWatch reports, one per bad step found
         self.loss = self.tokens = None  # summed over the micro-batches of the step
         self.micro_batches, self.shares = 0, False
@@ -101,7 +103,12 @@ class Session:
             self.monitor.close()
 
 
-def grad_norm(model):
-    """The global L2 norm of the model's gradients, on the device (no host sync); None without gradients."""
+def grad_norm(model, scaler=None):
+    """The global L2 norm of the model's gradients, on the device (no host sync); None without gradients.
+
+    scaler: an fp16 GradScaler whose scale the gradients still carry (not unscaled yet): the norm is divided by it."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return torch.nn.utils.get_total_norm(grads) if grads else None
+    if not grads:
+        return None
+    norm = torch.nn.utils.get_total_norm(grads)
+    return norm if scaler is None else norm / load("nan_watch").scale_of(scaler, norm.device)

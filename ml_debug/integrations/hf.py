@@ -20,7 +20,9 @@ its micro-batches' losses, however many the step had (an epoch's last step may h
 their sum when the model divided each by the tokens of the whole step (num_items_in_batch); under
 DDP those are every rank's tokens (average_tokens_across_devices, the default), and each rank's sum
 counts world-size times before the ranks are averaged, as the Trainer does for its own log. The
-gradient norm is taken at the end of each backward, before the Trainer clips. The learning-rate
+gradient norm is taken at the end of each backward, before the Trainer clips; under fp16 it is
+divided by the GradScaler's scale, and an inf/NaN gradient is the scaler's to skip while its scale is
+above 1 (NanWatch and SpikeGuard are given the scaler). The learning-rate
 scheduler still advances on a skipped step.
 """
 import logging
@@ -66,8 +68,8 @@ class _Probe:
     def on_loss_grad(self, grad):
         torch.autograd.Variable._execution_engine.queue_callback(self.after_backward)  # runs when backward ends
 
-    def after_backward(self):
-        self.grad_norm = grad_norm(self.model)  # before the Trainer clips; summed over micro-batches by autograd
+    def after_backward(self):  # before the Trainer clips (and, under fp16, unscales): summed over micro-batches
+        self.grad_norm = grad_norm(self.model, self.session.scaler)
 
     def remove(self):
         self.handle.remove()
@@ -92,7 +94,8 @@ class MLDebugCallback(TrainerCallback):
         path = self.log_path or os.path.join(args.output_dir, LOG_NAME)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         self.session = Session(model, optimizer, path, every=self.every, append=state.global_step > 0,
-                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
+                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every,
+                               scaler=getattr(optimizer, "scaler", None), **self.switches)  # accelerate's, under fp16
         ranks = args.world_size if getattr(args, "average_tokens_across_devices", False) else 1
         self.probe = _Probe(model, self.session, ranks)
 

@@ -15,13 +15,16 @@ guard=False, nan_watch=False. Lightning's own logging is left as it is. Steps ar
 Lightning numbers them (trainer.global_step before the update). Automatic optimization with one
 optimizer; the loss logged and guarded is the mean of what training_step returned for the step's
 batches (Lightning hands backward each one divided by accumulate_grad_batches, also in an epoch's
-last, shorter window; the callback multiplies that back).
-The learning-rate scheduler still advances on a skipped step.
+last, shorter window; the callback multiplies that back). With fp16 ("16-mixed") the loss and the
+gradient norm are read unscaled, and an inf/NaN gradient is the GradScaler's to skip while its scale is
+above 1 (NanWatch and SpikeGuard are given the scaler). The learning-rate scheduler still advances on
+a skipped step.
 """
 import os
 
 from lightning.pytorch import Callback
 
+from ml_debug import load
 from ml_debug.integrations._session import Session, grad_norm
 
 LOG_NAME = "ml_debug_log.jsonl"
@@ -44,7 +47,7 @@ class MLDebugCallback(Callback):
         self.log_path, self.every = log_path, every
         self.switches = {"monitor": monitor, "guard": guard, "nan_watch": nan_watch}
         self.guard_options, self.nan_watch_every = guard_options, nan_watch_every
-        self.session, self.grad_norm, self.stepped = None, None, None
+        self.session, self.grad_norm, self.stepped, self.scaler = None, None, None, None
 
     @property
     def reports(self):
@@ -54,8 +57,11 @@ class MLDebugCallback(Callback):
     def on_train_start(self, trainer, pl_module):
         path = self.log_path or os.path.join(trainer.log_dir or trainer.default_root_dir, LOG_NAME)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        scaler = getattr(trainer.precision_plugin, "scaler", None)  # fp16 ("16-mixed"): a GradScaler
+        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.session = Session(pl_module, trainer.optimizers[0], path, every=self.every, append=trainer.global_step > 0,
-                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every, **self.switches)
+                               guard_options=self.guard_options, nan_watch_every=self.nan_watch_every,
+                               scaler=self.scaler, **self.switches)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.session.micro_batches == 0:  # the first batch of an optimizer step
@@ -63,12 +69,15 @@ class MLDebugCallback(Callback):
         self.session.add_replay(lambda: _unlogged(pl_module, batch, batch_idx))  # for NanWatch's replay
 
     def on_before_backward(self, trainer, pl_module, loss):
-        self.session.add_loss(loss * trainer.accumulate_grad_batches)  # training_step's loss, before Lightning's division
-
-    def on_after_backward(self, trainer, pl_module):
-        self.grad_norm = grad_norm(pl_module)  # after each backward: the last one holds the whole step's gradients
+        loss = loss.detach() * trainer.accumulate_grad_batches  # training_step's loss, before Lightning's division
+        if self.scaler is not None:  # and before the GradScaler multiplied it by its scale
+            loss = loss / load("nan_watch").scale_of(self.scaler, loss.device)
+        self.session.add_loss(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        # the whole step's gradients, not clipped yet, and unscaled by now, unless the optimizer unscales in its step()
+        still_scaled = self.scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False)
+        self.grad_norm = grad_norm(pl_module, self.scaler if still_scaled else None)
         self.stepped = trainer.global_step
         self.session.before_step(self.stepped, grad_norm=self.grad_norm)
 
