@@ -226,3 +226,31 @@ def test_a_mutants_mapped_tests_run_those_of_the_first_three_files_first():
     ids = ["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "d.py::t1", "b.py::t2"]  # fastest first
     assert mutate_tool.stages(ids) == [["a.py::t1", "b.py::t1", "a.py::t2", "c.py::t1", "b.py::t2"], ["d.py::t1"]]
     assert mutate_tool.stages(ids[:4]) == [ids[:4]]
+
+
+def test_sigterm_removes_the_copy_and_kills_the_running_mutant(repo, tmp_path):
+    """`timeout 600 mutate.py ...` ends it with SIGTERM: before, its copy of the working tree stayed in the temp folder."""
+    pid_file = tmp_path / "sleeper.pid"
+    (repo / "tests" / "test_calc.py").write_text(SLEEPER.format(pid=str(pid_file)))
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1", TMPDIR=str(scratch))
+    proc = subprocess.Popen([sys.executable, str(MUTATE), "calc.py", "--warm", "--max", "1", "--timeout", "60"], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    for _ in range(300):  # the unmutated run's test starts the sleeper: the copy exists by then
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    assert any(p.name.startswith("mutate-") for p in scratch.iterdir())
+    proc.terminate()
+    assert proc.wait(timeout=60) == 143, proc.communicate()
+    assert not any(p.name.startswith("mutate-") for p in scratch.iterdir())
+    sleeper = int(pid_file.read_text())
+    for _ in range(100):
+        try:
+            os.kill(sleeper, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the test's child {sleeper} outlived the SIGTERM")

@@ -903,6 +903,14 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+class Terminated(Exception):
+    """SIGTERM arrived: unwind like Ctrl-C, so that the temporary copy is removed and the mutant's pytest killed."""
+
+
+def _terminated(signum, frame):
+    raise Terminated
+
+
 def main(argv=None):
     parser = Parser(prog="mutate.py", description=__doc__.split("\n\n")[0],
                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -928,6 +936,7 @@ def main(argv=None):
     parser.add_argument("--equivalent", type=Path, default=EQUIVALENT,
                         help="the list of equivalent mutants, not run (default tools/mutate_equivalent.txt)")
     args = parser.parse_args(argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # `timeout` or a closed session: clean up as on Ctrl-C
     try:
         if args.max is not None and args.max < 1:
             raise UsageError("--max must be 1 or more")
@@ -996,9 +1005,13 @@ def main(argv=None):
         return 2
     except KeyboardInterrupt:
         return 130
+    except Terminated:  # the copy of the working tree and the running mutant's pytest are gone with the stack
+        return 143
     except BrokenPipeError:  # `... | head` closed the pipe: nothing more to say there
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":
