@@ -57,7 +57,7 @@ class MLDebugCallback(Callback):
     def on_train_start(self, trainer, pl_module):
         path = self.log_path or os.path.join(trainer.log_dir or trainer.default_root_dir, LOG_NAME)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        scaler = getattr(trainer.precision_plugin, "scaler", None)  # fp16 ("16-mixed"): a GradScaler
+        scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)  # fp16 ("16-mixed"): a GradScaler
         self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.session = Session(pl_module, trainer.optimizers[0], path, every=self.every, append=trainer.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every,
