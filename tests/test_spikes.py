@@ -1185,7 +1185,32 @@ def test_a_block_median_is_a_level_shift_from_6_of_its_standard_errors(shift, fo
         assert series.spikes == []
         return
     assert [(s.start, s.step, s.end, s.type) for s in series.spikes] == [(201, 202, 297, "no_recovery")]
-    assert [row for _, _, row in blocks if 200 < row < 300] == [223]  # (found at 255: no block there)
+    # (found at 255: no block there; 223 came before, and 265 and 297 from the settled level, read again against its
+    # first block)
+    assert [row for _, _, row in blocks if 200 < row < 300] == [223, 265, 297]
+
+
+@pytest.mark.parametrize("shift", [0.5, 0.17])  # found by its rows (0.5 over the 0.36 band) or its block medians
+def test_a_spike_on_the_level_a_shift_settled_at_is_its_own_and_not_the_shifts_peak(shift):
+    """A lasting shift from row 200, a 3x row at 300 while the shift is still followed (it settles four blocks on):
+    once settled, its level is read again from its first block, so the row is a fast recovery of its own over the
+    new level, and the shift's peak stays a value of its own. Before, the shift had one spike, its peak the 3x row."""
+    values = [cycle(i, shift if i >= 200 else 0.0) for i in range(800)]
+    values[300] = 6.0
+    series, _ = fed(values)
+    assert [(s.start, s.type) for s in series.spikes] == [(200 if shift == 0.5 else 201, "no_recovery"),
+                                                          (300, "fast_recovery")]
+    shifted, row = series.spikes
+    assert shifted.peak < 2.0 + shift + 0.2 and shifted.step != 300  # (its rows: 2 + shift, noise 0.16)
+    assert (row.step, row.peak, row.end) == (300, 6.0, 301) and row.baseline == pytest.approx(2.0 + shift, abs=0.05)
+
+
+def test_a_spike_that_decays_into_a_lasting_offset_stays_one_spike():
+    """3x at row 200, decaying over ~40 rows to a lasting +0.5: the decay is the spike's own, not a new spike on the
+    level it settled at (that level is read against its own first block, in which the decay ends)."""
+    values = [cycle(i, 0.5 + 3.5 * math.exp(-(i - 200) / 8) if i >= 200 else 0.0) for i in range(800)]
+    series, _ = fed(values)
+    assert [(s.start, s.step, s.type) for s in series.spikes] == [(200, 200, "no_recovery")]
 
 
 def test_a_level_shift_in_block_medians_is_back_when_a_block_median_is_in_their_band():

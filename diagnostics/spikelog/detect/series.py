@@ -61,6 +61,7 @@ class Episode:
         self.tail = []  # (step, row, value) after the peak, CONFIRM at most: the recovery test
         self.recent = deque(maxlen=BLOCK)  # (step, row, value): the latest values, for a verdict by level
         self.recent.append((step, row, x))
+        self.rows = [(step, row, x)]  # every value since the start (MAX_FOLLOW at most): read again once settled
         self.block, self.block_step = [x], step
         self.blocks = []  # (first step, median) of each full block since the start
         self.last_block = None  # the values of the latest full block: the new baseline after settling
@@ -75,8 +76,9 @@ class Episode:
     def add(self, step, row, x):
         """Feed one finite value; returns a verdict (type, end, level_after, ended_by) or None."""
         self.count += 1
-        value = (step, row, x)  # one tuple for recent, after and tail
+        value = (step, row, x)  # one tuple for recent, after, tail and rows
         self.recent.append(value)
+        self.rows.append(value)
         if self.pending is not None:
             self.after.append(value)
             if x <= self.threshold + max(self.pending[2] - self.baseline, 0.0):
@@ -170,6 +172,7 @@ class Episode:
         taken = list(zip(steps[start:end], range(row + start, row + end), stretch))
         self.after.extend(taken)
         self.recent.extend(taken[-BLOCK:])
+        self.rows.extend(taken)
         self.count += end - start
         return end
 
@@ -191,6 +194,7 @@ class Episode:
             end = start + next((j for j, v in enumerate(stretch) if not band < v <= peak), len(stretch))
             stretch = stretch[:end - start]
         self.count += end - start
+        self.rows.extend(zip(steps[start:end], range(row + start, row + end), stretch))
         first = max(start, end - BLOCK)  # (only the latest BLOCK are kept in recent, and fewer in the tail)
         taken = list(zip(steps[first:end], range(row + first, row + end), values[first:end]))
         self.recent.extend(taken)
@@ -281,6 +285,17 @@ class Episode:
 
     def _diverged(self, level):
         return self.baseline > 0 and level >= DIVERGE_RATIO * self.baseline
+
+    def settled_rows(self, level):
+        """The values at the settled `level`, where a spike of their own was never looked for: those of the trailing
+        blocks whose medians are at it (within SETTLE_TOL noise sigma), the start's value aside."""
+        tol = SETTLE_TOL * self.noise
+        first = self.blocks[-1][0]
+        for step, median in reversed(self.blocks):
+            if abs(median - level) > tol:
+                break
+            first = step
+        return [value for value in self.rows if value[0] >= first and value[1] > self.start_row]
 
     def by_level(self, ended_by):
         """Verdict when the follow-up is cut short (log end, resume, horizon): judge by the last level."""
@@ -639,11 +654,34 @@ class Series:
     def _close(self, verdict, row):
         kind, end, level, ended_by = verdict
         episode = self.episode
-        self.spikes.append(Spike(episode, kind, end, level, ended_by, row))
+        spike = Spike(episode, kind, end, level, ended_by, row)
+        self.spikes.append(spike)
         self.episode = None
         if kind in ("no_recovery", "divergence") and ended_by in ("settled", "horizon"):
             self.snapshot = (episode.start, episode.snapshot)  # the level moved: rebuild the baseline there
-            self._reset(episode.last_block, row, kind)
+            settled = (episode.settled_rows(level) if ended_by == "settled" and episode.pending is None and episode.blocks
+                       else [])  # (settled by its blocks, not as the lasting offset of a recovery: see Episode._offset)
+            if len(settled) > BLOCK:  # the first block of the new level is the baseline the rest is read against
+                self._reset([x for _, _, x in settled[:BLOCK]], row, kind)
+                self._read_settled_again(spike, episode, settled[BLOCK:])
+            else:
+                self._reset(episode.last_block, row, kind)
+
+    def _read_settled_again(self, spike, episode, values):
+        """The values at the level a spike settled at were only its follow-up: read them again, as they came, from
+        that level's first block on, so that a spike of their own (a 3x row after a level shift) is its own, and
+        not the shifted level's peak."""
+        found = len(self.spikes)
+        self.last_step = -math.inf
+        for value in values:
+            self.feed(*value)
+        taken = [(s.start_row, s.end_row) for s in self.spikes[found:]]
+        if self.episode is not None:
+            taken.append((self.episode.start_row, math.inf))
+        if not taken:
+            return
+        kept = [v for v in episode.rows if not any(first <= v[1] <= last for first, last in taken)]
+        spike.step, spike.peak_row, spike.peak = max(kept, key=lambda v: v[2])
 
     def _reset(self, values, row, why):
         self.diverged = why == "divergence"
