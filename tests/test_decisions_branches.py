@@ -563,15 +563,19 @@ def test_spikes_write_output_never_replaces_a_file_that_appeared_and_removes_onl
     assert appeared.exists()  # the user's file (--force): never deleted
 
 
-@pytest.mark.parametrize("scale, loss, reported", [
-    (2.0 ** 16, 1.0, False),  # an fp16 overflow: the scaler skips the step and halves its scale
-    (1.0, 1.0, True),  # at a scale of 1 no scaling made the inf: a NaN/inf the scaler would skip forever
-    (2.0 ** 16, float("nan"), True),  # a non-finite loss is never the scaler's
+@pytest.mark.parametrize("scale, loss, used, reported", [
+    (2.0 ** 16, 1.0, True, False),  # an fp16 overflow: the scaler skips the step and halves its scale
+    (2.0, 1.0, True, False),  # (the last scale a scaling can overflow at)
+    (1.0, 1.0, True, True),  # at a scale of 1 no scaling made the inf: a NaN/inf the scaler would skip forever
+    (2.0 ** 16, float("nan"), True, True),  # a non-finite loss is never the scaler's
+    (2.0 ** 16, 1.0, False, False),  # a scaler not used yet: its initial scale
+    (1.0, 1.0, False, True),
 ])
-def test_nan_watch_leaves_an_inf_gradient_to_an_fp16_scaler_only_while_its_scale_is_above_1(scale, loss, reported):
+def test_nan_watch_leaves_an_inf_gradient_to_an_fp16_scaler_only_while_its_scale_is_above_1(scale, loss, used, reported):
     model = torch.nn.Linear(2, 1)
     scaler = torch.amp.GradScaler("cpu", init_scale=scale)
-    scaler.scale(torch.ones(()))  # its first use: the scale is set
+    if used:
+        scaler.scale(torch.ones(()))  # its first use: the scale is set
     model.weight.grad, model.bias.grad = torch.full((1, 2), float("inf")), torch.zeros(1)
     watch = nan_watch.NanWatch(model, scaler=scaler)
     assert (watch.check(0, torch.tensor(loss)) is not None) == reported
