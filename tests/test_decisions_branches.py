@@ -581,3 +581,11 @@ def test_nan_watch_leaves_an_inf_gradient_to_an_fp16_scaler_only_while_its_scale
     assert (watch.check(0, torch.tensor(loss)) is not None) == reported
     unscaled = nan_watch.NanWatch(model)  # without the scaler: every inf is a bad step
     assert unscaled.check(0, torch.tensor(1.0)) is not None
+
+
+def test_the_callbacks_grad_norm_is_none_without_gradients_not_zero():
+    from ml_debug.integrations._session import grad_norm
+    model = torch.nn.Linear(2, 1)
+    assert grad_norm(model) is None  # before any backward (or all frozen): nothing to log, not a norm of 0
+    model(torch.ones(2)).sum().backward()
+    assert float(grad_norm(model)) == pytest.approx(float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm()))

@@ -167,7 +167,9 @@ def test_lightning_logs_the_mean_training_step_loss_also_in_an_epochs_last_short
         assert r["loss"] == pytest.approx(sum(model.losses[r["step"]]) / len(model.losses[r["step"]]), rel=1e-5)
 
 
-def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_but_names_a_nan_loss(tmp_path):
+@pytest.mark.parametrize("fused", [False, True])  # a fused AdamW unscales in its step(): Lightning leaves it to it,
+# and the guard's skip must leave scaler.step() an inf check to record (before: "No inf checks were recorded")
+def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_but_names_a_nan_loss(tmp_path, fused):
     """16-mixed on the CPU (Lightning's MixedPrecision with a CPU GradScaler): a scale of 2^40 overflows the fp16
     gradients for the first ~20 steps, which the scaler skips while it halves its scale; then a zero row makes the loss
     NaN. Before: the log held losses and norms times the scale, and the guard counted the overflows as skips and raised
@@ -187,9 +189,13 @@ def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_b
             self.losses[self.trainer.global_step] = float(loss.detach())
             return loss
 
-        def on_before_optimizer_step(self, optimizer):  # unscaled by now: the norm the callback must log
+        def on_before_optimizer_step(self, optimizer):  # unscaled by now, but by a fused optimizer's step()
             grads = [p.grad for p in self.parameters() if p.grad is not None]
-            self.norms[self.trainer.global_step] = float(torch.nn.utils.get_total_norm(grads))
+            scale = self.trainer.precision_plugin.scaler.get_scale() if fused else 1.0
+            self.norms[self.trainer.global_step] = float(torch.nn.utils.get_total_norm(grads)) / scale
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2, fused=fused)
 
     steps, bad = 30, 26
     g = torch.Generator().manual_seed(0)
@@ -209,6 +215,7 @@ def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_b
     assert [(r["step"], r["source"]) for r in callback.reports] == [(bad, "module")]
     assert [(e["step"], e["event"], e.get("reason")) for e in events] == [(bad, "skip", "nonfinite_loss"), (bad, "nan", None)]
     assert [r["step"] for r in records] == [s for s in range(steps) if s != bad]
+    assert all(torch.isfinite(p).all() for p in model.parameters())  # the skipped NaN step never reached them
     for r in records:
         assert r["loss"] == pytest.approx(model.losses[r["step"]], rel=1e-5)
         if math.isfinite(r["grad_norm"]):

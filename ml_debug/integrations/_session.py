@@ -1,5 +1,6 @@
 """What both callbacks do at each optimizer step, whatever the framework: NaN watch, spike guard, monitor."""
 import logging
+import math
 
 import torch
 
@@ -55,11 +56,14 @@ class Session:
             return None
         return self.loss if self.shares else self.loss / self.micro_batches
 
-    def before_step(self, step, grad_norm=None):
+    def before_step(self, step, grad_norm=None, scaled=False):
         """Before optimizer.step(), gradients not yet clipped: skip the step if the guard says so, and name a NaN.
 
         Skipping sets every gradient to None, so the optimizer leaves every parameter and its state
-        alone; the guard takes the same decision on every rank. NanWatch, too, decides on every rank
+        alone; the guard takes the same decision on every rank. scaled: the gradients still carry the fp16
+        GradScaler's scale (a fused optimizer unscales them in its step()). Then scaler.step() must find an inf
+        check to record, or scaler.update() raises: the gradients are set to NaN instead, and the scaler skips
+        the step itself (and halves its scale, as on any overflow). NanWatch, too, decides on every rank
         alike and returns the same report everywhere, with the rank that made the NaN: rank 0's log
         names it, whichever rank that was. While NanWatch replays a bad step, self.checking is True.
         """
@@ -77,8 +81,9 @@ class Session:
                 self.skipped = True
                 event = self.guard.events[-1]
                 log.warning("ml_debug SpikeGuard: step %s skipped (%s, value %s)", step, event["reason"], event["value"])
+                nan = scaled and self.scaler is not None
                 for p in self.model.parameters():
-                    p.grad = None
+                    p.grad = p.grad.fill_(math.nan) if nan and p.grad is not None else None
         if report is not None:
             self.reports.append(report)
             log.warning("ml_debug NanWatch: rank %s: %s", report["rank"], report["summary"])

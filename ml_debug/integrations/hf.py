@@ -103,7 +103,8 @@ class MLDebugCallback(TrainerCallback):
         self.session.begin()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm)
+        unscaled = bool(args.max_grad_norm and args.max_grad_norm > 0)  # the Trainer's clip unscales them (fp16)
+        self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm, scaled=not unscaled)
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         self.session.after_step(state.global_step + 1, grad_norm=self.probe.grad_norm)

@@ -79,7 +79,7 @@ class MLDebugCallback(Callback):
         still_scaled = self.scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False)
         self.grad_norm = grad_norm(pl_module, self.scaler if still_scaled else None)
         self.stepped = trainer.global_step
-        self.session.before_step(self.stepped, grad_norm=self.grad_norm)
+        self.session.before_step(self.stepped, grad_norm=self.grad_norm, scaled=still_scaled)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.stepped is not None:  # an optimizer step ended with this batch
