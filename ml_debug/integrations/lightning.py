@@ -17,8 +17,9 @@ optimizer; the loss logged and guarded is the mean of what training_step returne
 batches (Lightning hands backward each one divided by accumulate_grad_batches, also in an epoch's
 last, shorter window; the callback multiplies that back). With fp16 ("16-mixed") the loss and the
 gradient norm are read unscaled, and an inf/NaN gradient is the GradScaler's to skip while its scale is
-above 1 (NanWatch and SpikeGuard are given the scaler). The learning-rate scheduler still advances on
-a skipped step.
+above 1 (NanWatch and SpikeGuard are given the scaler); with a fused optimizer, which unscales in its
+step(), a guard's skip sets the gradients to NaN so that the scaler skips the step (and halves its
+scale). The learning-rate scheduler still advances on a skipped step.
 """
 import os
 
