@@ -1214,6 +1214,30 @@ FRESH_SILENT = {
                     correct += (model(x).argmax(1) == y).sum().item()
             return correct
         """,
+    "eval-without-no-grad: a restoration model frozen parameter by parameter before its test loop (KAIR, round 3)": """
+        import torch
+
+        def restore_all(images):
+            net = build_denoiser()
+            net.eval()
+            for _, weight in net.named_parameters():
+                weight.requires_grad = False
+            outputs = []
+            for image in images:
+                outputs.append(net(image))
+            return outputs
+        """,
+    "eval-without-no-grad: a model frozen with requires_grad_(False) before its loop (round 3)": """
+        import torch
+
+        def embed_all(encoder, batches):
+            encoder.eval()
+            encoder.requires_grad_(False)
+            vectors = []
+            for x in batches:
+                vectors.append(encoder(x))
+            return vectors
+        """,
 }
 
 
@@ -1236,6 +1260,12 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
     ("to_scalar", "return v.view(-1).data.tolist()[0]", "return v.view(-1)[0]", "loss-accumulated-with-graph", 12),
     ("eval_mode", "from monai.networks.utils import eval_mode", "from mylib import eval_mode",
      "eval-without-no-grad", 9),  # a project's own eval_mode may leave autograd on
+    ("parameter by parameter", "weight.requires_grad = False", "weight.requires_grad = True",
+     "eval-without-no-grad", 11),  # left trainable
+    ("requires_grad_(False) before", "encoder.requires_grad_(False)", "other.requires_grad_(False)",
+     "eval-without-no-grad", 9),  # another model frozen
+    ("requires_grad_(False) before", "encoder.requires_grad_(False)",
+     "encoder.requires_grad_(False)\n            encoder.requires_grad_()", "eval-without-no-grad", 10),  # thawed
 ])
 def test_the_broken_neighbours_of_the_fresh_look_alikes_are_found(key, old, new, rule, line):
     """Each fix stops at its cause: the same code where the cause is gone is still found."""

@@ -191,6 +191,20 @@ def render_docs():
         "three samples, timing and profiling loops, and skorch scripts that match skorch's unshuffled default on "
         "purpose need facts lint cannot see; adversarial attacks and GradCAM inside an evaluation need autograd; RAdam's `utils.to_scalar`, a helper "
         "of another module, is not followed.",
+        "",
+        "A third corpus (measured 2026-11-27 the same way, load average about 1.5): 14 public repositories of owners "
+        "never used before (220,712 lines: KAIR, LAVIS, LLaVA, TinyLLaVA_Factory, PyTorch-GAN, SupContrast, "
+        "alpaca-lora, deep-text-recognition-benchmark, latent-diffusion, pytorch-cifar, pytorch-cifar100, "
+        "pytorch-seq2seq, pytorch-tutorial, transferlearning), 7 s of CPU, at most 40 MB per repository, each "
+        "finding judged by a reviewer the way its author would. First run: 14 real bugs (softmax-into-ce 7: a "
+        "Softmax layer before CrossEntropyLoss in four PyTorch-GAN models; eval-without-no-grad 5; "
+        "loss-average-mismatch 2, one bug on two lines) and 15 false findings (48%), none in test files. 12 of the "
+        "15 were one cause, KAIR's inference template: every parameter of the model set to `requires_grad = False` "
+        "before the test loop, so that its forward passes record no graph. A model frozen that way (each parameter, "
+        "or `requires_grad_(False)`) as the last change before the loop is now left alone: 14 real, 3 false (82%), "
+        "tuned on this corpus. Left: two evaluations that run an adversarial attack through a library "
+        "(advertorch's `perturb`), and an LR range test that steps its scheduler first (debatable: the first rate "
+        "is thrown away).",
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",

@@ -23,7 +23,9 @@ def last_switch(src, scope, target, before):
     runs slower, and any output kept for later (a list of predictions, a summed loss) holds its
     graph alive. Wrap the loop in torch.no_grad() (or torch.inference_mode()), or decorate the
     function. If every caller already wraps it, add the decorator anyway, or silence this line.
-    Loops that want gradients (backward(), torch.autograd.grad, requires_grad_) are not flagged.""",
+    Loops that want gradients (backward(), torch.autograd.grad, requires_grad_) are not flagged, nor a
+    model whose parameters were all frozen before the loop (requires_grad_(False), or requires_grad = False on
+    each of its parameters): its forward passes record no graph.""",
     """
     def evaluate(model, loader):
         model.eval()
@@ -60,7 +62,8 @@ def check_eval_without_no_grad(src):
             if target not in scope_targets:
                 continue
             switch = last_switch(src, scope, target, position(call))
-            if switch is not None and switch.kind == "eval" and not src.grad_off(call, True):
+            if switch is not None and switch.kind == "eval" and not src.grad_off(call, True) and \
+                    not frozen_before(src, scope, target, position(call)):
                 volatile = next((n for n in src.local(scope) if isinstance(n, ast.Call) and
                                  isinstance(keyword(n, "volatile"), ast.Constant) and keyword(n, "volatile").value is True), None)
                 yield call, (f"{target} is in eval mode here but autograd is still on: every forward pass of this "
@@ -69,6 +72,28 @@ def check_eval_without_no_grad(src):
                                 f"PyTorch 0.4, and does nothing since" if volatile is not None else "")
                              + ". Wrap the loop in torch.no_grad() or torch.inference_mode(), or decorate the function.")
                 break
+
+
+def frozen_before(src, scope, target, before):
+    """Whether the last change of target's requires_grad in scope before a position froze it: target.requires_grad_(False),
+    or a loop over target.parameters() / named_parameters() that sets each one's .requires_grad = False (or calls its
+    requires_grad_(False)). A forward pass of frozen weights on plain inputs records no graph (KAIR's test scripts)."""
+    changes = []
+    for node in src.local(scope):
+        if method_call(node, "requires_grad_") and ast.unparse(node.func.value) == target:
+            changes.append((position(node), is_false(argument(node, 0, "requires_grad"))))
+        elif isinstance(node, ast.For) and method_call(node.iter, "parameters", "named_parameters") and \
+                ast.unparse(node.iter.func.value) == target:
+            each = node.target.elts[-1] if isinstance(node.target, ast.Tuple) and node.target.elts else node.target
+            name = ast.unparse(each)
+            for inner in (n for statement in node.body for n in ast.walk(statement)):
+                if isinstance(inner, ast.Assign) and any(isinstance(t, ast.Attribute) and t.attr == "requires_grad" and
+                                                         ast.unparse(t.value) == name for t in inner.targets):
+                    changes.append((position(inner), is_false(inner.value)))
+                elif method_call(inner, "requires_grad_") and ast.unparse(inner.func.value) == name:
+                    changes.append((position(inner), is_false(argument(inner, 0, "requires_grad"))))
+    earlier = sorted(change for change in changes if change[0] < before)
+    return bool(earlier) and earlier[-1][1]
 
 
 def trained_models(src):
