@@ -680,7 +680,7 @@ class Series:
             taken.append((self.episode.start_row, math.inf))
         if not taken:
             return
-        kept = [v for v in episode.rows if not any(first <= v[1] <= last for first, last in taken)]
+        kept = [v for v in episode.rows if not any(first <= v[1] < last for first, last in taken)]  # (its end: back)
         spike.step, spike.peak_row, spike.peak = max(kept, key=lambda v: v[2])
 
     def _reset(self, values, row, why):
