@@ -1205,12 +1205,17 @@ def test_a_spike_on_the_level_a_shift_settled_at_is_its_own_and_not_the_shifts_p
     assert (row.step, row.peak, row.end) == (300, 6.0, 301) and row.baseline == pytest.approx(2.0 + shift, abs=0.05)
 
 
-def test_a_spike_that_decays_into_a_lasting_offset_stays_one_spike():
+@pytest.mark.parametrize("planted", [None, 264])
+def test_a_spike_that_decays_into_a_lasting_offset_stays_one_spike(planted):
     """3x at row 200, decaying over ~40 rows to a lasting +0.5: the decay is the spike's own, not a new spike on the
-    level it settled at (that level is read against its own first block, in which the decay ends)."""
+    level it settled at. That level is its blocks from 232 on (within 1 sigma of the last), read against their
+    first block (232-263, where the decay ends): a 5.0 row at 264, the first row read again, is a spike of its own."""
     values = [cycle(i, 0.5 + 3.5 * math.exp(-(i - 200) / 8) if i >= 200 else 0.0) for i in range(800)]
+    if planted:
+        values[planted] = 5.0
     series, _ = fed(values)
-    assert [(s.start, s.step, s.type) for s in series.spikes] == [(200, 200, "no_recovery")]
+    assert [(s.start, s.step, s.type) for s in series.spikes] == \
+        [(200, 200, "no_recovery")] + ([(planted, planted, "fast_recovery")] if planted else [])
 
 
 def test_a_level_shift_in_block_medians_is_back_when_a_block_median_is_in_their_band():
