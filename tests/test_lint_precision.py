@@ -1227,6 +1227,20 @@ FRESH_SILENT = {
                 outputs.append(net(image))
             return outputs
         """,
+    "eval-without-no-grad: a model frozen by a loop over its parameters() that counts them too (round 3)": """
+        import torch
+
+        def score_all(scorer, pairs):
+            scorer.eval()
+            frozen = 0
+            for weight in scorer.parameters():
+                weight.requires_grad_(False)
+                frozen = frozen + weight.numel()
+            scores = []
+            for a, b in pairs:
+                scores.append(scorer(a, b))
+            return scores, frozen
+        """,
     "eval-without-no-grad: a model frozen with requires_grad_(False) before its loop (round 3)": """
         import torch
 
@@ -1262,6 +1276,8 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
      "eval-without-no-grad", 9),  # a project's own eval_mode may leave autograd on
     ("parameter by parameter", "weight.requires_grad = False", "weight.requires_grad = True",
      "eval-without-no-grad", 11),  # left trainable
+    ("counts them too", "weight.requires_grad_(False)", "weight.requires_grad_(True)", "eval-without-no-grad", 12),
+    ("counts them too", "weight.requires_grad_(False)", "scorer.requires_grad_(True)", "eval-without-no-grad", 12),
     ("requires_grad_(False) before", "encoder.requires_grad_(False)", "other.requires_grad_(False)",
      "eval-without-no-grad", 9),  # another model frozen
     ("requires_grad_(False) before", "encoder.requires_grad_(False)",
