@@ -249,3 +249,37 @@ def test_hf_probe_divides_the_gradient_norm_by_the_fp16_scale_the_gradients_carr
     assert float(callback.probe.grad_norm) == pytest.approx(float(unscaled), rel=1e-6)
     callback.probe.remove()
     callback.session.close()
+
+
+@pytest.mark.parametrize("max_grad_norm, scaler, skipped_grads", [
+    (1.0, True, "none"),  # the Trainer's clip unscaled them, and the scaler recorded its inf check: None skips
+    (0.0, True, "nan"),  # no clip: still scaled, so the scaler must find NaN to skip the step itself
+    (None, True, "nan"),
+    (0.0, False, "none"),  # no scaler (no fp16): None, whatever the clip
+])
+def test_hf_guard_skip_leaves_fp16_gradients_to_the_scaler_when_they_are_still_scaled(max_grad_norm, scaler, skipped_grads):
+    pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import MLDebugCallback
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            return {"loss": self.fc(x).sum() * float("nan")}  # a NaN loss: the guard skips the step
+
+    optimizer_class = type("Optimizer", (torch.optim.SGD,), {"scaler": torch.amp.GradScaler("cpu")} if scaler else {})
+    model = Model().train()
+    callback = MLDebugCallback(monitor=False, nan_watch=False)
+    args = type("Args", (), {"output_dir": "unused", "world_size": 1, "average_tokens_across_devices": False,
+                             "max_grad_norm": max_grad_norm})()
+    state = type("State", (), {"global_step": 0})()
+    callback.on_train_begin(args, state, None, model=model, optimizer=optimizer_class(model.parameters(), lr=0.1))
+    model(x=torch.ones(2, 4))["loss"].backward()
+    callback.on_pre_optimizer_step(args, state, None)
+    grads = [p.grad for p in model.parameters()]
+    assert callback.session.skipped
+    assert all(g is None for g in grads) if skipped_grads == "none" else all(bool(g.isnan().all()) for g in grads)
+    callback.probe.remove()
+    callback.session.close()

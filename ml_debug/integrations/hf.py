@@ -103,8 +103,8 @@ class MLDebugCallback(TrainerCallback):
         self.session.begin()
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        unscaled = bool(args.max_grad_norm and args.max_grad_norm > 0)  # the Trainer's clip unscales them (fp16)
-        self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm, scaled=not unscaled)
+        clipped = (args.max_grad_norm or 0) > 0  # the Trainer's clip unscales the gradients first (fp16)
+        self.session.before_step(state.global_step + 1, grad_norm=self.probe.grad_norm, scaled=not clipped)
 
     def on_optimizer_step(self, args, state, control, **kwargs):
         self.session.after_step(state.global_step + 1, grad_norm=self.probe.grad_norm)
