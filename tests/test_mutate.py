@@ -211,15 +211,18 @@ def test_a_warm_run_past_its_timeout_is_killed_with_its_children(repo, tmp_path)
     (repo / "tests" / "test_calc.py").write_text(SLEEPER.format(pid=str(pid_file)))
     proc = mutate(repo, "calc.py", "--warm", "--max", "1", "--timeout", "2")  # its test starts the sleeper in 0.4 s at load 9
     assert "its tests time out without any mutant: skipped" in proc.stdout, proc.stdout
-    sleeper = int(pid_file.read_text())
-    for _ in range(100):  # killed with the forked pytest's process group; reaped by init a moment later
+    assert_gone(int(pid_file.read_text()), "the timeout")
+
+
+def assert_gone(pid, after):
+    """The process ends within 10 s: killed with the forked pytest's process group, reaped by init a moment later."""
+    for _ in range(100):
         try:
-            os.kill(sleeper, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            break
+            return
         time.sleep(0.1)
-    else:
-        raise AssertionError(f"the test's child {sleeper} outlived the timeout")
+    raise AssertionError(f"the test's child {pid} outlived {after}")
 
 
 def test_a_mutants_mapped_tests_run_those_of_the_first_three_files_first():
@@ -245,12 +248,4 @@ def test_sigterm_removes_the_copy_and_kills_the_running_mutant(repo, tmp_path):
     proc.terminate()
     assert proc.wait(timeout=60) == 143, proc.communicate()
     assert not any(p.name.startswith("mutate-") for p in scratch.iterdir())
-    sleeper = int(pid_file.read_text())
-    for _ in range(100):
-        try:
-            os.kill(sleeper, 0)
-        except ProcessLookupError:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError(f"the test's child {sleeper} outlived the SIGTERM")
+    assert_gone(int(pid_file.read_text()), "the SIGTERM")
