@@ -81,6 +81,45 @@ CASES = [
      "accumulation-step-inverted", "`if batches_done % opt.gradient_accumulations:` stepped on k-1 of every k batches"),
     ("Shawn1993/cnn-text-classification-pytorch", "5e11c712d34bfc105931678168443d393e31a37c", "train.py",
      "eval-mode-not-restored", "model.train() once before the loop; the periodic evaluation leaves the model in eval mode"),
+    # Round 3 (2026-11-27): 16 fixes of 14 repositories not used before, each read and listed before it was linted
+    ("sthalles/SimCLR", "af77a03f0b66f52ee4fdb75d55a04eea8bfcc8cc", "train.py", "missing-zero-grad",
+     "the SimCLR training loop stepped the optimizer without ever zeroing the gradients (\"fixed bug missing zero_grad()\")"),
+    ("kuangliu/pytorch-cifar", "b1cf0f1d5c22ad42640e0d269ba0041ca4d29a21", "main.py", "eval-without-no-grad",
+     "test() ran the network over the test set in eval mode with autograd on"),
+    ("eriklindernoren/PyTorch-GAN", "c80d8bc1951cd8c6fb1856314f38d143a271f1f4", "implementations/acgan/acgan.py",
+     "softmax-into-ce", "the ACGAN discriminator's class head ended in nn.Softmax() and fed CrossEntropyLoss"),
+    ("clovaai/deep-text-recognition-benchmark", "7498f48452c48cbd504e536e24534a0031d85766", "demo.py",
+     "eval-without-no-grad", "the demo's no_grad block covered only the input tensors; the model's forward ran after "
+     "it with autograd on (test.py and train.py of the commit only swap requires_grad=False for no_grad)"),
+    ("wenet-e2e/wekws", "141d40704f33bd87805b3010548390592aab58c2", "kws/utils/executor.py", "missing-zero-grad",
+     "the keyword-spotting executor's training loop never called optimizer.zero_grad() (#72, #73)"),
+    ("wkentaro/pytorch-fcn", "d10dd3062824195fe5cc9d196b4af4081247bb3f", "torchfcn/trainer.py",
+     "eval-mode-not-restored", "validate() runs mid-epoch and set eval mode; model.train() only at the start of each "
+     "epoch, so the rest of the epoch trained in eval mode (PR #56)"),
+    ("yastrebksv/TennisCourtDetector", "e5cd4f1ce26b15361700d3d89e068cbf0e82749e", "base_trainer.py",
+     "missing-zero-grad", "train() stepped the optimizer with no zero_grad, gradients summed over all iterations (issue #7)"),
+    ("Hsintien-Ng/idinvert_pytorch-reproduced", "cf3302510573138cf16202add06feae7c93624ea",
+     "training/training_loop_encoder.py", "missing-zero-grad",
+     "the discriminator's optimizer_D was never zeroed before D_loss.backward() (issue #1)"),
+    ("danielkelshaw/ConcreteDropout", "0b8ecad05342d8b8feedadff3c0b7e8a7e3eb0ec", "mnist_example.py", "softmax-into-ce",
+     "the MLP's last layer was nn.Sequential(fc4, softmax) and its output went to F.cross_entropy (issue #11)"),
+    ("vinhkhuc/PyTorch-Mini-Tutorials", "f32192e649d71d49f2ee5169cede28260147026f", "2_logistic_regression.py",
+     "softmax-into-ce", "a Sequential model ending in torch.nn.Softmax() fed CrossEntropyLoss (issue #1; the same fix "
+     "in three more scripts)"),
+    ("karpathy/nanoGPT", "553f949f46e04a946e5ff2da6e4bb70a221ea1fc", "train.py", "accumulated-loss-not-scaled",
+     "the loss of each micro-step of gradient accumulation went to backward() undivided (#168): clipping saw the sum"),
+    ("samuelyu2002/ImVisible", "e536e5e1cd634e481c30709dd196482c3abdfdb9", "Model/training.py",
+     "loss-accumulated-with-graph", "running_loss += loss (and the MSE and CE terms) kept every batch's graph (issue #2)"),
+    ("fredzzhang/atlas", "41718b10242e1b40fd30005be3ccc3d58f11e8b1", "src/finetune.py", "accumulated-loss-not-scaled",
+     "the fine-tuning loss went to backward() undivided while the step came once per num_grad_accumulation batches (#26)"),
+    ("fredzzhang/atlas", "41718b10242e1b40fd30005be3ccc3d58f11e8b1", "src/learn_task_addition.py",
+     "accumulated-loss-not-scaled", "the same undivided accumulated loss, here `loss = sum(all_losses)` of a list of "
+     "per-dataset losses (#26)"),
+    ("ThilinaRajapakse/pytorch-transformers-classification", "c94585b02e5c15f73f47b4f2f81b82e188d118e4",
+     "run_model.ipynb", "scheduler-before-optimizer", "scheduler.step() came before optimizer.step() in the training loop"),
+    ("aidotse/LeakPro", "feaecdaf04a1bc5dd06beae1cacf212d809eef70", "examples/mia/cifar/cifar_handler.py",
+     "loss-average-mismatch", "a sum of per-batch mean losses divided by the number of samples; the fix weights each "
+     "by the batch size"),
 ]
 
 
@@ -123,7 +162,9 @@ def before_after(gitdir, sha, path, context=()):
 
 
 def mirror(root, repo):
-    return root / repo.replace("/", "+") / "repo"
+    """The repository's git directory: MIRRORS/<owner>+<name>/repo, or the .git inside it when fetch left a checkout."""
+    gitdir = root / repo.replace("/", "+") / "repo"
+    return gitdir / ".git" if (gitdir / ".git").is_dir() else gitdir
 
 
 def candidates(root, repo, shas):

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from ..registry import rule
 from ..source import memo
-from ..syntax import dotted, terminal
+from ..syntax import dotted, position, terminal
 from ..torch_names import RESHAPES
 from .step_order import same_object
 
 ACCELERATE_STEPS = ("gradient_accumulation_steps", "gradient_accumulation_plugin")  # Accelerator(...) keywords
+BEFORE_THE_STEP = ("clip", "unscale")  # what may come between the last micro-batch and the step: nanoGPT's clip
 PLUGINS = ("deepspeed_plugin", "deepspeed_plugins")  # carry their own gradient_accumulation_steps
 
 
@@ -99,8 +100,9 @@ def accumulation(src, loop):
         outer = innermost(src, loop) or src.function(loop) or src.tree
         end = (loop.end_lineno, loop.end_col_offset)
         after = [e for e in src.run_events(outer, False) if e.pos > end and innermost(src, e.node) is innermost(src, loop)]
-        if after and after[0].kind == "step":  # the next event after the micro-batches is the step
-            counted = loop.iter.args[0] if ranged(loop) else None
+        after = [e for e in after if e.kind not in BEFORE_THE_STEP]
+        if after and after[0].kind == "step":  # the next event after the micro-batches is the step (a clip and the
+            counted = loop.iter.args[0] if ranged(loop) else None  # GradScaler's unscale_ go between them)
             return Accumulation(loop, None, counted, after[0])
     return None
 
@@ -218,7 +220,10 @@ def scaling(src, expr, depth=0):
     if depth > 12 or expr is None:
         return None
     if isinstance(expr, ast.Name):
-        return scaling(src, src.definition(expr), depth + 1)
+        value = src.definition(expr)
+        if value is None and "loss" in expr.id.lower():  # `logits, loss = model(x, y)`: a model's own loss, as it is
+            value = unpacked_from(src, expr)
+        return scaling(src, value, depth + 1)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, (ast.Div, ast.Mult, ast.FloorDiv)):
             return "scaled"
@@ -234,6 +239,9 @@ def scaling(src, expr, depth=0):
         return None
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in RESHAPES | {"mean", "sum"}:
         return scaling(src, expr.func.value, depth + 1)
+    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "scale" and len(expr.args) == 1 and \
+            "scaler" in (dotted(expr.func.value) or "").lower():
+        return scaling(src, expr.args[0], depth + 1)  # GradScaler.scale(loss): fp16's loss scaling, not a division
     if any(isinstance(a, ast.Starred) for a in expr.args) or any("accum" in (dotted(n) or "").lower()
                                                                  for n in ast.walk(expr)):
         return None  # arguments it cannot see, or the accumulation count itself: it may scale inside
@@ -243,6 +251,18 @@ def scaling(src, expr, depth=0):
     if ("model" in name or name.endswith("net")) and not src.helpers(expr):
         return "unscaled"  # a model that returns its loss (a diffusion model, a Hugging Face model)
     return None
+
+
+def unpacked_from(src, name):
+    """The call the last tuple assignment before a name's use unpacked it from (`logits, loss = model(x, y)`), or None."""
+    found = None
+    for node in src.local(src.scope(name)):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and position(node) < position(name) and \
+                any(isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name.id
+                                                                  for e in t.elts) for t in node.targets):
+            if found is None or position(node) > position(found):
+                found = node
+    return None if found is None else found.value
 
 
 def output_loss(expr):

@@ -134,3 +134,31 @@ def train_clip_each_micro_step(model, optimizer, loader, accumulation_steps, max
         if (i + 1) % accumulation_steps == 0:
             optimizer.step()
             optimizer.zero_grad()
+
+
+def train_micro_steps_then_clip(model, optimizer, scaler, next_batch, grad_accum_steps, grad_clip, iters):
+    """An inner loop of micro-steps, fp16 scaling, then unscale and clip before the step (the nanoGPT way)."""
+    for _ in range(iters):
+        for micro_step in range(grad_accum_steps):
+            x, y = next_batch()
+            logits, loss = model(x, y)
+            loss = loss / grad_accum_steps
+            scaler.scale(loss).backward()
+        scaler.unscale_(optimizer)
+        clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+
+
+def train_micro_steps_then_clip_unscaled(model, optimizer, scaler, next_batch, grad_accum_steps, grad_clip, iters):
+    for _ in range(iters):
+        for micro_step in range(grad_accum_steps):
+            x, y = next_batch()
+            logits, loss = model(x, y)
+            scaler.scale(loss).backward()  # BUG: accumulated-loss-not-scaled
+        scaler.unscale_(optimizer)
+        clip_grad_norm_(model.parameters(), grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
