@@ -9,6 +9,7 @@ CI has no GPU, so these are skipped there. Run them on a machine with one:
 themselves where no GPU is at hand.
 """
 import json
+import math
 import os
 import signal
 import subprocess
@@ -131,3 +132,47 @@ def test_dist_check_uses_nccl_with_a_gpu_per_rank_and_gloo_past_that(tmp_path):
     assert code == 0 and f"{gpus + 1} ranks, backend gloo" in output, output
     code, output = dist_check("--nproc", str(gpus + 1), "--backend", "nccl", out=tmp_path / "refused")
     assert code == 2 and "needs a GPU per rank" in output and len(output.strip().splitlines()) == 1, output
+
+
+@pytest.mark.parametrize("max_grad_norm", [1.0, 0.0])  # clipped: unscaled by the Trainer first; 0: still scaled
+def test_hf_trainer_in_fp16_logs_what_the_trainer_logs_and_survives_a_skip(tmp_path, max_grad_norm):
+    """fp16 with accelerate's GradScaler and the fused AdamW: a batch with every label masked (a NaN loss) at step 4
+    is skipped by the guard and named by NanWatch; the weights stay finite; each logged loss is the Trainer's own.
+    (Written after the H200 was given back, 2026-11-27: to run on the next lent GPU. On the CPU accelerate makes no
+    GradScaler, so ML_DEBUG_TEST_DEVICE=cpu checks the rest.)"""
+    transformers = pytest.importorskip("transformers")
+    from ml_debug.integrations.hf import MLDebugCallback
+
+    steps, bad = 8, 4
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_positions=16, n_embd=32, n_layer=2,
+                                                                 n_head=2))
+
+    class Batches(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            g = torch.Generator().manual_seed(0)
+            for step in range(1, steps + 1):
+                for _ in range(4):
+                    ids = torch.randint(0, 64, (16,), generator=g)
+                    yield {"input_ids": ids, "labels": torch.full_like(ids, -100) if step == bad else ids.clone()}
+
+    cuda = DEVICE == "cuda"
+    args = transformers.TrainingArguments(output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=4,
+                                          learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
+                                          use_cpu=not cuda, fp16=cuda, optim="adamw_torch_fused" if cuda else "adamw_torch",
+                                          disable_tqdm=True, dataloader_num_workers=0, seed=0, max_grad_norm=max_grad_norm)
+    callback = MLDebugCallback()
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=Batches(), callbacks=[callback])
+    trainer.train()
+    if cuda:
+        assert callback.session.scaler is not None  # the path under test: accelerate's GradScaler
+    assert [(r["step"], r["source"]) for r in callback.reports] == [(bad, "module")]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    lines = [json.loads(line) for line in (tmp_path / "out" / "ml_debug_log.jsonl").read_text().splitlines()]
+    records = [r for r in lines if "event" not in r]
+    assert [r["step"] for r in records] == [s for s in range(1, steps + 1) if s != bad]
+    own = {entry["step"]: entry for entry in trainer.state.log_history if "loss" in entry}
+    for r in records:
+        assert r["loss"] == pytest.approx(own[r["step"]]["loss"], rel=1e-3, abs=1e-4)
+        if max_grad_norm and math.isfinite(r["grad_norm"]):  # the Trainer logs its pre-clip norm, unscaled
+            assert r["grad_norm"] == pytest.approx(own[r["step"]]["grad_norm"], rel=1e-2)
