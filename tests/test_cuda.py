@@ -176,3 +176,46 @@ def test_hf_trainer_in_fp16_logs_what_the_trainer_logs_and_survives_a_skip(tmp_p
         assert r["loss"] == pytest.approx(own[r["step"]]["loss"], rel=1e-3, abs=1e-4)
         if max_grad_norm and math.isfinite(r["grad_norm"]):  # the Trainer logs its pre-clip norm, unscaled
             assert r["grad_norm"] == pytest.approx(own[r["step"]]["grad_norm"], rel=1e-2)
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="the CPU twin is tests/test_integrations.py's (MixedPrecision with a CPU GradScaler)")
+@pytest.mark.parametrize("fused", [False, True])
+def test_lightning_16_mixed_on_the_gpu_logs_unscaled_values_and_survives_a_skip(tmp_path, fused):
+    """Lightning's own 16-mixed on the GPU: a zero row makes step 6's loss NaN; the guard skips it (with the fused
+    AdamW, by NaN gradients the scaler skips), NanWatch names ScaleNorm, the weights stay finite, and each logged loss
+    is training_step's. (Written after the H200 was given back, 2026-11-27: to run on the next lent GPU.)"""
+    lightning = pytest.importorskip("lightning")
+    from lightning_cases import Classifier
+    from ml_debug.integrations.lightning import MLDebugCallback
+
+    class Recorded(Classifier):
+        def __init__(self):
+            super().__init__()
+            self.losses = {}
+
+        def training_step(self, batch, batch_idx):
+            loss = super().training_step(batch, batch_idx)
+            self.losses[self.trainer.global_step] = float(loss.detach())
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-2, fused=fused)
+
+    steps, bad = 12, 6
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(steps * 8, 8, generator=g), torch.randint(0, 3, (steps * 8,), generator=g)
+    x[bad * 8] = 0.0
+    torch.manual_seed(0)
+    model, callback = Recorded(), MLDebugCallback()
+    trainer = lightning.Trainer(max_epochs=1, accelerator="gpu", devices=1, precision="16-mixed", logger=False,
+                                enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                default_root_dir=tmp_path, callbacks=[callback])
+    trainer.fit(model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8))
+    assert callback.scaler is not None
+    assert [(r["step"], r["module"]) for r in callback.reports] == [(bad, "encoder.1")]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    lines = [json.loads(line) for line in (tmp_path / "ml_debug_log.jsonl").read_text().splitlines()]
+    records = [r for r in lines if "event" not in r]
+    assert [r["step"] for r in records] == [s for s in range(steps) if s != bad]
+    for r in records:
+        assert r["loss"] == pytest.approx(model.losses[r["step"]], rel=1e-3)
