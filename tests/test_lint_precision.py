@@ -1241,6 +1241,17 @@ FRESH_SILENT = {
                 scores.append(scorer(a, b))
             return scores, frozen
         """,
+    "eval-without-no-grad: a robustness evaluation that runs a library's adversarial attack on each batch (round 3)": """
+        import torch
+
+        def robust_accuracy(net, batches, adversary):
+            net.eval()
+            right = 0
+            for images, labels in batches:
+                crafted = adversary.perturb(images, labels)
+                right += (net(crafted).argmax(1) == labels).sum().item()
+            return right
+        """,
     "eval-without-no-grad: a model frozen with requires_grad_(False) before its loop (round 3)": """
         import torch
 
@@ -1278,6 +1289,8 @@ def test_false_findings_of_the_fresh_corpus_stay_silent(code):
      "eval-without-no-grad", 11),  # left trainable
     ("counts them too", "weight.requires_grad_(False)", "weight.requires_grad_(True)", "eval-without-no-grad", 12),
     ("counts them too", "weight.requires_grad_(False)", "scorer.requires_grad_(True)", "eval-without-no-grad", 12),
+    ("adversarial attack on each batch", "crafted = adversary.perturb(images, labels)",
+     "crafted = augmenter.flip(images)", "eval-without-no-grad", 9),  # no attack: no gradient wanted
     ("requires_grad_(False) before", "encoder.requires_grad_(False)", "other.requires_grad_(False)",
      "eval-without-no-grad", 9),  # another model frozen
     ("requires_grad_(False) before", "encoder.requires_grad_(False)",

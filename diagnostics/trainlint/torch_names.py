@@ -47,6 +47,9 @@ SET_GRAD = {"torch.set_grad_enabled", "torch.autograd.set_grad_enabled"}
 CLIPS = {"clip_grad_norm_", "clip_grad_value_", "clip_grad_norm"}
 INPUT_GRADS = {"torch.autograd.grad", "torch.autograd.functional.jacobian", "torch.autograd.functional.vjp",
                "torch.func.grad", "torch.func.vjp", "torch.func.jacrev"}
+# an adversarial attack differentiates the model's loss with respect to its input inside a library call (advertorch's
+# attack.perturb, torchattacks' atk(x, y), foolbox, ART's generate): an evaluation that runs one needs autograd
+ATTACK_WORDS = ("attack", "adversar", "perturb", "pgd", "fgsm")
 EVENT_NAMES = CLIPS | {"backward", "manual_backward", "zero_", "detach_", "step", "unscale_", "update", "eval", "train"}
 DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
             "alpha_dropout": False, "feature_alpha_dropout": False}  # name -> default of `training`

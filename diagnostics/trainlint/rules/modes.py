@@ -3,8 +3,8 @@ ignores the mode."""
 import ast
 
 from ..registry import rule
-from ..syntax import argument, has_star_kwargs, is_false, keyword, method_call, position
-from ..torch_names import DROPOUTS, INPUT_GRADS, MOVES
+from ..syntax import argument, dotted, has_star_kwargs, is_false, keyword, method_call, position, terminal
+from ..torch_names import ATTACK_WORDS, DROPOUTS, INPUT_GRADS, MOVES
 from .parameters import is_module_class, is_optimizer_class
 from .step_order import jump_after
 
@@ -23,7 +23,8 @@ def last_switch(src, scope, target, before):
     runs slower, and any output kept for later (a list of predictions, a summed loss) holds its
     graph alive. Wrap the loop in torch.no_grad() (or torch.inference_mode()), or decorate the
     function. If every caller already wraps it, add the decorator anyway, or silence this line.
-    Loops that want gradients (backward(), torch.autograd.grad, requires_grad_) are not flagged, nor a
+    Loops that want gradients (backward(), torch.autograd.grad, requires_grad_, a call named for an adversarial
+    attack: attack.perturb(x, y), pgd(model, x, y)) are not flagged, nor a
     model whose parameters were all frozen before the loop (requires_grad_(False), or requires_grad = False on
     each of its parameters): its forward passes record no graph.""",
     """
@@ -54,8 +55,8 @@ def check_eval_without_no_grad(src):
         scope_targets = {e.target for e in src.events(scope) if e.kind == "eval"}
         kinds = src.reach_kinds(loop) if scope_targets else {"backward"}
         if "backward" in kinds or "step" in kinds or any(
-                isinstance(n, ast.Call) and (src.qualname(n.func) in INPUT_GRADS or method_call(n, "requires_grad_"))
-                for n in src.reach(loop)):
+                isinstance(n, ast.Call) and (src.qualname(n.func) in INPUT_GRADS or method_call(n, "requires_grad_")
+                                             or attack_call(n)) for n in src.reach(loop)):
             continue  # gradients are wanted here (training, saliency maps, adversarial examples)
         for call in (n for n in src.local(loop) if isinstance(n, ast.Call)):
             target = ast.unparse(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
@@ -72,6 +73,13 @@ def check_eval_without_no_grad(src):
                                 f"PyTorch 0.4, and does nothing since" if volatile is not None else "")
                              + ". Wrap the loop in torch.no_grad() or torch.inference_mode(), or decorate the function.")
                 break
+
+
+def attack_call(call):
+    """A call that runs an adversarial attack (its function or receiver named for one: attack.perturb(x, y),
+    pgd(model, x, y), self.adversary(x)): the attack differentiates with respect to the input inside it."""
+    names = [terminal(call.func)] + ([dotted(call.func.value)] if isinstance(call.func, ast.Attribute) else [])
+    return any(word in (name or "").lower() for name in names for word in ATTACK_WORDS)
 
 
 def frozen_before(src, scope, target, before):
