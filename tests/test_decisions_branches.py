@@ -589,3 +589,13 @@ def test_the_callbacks_grad_norm_is_none_without_gradients_not_zero():
     assert grad_norm(model) is None  # before any backward (or all frozen): nothing to log, not a norm of 0
     model(torch.ones(2)).sum().backward()
     assert float(grad_norm(model)) == pytest.approx(float(torch.cat([p.grad.flatten() for p in model.parameters()]).norm()))
+
+
+def test_data_sanity_standardises_rows_by_features_per_feature_and_images_as_a_whole():
+    table = torch.stack([torch.arange(8.0), 100.0 + 10 * torch.arange(8.0)], dim=1)  # 8 rows, 2 features
+    per_feature = data_sanity._standardised(table)
+    assert torch.allclose(per_feature.mean(0), torch.zeros(2), atol=1e-6)
+    assert torch.allclose(per_feature.std(0), torch.ones(2), atol=1e-6)  # each column alone, not the table as a whole
+    images = torch.arange(24.0).reshape(2, 3, 2, 2)
+    whole = data_sanity._standardised(images)
+    assert float(whole.mean()) == pytest.approx(0.0, abs=1e-6) and float(whole.std()) == pytest.approx(1.0, rel=1e-6)

@@ -345,3 +345,12 @@ def test_training_loop_fails_an_eval_mode_loop_only_past_a_0_1_percent_effect(sh
             "loop": {"training": False, "in_eval": ["drop"], "mode_dependent": 1, "grads": "cleared",
                      "grads_residuals": {"cleared": 0.0, "kept": 1.0}}}
     assert training_loop.check_training_loop(case).status == status
+
+
+@pytest.mark.parametrize("cut, status", [(0.85, "pass"), (0.6, "fail")])  # one column of 10 flat (10%), or two (20%)
+def test_loss_surface_fails_a_plateau_only_past_10_percent_of_the_grid(cut, status):
+    surface = {"loss": lambda a, b: torch.where(a > cut, torch.full_like(a, 5.0), a.abs() + b.abs()),
+               "x_range": (-1.0, 1.0), "y_range": (-1.0, 1.0)}  # flat at 5 (above the minimum) where a > cut
+    result = loss_surface.check_loss_surface(surface, n=10)
+    assert result["details"]["plateau_share"] == pytest.approx(0.1 if cut > 0.8 else 0.2)
+    assert result["status"] == status
