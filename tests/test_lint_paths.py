@@ -90,6 +90,19 @@ def test_notebook_shell_lines_with_continuations_are_skipped(tmp_path):
     assert [(f["cell"], f["line"]) for f in json.loads(proc.stdout)["findings"]] == [(2, 2)]
 
 
+def test_a_notebook_findings_message_names_lines_as_its_cells_number_them(tmp_path, capsys):
+    """A message that names another line says where it is in the notebook: `line 2` in the finding's own cell,
+    `cell 2 line 2` in another (before: the line of all the code cells joined, `line 4`)."""
+    path = tmp_path / "nb.ipynb"
+    path.write_text(notebook("import torch\nimport torch.nn.functional as F\n",
+                             "scores = model(x)\nprobs = F.softmax(scores, dim=-1)\n",
+                             "print(probs.shape)\nloss = F.cross_entropy(probs, y)\n"))
+    assert lint.main([str(path), "--json", "--no-config"]) == 1
+    [finding] = json.loads(capsys.readouterr().out)["findings"]
+    assert (finding["rule"], finding["cell"], finding["line"]) == ("softmax-into-ce", 3, 2)
+    assert "cell 2 line 2" in finding["message"] and "line 4" not in finding["message"]
+
+
 @pytest.mark.parametrize("statement", [
     "print('epoch %d, loss %.3f'\n      % (epoch, loss))",  # %-formatting continued on the next line
     "keep = (label\n        != ignore_index)",  # a comparison continued inside brackets

@@ -225,6 +225,21 @@ def help_line(body):
     return True
 
 
+LINE_REFERENCE = re.compile(r"(?<!\.py )(?<!\.ipynb )\bline (\d+)\b")  # a line of this file a message names
+
+
+def in_cells(message, cells, cell):
+    """A finding's message with the lines it names in the joined notebook source given by cell, as its location is:
+    `line 7` -> `line 5` in the finding's own cell, `cell 3 line 2` in another (a .py file's lines stay as they are)."""
+    def where(match):
+        number = int(match.group(1))
+        if not 0 < number <= len(cells):
+            return match.group(0)
+        at, line = cells[number - 1]
+        return f"line {line}" if at == cell else f"cell {at} line {line}"
+    return LINE_REFERENCE.sub(where, message)
+
+
 def cells_left_out(unparsed):
     """One line on the cells of a notebook that do not parse: the first one's error, the others' numbers."""
     (number, error), rest = unparsed[0], unparsed[1:]
@@ -330,8 +345,8 @@ def lint_paths(paths, select=None, config=None, exclude=(), tests=True, skipped=
             chosen = select if config is None else config.rules_for(path, select)
             if path.suffix == ".ipynb":
                 source, cells, unparsed = notebook_source(text)
-                findings += [Finding(f.rule, f.path, cells[f.line - 1][1], f.message, cells[f.line - 1][0])
-                             for f in lint_source(source, str(path), chosen)]
+                findings += [Finding(f.rule, f.path, cells[f.line - 1][1], in_cells(f.message, cells, cells[f.line - 1][0]),
+                                     cells[f.line - 1][0]) for f in lint_source(source, str(path), chosen)]
                 if unparsed:
                     errors.append((str(path), cells_left_out(unparsed), False))
             else:
