@@ -599,3 +599,10 @@ def test_data_sanity_standardises_rows_by_features_per_feature_and_images_as_a_w
     images = torch.arange(24.0).reshape(2, 3, 2, 2)
     whole = data_sanity._standardised(images)
     assert float(whole.mean()) == pytest.approx(0.0, abs=1e-6) and float(whole.std()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_an_output_in_a_folder_that_does_not_exist_is_refused_before_any_work(tmp_path):
+    from ml_debug_contract import OutputRefused, output_file
+    with pytest.raises(OutputRefused, match="does not exist"):
+        output_file(tmp_path / "no such folder" / "report.md", option="--out")
+    assert output_file(tmp_path / "report.md", option="--out") == tmp_path / "report.md"  # a new file in a folder: fine
