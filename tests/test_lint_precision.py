@@ -536,6 +536,23 @@ GAN_HEADS = """
         """  # a discriminator with two heads (PyTorch-GAN): softmax-into-ce through a tuple
 
 FOUND = [
+    ("loss-accumulated-with-graph", "a loss a step function of the file returns as it is, summed by its caller (round 4)", """
+        import torch.nn.functional as F
+
+        def train_step(net, opt, x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss
+
+        def fit(net, opt, loader):
+            running = 0.0
+            for x, y in loader:
+                loss = train_step(net, opt, x, y)
+                running += loss  # BUG: each step's graph chained onto running
+            return running
+        """),
     ("backward-under-no-grad", "a leaf that requires grad, its whole loss made under no_grad", """
         import torch
 
@@ -737,6 +754,23 @@ NOT_FOUND = {
         cfg = {"weight_decay": 0.1}
         cfg["weight_decay"] = 0.0
         optimizer = torch.optim.Adam(model.parameters(), weight_decay=cfg["weight_decay"])
+        """,
+    "a step function of the file that returns its loss as a number": """
+        import torch.nn.functional as F
+
+        def train_step(net, opt, x, y):
+            opt.zero_grad()
+            loss = F.cross_entropy(net(x), y)
+            loss.backward()
+            opt.step()
+            return loss.item()
+
+        def fit(net, opt, loader):
+            running = 0.0
+            for x, y in loader:
+                loss = train_step(net, opt, x, y)
+                running += loss
+            return running
         """,
 }
 

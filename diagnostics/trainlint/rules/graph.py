@@ -320,6 +320,20 @@ def returns_numbers(src, call):
     return bool(returns) and all(r.value is not None and not graph_carriers(r.value) for r in returns)
 
 
+def returns_a_loss(src, call):
+    """call runs a function of this file that returns a loss as it is, graph and all (`loss.backward(); return loss`):
+    a name that feeds its backward() or holds a loss function's output."""
+    helpers = src.helpers(call)
+    if not helpers:
+        return False
+    function = helpers[0]
+    losses = names_behind(src, [t for _, t in backward_calls(src, function) if t is not None], (ast.BinOp, ast.Name)) | {
+        t.id for n in src.local(function) if isinstance(n, ast.Assign) and src.loss_call(n.value)
+        for t in n.targets if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in losses
+               for n in src.local(function))
+
+
 def names_behind(src, exprs, follow):
     """Names in exprs, and in the values assigned to them, as long as those values are of a `follow` type."""
     names, todo = set(), list(exprs)
@@ -372,7 +386,8 @@ def few(src, node):
     too: memory grows each step until the run fails out of memory hours in. Where one runs, it
     frees the activations, but the graph nodes still pile up step after step, and the total is a
     tensor that drags the graph along into every later use. Add loss.item() (or loss.detach())
-    instead. A loop of a literal few passes (range(3) in a test)
+    instead. A loss a step function of the file returns as it is (`loss.backward(); return loss`) and its
+    caller sums counts too. A loop of a literal few passes (range(3) in a test)
     and a dict of outputs (whose entries the code detaches by key) are left alone.""",
     """
     import torch.nn.functional as F
@@ -421,8 +436,9 @@ def check_loss_accumulated_with_graph(src):
         keyed = {n.value.id for n in src.local(scope) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                  and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}  # dicts: out["loss"]
         losses = names_behind(src, targets, (ast.BinOp, ast.Name)) | {
-            t.id for n in src.local(scope) if isinstance(n, ast.Assign) and src.loss_call(n.value)
-            for t in n.targets if isinstance(t, ast.Name)}
+            t.id for n in src.local(scope) if isinstance(n, ast.Assign) and (
+                src.loss_call(n.value) or isinstance(n.value, ast.Call) and returns_a_loss(src, n.value))
+            for t in n.targets if isinstance(t, ast.Name)}  # (a loss a step function of this file returns as it is)
         for node, total, added in sums:
             carried = [ast.unparse(n) for n in graph_carriers(added, src)
                        if (isinstance(n, ast.Name) and n.id in losses and n.id not in keyed or
@@ -440,7 +456,15 @@ def check_loss_accumulated_with_graph(src):
                 continue
             freed = next((call for call, target in backwards if position(loop) <= position(call) <= end_position(loop) and
                           carried[0] in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}), None)
-            if freed is None:
+            carrier = next(n for n in graph_carriers(added, src) if ast.unparse(n) == carried[0])
+            made = src.definition(carrier) if isinstance(carrier, ast.Name) else None
+            helper = src.helpers(made)[0] if isinstance(made, ast.Call) and src.helpers(made) else None
+            if freed is None and helper is not None and "backward" in src.kinds(helper):
+                yield node, (f"adding {carried[0]} (a tensor with its autograd graph, as {helper.name}() returns it) to "
+                             f"{total} on every iteration chains every step's graph onto {total} (the backward() in "
+                             f"{helper.name}() freed their activations, not the graph): memory creeps up with the steps. "
+                             f"Use {carried[0]}.item() (or {carried[0]}.detach()) here, or return loss.item().")
+            elif freed is None:
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph) to {total} on every iteration "
                              f"keeps all those graphs alive: memory grows until the run fails. Use {carried[0]}.item() "
                              f"(or {carried[0]}.detach()) here.")
