@@ -400,3 +400,34 @@ def test_every_rank_skips_what_one_rank_sees_and_the_monitor_logs_the_mean(tmp_p
     assert ranks[0]["losses"] != ranks[1]["losses"]  # the mean is not just rank 0's loss
     events = [(e["step"], e["reason"]) for e in lines if "event" in e]
     assert events == [(HUGE, "grad_norm_outlier"), (INF, "nonfinite_grad_norm"), (NAN, "nonfinite_loss")]
+
+
+def _fsdp_rank_main(rank, world, port, out_dir):
+    """FSDP2 (fully_shard) on two gloo ranks: each rank holds half of every parameter and of its gradient."""
+    gloo.join(rank, world, port)
+    sys.path.insert(0, str(DIAGNOSTICS))
+    import spike_guard as guard_module
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+    replica = copy.deepcopy(model)  # unsharded: the gradient the sharded one stands for
+    fully_shard(model)
+    batches = [torch.randn(5, 8, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    loss = model(batches[rank]).pow(2).mean()
+    loss.backward()  # FSDP reduce-scatters the mean over ranks: each rank holds its shard of it
+    guard = guard_module.SpikeGuard(model, sharded=True)
+    guard.should_skip(0, loss)
+    for x in batches:
+        (replica(x).pow(2).mean() / world).backward()
+    full = torch.nn.utils.get_total_norm([p.grad for p in replica.parameters()]).item()
+    gloo.report(rank, out_dir, {"guard": guard.grad_norm, "full": full,
+                                "sharded": type(next(model.parameters()).grad).__name__})
+
+
+def test_under_fsdp2_the_guard_reads_the_global_norm_of_the_sharded_gradients(tmp_path):
+    """sharded=True sums the squared norms of each rank's shard: the norm of the whole gradient, the same on both
+    ranks; taking the gradients as they are (DTensors) would count it once per rank."""
+    ranks = gloo.run_on_ranks(_fsdp_rank_main, tmp_path, "the FSDP ranks did not finish: a collective hangs")
+    assert ranks[0]["sharded"] == "DTensor"
+    assert ranks[0]["guard"] == ranks[1]["guard"] == pytest.approx(ranks[0]["full"], rel=1e-5)
