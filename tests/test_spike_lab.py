@@ -42,6 +42,11 @@ def test_pocket_is_a_slow_recovery_at_its_step(logs):
     assert spike["peak"] > 3 * spike["baseline"]
 
 
+def test_a_run_of_n_steps_logs_steps_0_to_n_minus_1(logs):
+    log = logs["lr_jump"]["log"]
+    assert (log["first_step"], log["last_step"], log["values"]) == (0, STEPS - 1, STEPS)
+
+
 def test_lr_jump_diverges_from_its_step(logs):
     spike = _spike_at(logs["lr_jump"], AT, AT + 10)
     assert spike["type"] == "divergence"
