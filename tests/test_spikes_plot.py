@@ -1,0 +1,87 @@
+"""spikes.py --plot, decision by decision (issue 27: its figure had no test but "a PNG is written"): the panels, the
+NaN line, a creep's shaded span, the faded rolled-back data, the log scale's threshold and the labels kept. The figure
+is read back from matplotlib instead of the PNG; the report is a stand-in with the fields plot() reads."""
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
+
+from spikelog import plot as spike_plot  # noqa: E402
+
+
+def curve(*segments):
+    """A stand-in for a Report curve: segments() gives {segment: (steps, values)}."""
+    return SimpleNamespace(buckets=[None], segments=lambda: dict(enumerate(segments)))
+
+
+def report(grad=False, nan_step=None, events=(), spikes=(), loss=None):
+    steps = list(range(100))
+    loss = loss or curve((steps, [2.0 - 0.001 * s for s in steps]))
+    curves = {"loss": loss, **({"grad_norm": curve((steps, [1.0] * 100))} if grad else {})}
+    return SimpleNamespace(columns=SimpleNamespace(loss="loss", extras=[], grad="grad_norm" if grad else None,
+                                                   loss_label="loss"),
+                           curves=curves, dataset_spikes={}, resumes=[], nan_step=nan_step, spikes=list(spikes),
+                           events=list(events), path=Path("run.csv"))
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """plot() on a report; returns the figure it would have written."""
+    figures = []
+    monkeypatch.setattr(spike_plot, "write_output", lambda out, write, force: figures.append(plt.gcf()))
+
+    def draw(rep):
+        spike_plot.plot(rep, "run.png")
+        return figures[-1]
+    return draw
+
+
+def labels(fig):
+    return [line.get_label() for ax in fig.axes for line in [*ax.lines, *ax.patches, *ax.collections]]
+
+
+@pytest.mark.parametrize("grad, panels, height", [(True, 2, 5.4), (False, 1, 4.0)])
+def test_a_logged_grad_norm_gets_its_own_panel(drawn, grad, panels, height):
+    fig = drawn(report(grad=grad))
+    assert len(fig.axes) == panels and tuple(fig.get_size_inches()) == pytest.approx((9, height))
+
+
+def test_the_first_nan_is_a_red_line_at_its_step_and_no_nan_draws_none(drawn):
+    assert "first NaN/inf (step 30)" in labels(drawn(report(nan_step=30)))
+    assert not any(label.startswith("first NaN") for label in labels(drawn(report())))
+
+
+def test_a_creep_is_shaded_from_its_start_to_its_last_step(drawn):
+    creep = {"kind": "non_spike_divergence", "step": 40, "last_step": 70}
+    [span] = [p for p in drawn(report(events=[creep])).axes[0].patches if p.get_label() == "divergence without a spike"]
+    left = span.get_x() if hasattr(span, "get_width") else min(x for x, _ in span.get_xy())  # a Rectangle, or a Polygon
+    right = left + span.get_width() if hasattr(span, "get_width") else max(x for x, _ in span.get_xy())  # (older)
+    assert (left, right) == (40, 70)
+
+
+def test_data_a_later_resume_went_back_over_is_drawn_faded_from_the_resume_step_on():
+    calls = []
+    ax = SimpleNamespace(plot=lambda xs, ys, **style: calls.append((list(xs), style.get("alpha"))))
+    spike_plot._draw(ax, curve((list(range(10)), [1.0] * 10), (list(range(5, 12)), [2.0] * 7)), "tab:blue", "loss")
+    assert [(xs[0], xs[-1], alpha) for xs, alpha in calls] == [(0, 4, None), (5, 9, 0.25), (5, 11, None)]
+
+
+@pytest.mark.parametrize("high, log", [(5.0, True), (4.99, False)])
+def test_a_curve_spanning_5x_or_more_gets_a_log_scale(high, log):
+    fig, ax = plt.subplots()
+    spike_plot._scale(ax, [1.0, high], 5, ticker)
+    assert (ax.get_yscale() == "log") == log
+    plt.close(fig)
+
+
+def test_of_many_spikes_the_12_tallest_that_are_not_fast_recoveries_are_labelled():
+    spikes = [SimpleNamespace(type="slow_recovery", step=s, peak=2.0 + s, baseline=1.0) for s in range(14)]
+    spikes.append(SimpleNamespace(type="fast_recovery", step=99, peak=100.0, baseline=1.0))
+    kept = spike_plot._labelled(spikes)
+    assert [s.step for s in kept] == list(range(13, 1, -1))  # tallest first, the fast one left out
+    assert spike_plot._labelled(spikes[:6]) == spikes[:6]  # a few: all of them
