@@ -606,3 +606,17 @@ def test_an_output_in_a_folder_that_does_not_exist_is_refused_before_any_work(tm
     with pytest.raises(OutputRefused, match="does not exist"):
         output_file(tmp_path / "no such folder" / "report.md", option="--out")
     assert output_file(tmp_path / "report.md", option="--out") == tmp_path / "report.md"  # a new file in a folder: fine
+
+
+def test_a_text_log_with_a_nul_byte_is_refused_and_a_line_of_4_mb_is_the_longest_read(tmp_path):
+    from spikelog import CliError
+    from spikelog.read.text import MAX_LINE, text_blocks
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"step 1 loss 2.0\nstep 2 \0loss 1.9\n")
+    with pytest.raises(CliError, match="NUL bytes"):
+        list(text_blocks(path))
+    path.write_bytes(b"a" * MAX_LINE)  # one line of exactly 4 MB, no newline: the longest a log line may be
+    assert [len(text) for _, text in text_blocks(path)] == [MAX_LINE]
+    path.write_bytes(b"a" * (MAX_LINE + 1))
+    with pytest.raises(CliError, match="longer than 4 MB"):
+        list(text_blocks(path))
