@@ -620,3 +620,20 @@ def test_a_text_log_with_a_nul_byte_is_refused_and_a_line_of_4_mb_is_the_longest
     path.write_bytes(b"a" * (MAX_LINE + 1))
     with pytest.raises(CliError, match="longer than 4 MB"):
         list(text_blocks(path))
+
+
+def test_the_post_mortem_counts_lost_steps_to_a_later_rollback_says_20_of_n_and_tells_a_creep():
+    from types import SimpleNamespace
+
+    from spikelog import report as postmortem
+    spike = SimpleNamespace(start=1000, start_row=100, type="no_recovery")
+    rolled_back = SimpleNamespace(resumes=[(150, 900, 1400)], last_step=5000)  # (row, resumed at, rolled back from)
+    assert postmortem._lost_steps(spike, rolled_back).startswith("400 steps from the start of the spike to the rollback")
+    to_the_end = SimpleNamespace(resumes=[(50, 900, 950)], last_step=5000)  # a resume before the spike: not this one's
+    assert postmortem._lost_steps(spike, to_the_end).startswith("4000 steps from the spike to the end of the log")
+    fast = [SimpleNamespace(type="fast_recovery", step=s, start=s, end=s + 2, baseline=1.0, peak=3.0 + s, recovery_steps=2,
+                            grad_norm_lead=None) for s in range(21)]
+    assert "Largest first:" in "\n".join(postmortem._fast_section(fast[:20]))  # all 20 shown: no "20 of"
+    assert "Largest first (20 of 21):" in "\n".join(postmortem._fast_section(fast))
+    creep = {"kind": "non_spike_divergence", "from": 1.0, "low_step": 10, "to": 1.5, "last_step": 90, "step": 40}
+    assert postmortem._describe(creep).startswith("The loss crept from 1 (lowest, around step 10) to 1.5 by step 90")
