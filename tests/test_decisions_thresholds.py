@@ -354,3 +354,18 @@ def test_loss_surface_fails_a_plateau_only_past_10_percent_of_the_grid(cut, stat
     result = loss_surface.check_loss_surface(surface, n=10)
     assert result["details"]["plateau_share"] == pytest.approx(0.1 if cut > 0.8 else 0.2)
     assert result["status"] == status
+
+
+def test_sweeps_t_is_the_mean_over_its_standard_error_and_infinite_only_without_spread():
+    import sweeps
+    assert sweeps.t_summary([1.0, 2.0, 3.0])["t"] == pytest.approx(2.0 / (1.0 / math.sqrt(3)))  # se 0.577: under 1
+    assert sweeps.t_summary([2.0, 2.0])["t"] == math.inf and sweeps.t_summary([0.0, 0.0])["t"] == 0.0
+
+
+@pytest.mark.parametrize("seeds, sized", [(2, False), (3, True)])
+def test_sweeps_says_how_many_seeds_a_comparison_needs_from_3_pairs_on(seeds, sized):
+    import sweeps
+    rows = "lr,seed,acc\n" + "".join(f"{lr},{s},{0.8 + 0.01 * s + (0.02 + 0.01 * (s % 2) if lr == 0.2 else 0.0)}\n"
+                                     for lr in (0.1, 0.2) for s in range(seeds))
+    [comparison] = sweeps.analyze("sweep.csv", "lr", "seed", "acc", baseline="0.1", text=rows)["comparisons"]
+    assert comparison["n_pairs"] == seeds and (comparison["seeds_needed"] is not None) == sized
