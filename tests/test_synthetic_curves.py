@@ -95,3 +95,11 @@ def test_cli_help_and_bad_usage():
     proc = run_cli("synthetic_curves.py", "--out", "x.csv", "--rows", "5")
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     assert run_cli("synthetic_curves.py", "--scenario", "nope", "--out", "x.csv").returncode == 2
+
+
+def test_match_pairs_each_found_spike_once_and_only_near_its_plant():
+    from types import SimpleNamespace
+    near, far = SimpleNamespace(start=102), SimpleNamespace(start=300)
+    planted = [{"start": 100}, {"start": 101}]  # two plants near one found spike: it pairs with the first alone
+    assert synthetic_curves.match([far, near], planted) == [(planted[0], near)]
+    assert synthetic_curves.match([far], planted) == []  # 200 steps off: no pair
