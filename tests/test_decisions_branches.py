@@ -637,3 +637,12 @@ def test_the_post_mortem_counts_lost_steps_to_a_later_rollback_says_20_of_n_and_
     assert "Largest first (20 of 21):" in "\n".join(postmortem._fast_section(fast))
     creep = {"kind": "non_spike_divergence", "from": 1.0, "low_step": 10, "to": 1.5, "last_step": 90, "step": 40}
     assert postmortem._describe(creep).startswith("The loss crept from 1 (lowest, around step 10) to 1.5 by step 90")
+
+
+@pytest.mark.parametrize("name, text, fmt", [("run.log", "step,loss\n1,2.5\n2,2.4\n", "csv"),
+                                             ("run.log", "step\tloss\n1\t2.5\n2\t2.4\n", "tsv")])
+def test_a_table_whose_name_says_nothing_is_read_by_its_separator(tmp_path, name, text, fmt):
+    from spikelog.read import sniff
+    path = tmp_path / name
+    path.write_text(text)
+    assert sniff(path) == fmt

@@ -208,6 +208,7 @@ MALFORMED = {
     "a-whole-checkpoint": {"model": {}, "guard": {}},
     "a-missing-key": {k: v for k, v in _valid().items() if k != "run"},
     "an-extra-key": {**_valid(), "events": []},
+    "a-statistic-of-other-keys": _with(grad_norm={"mean": 1.0, "var": 0.1}),
     "mean-without-var": _with(loss__var=None),
     "a-string-mean": _with(grad_norm__mean="1.0"),
     "a-negative-var": _with(loss__var=-1.0),
