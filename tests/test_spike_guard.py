@@ -419,16 +419,23 @@ def _fsdp_rank_main(rank, world, port, out_dir):
     loss.backward()  # FSDP reduce-scatters the mean over ranks: each rank holds its shard of it
     guard = guard_module.SpikeGuard(model, sharded=True)
     guard.should_skip(0, loss)
+    import monitor
+    with monitor.TrainingMonitor(os.path.join(out_dir, "fsdp_log.jsonl"), model, sharded=True) as mon:
+        mon.log(0, loss)  # its own norms of the sharded parameters and gradients
     for x in batches:
         (replica(x).pow(2).mean() / world).backward()
     full = torch.nn.utils.get_total_norm([p.grad for p in replica.parameters()]).item()
-    gloo.report(rank, out_dir, {"guard": guard.grad_norm, "full": full,
+    weights = torch.nn.utils.get_total_norm([p.detach() for p in replica.parameters()]).item()
+    gloo.report(rank, out_dir, {"guard": guard.grad_norm, "full": full, "weights": weights,
                                 "sharded": type(next(model.parameters()).grad).__name__})
 
 
 def test_under_fsdp2_the_guard_reads_the_global_norm_of_the_sharded_gradients(tmp_path):
-    """sharded=True sums the squared norms of each rank's shard: the norm of the whole gradient, the same on both
-    ranks; taking the gradients as they are (DTensors) would count it once per rank."""
+    """sharded=True sums the squared norms of each rank's shard: the norm of the whole gradient (and, in the monitor's
+    log, of the whole weights), the same on both ranks; taking the DTensors as they are would count it once per rank."""
     ranks = gloo.run_on_ranks(_fsdp_rank_main, tmp_path, "the FSDP ranks did not finish: a collective hangs")
     assert ranks[0]["sharded"] == "DTensor"
     assert ranks[0]["guard"] == ranks[1]["guard"] == pytest.approx(ranks[0]["full"], rel=1e-5)
+    [record] = [json.loads(line) for line in (tmp_path / "fsdp_log.jsonl").read_text().splitlines()]  # the monitor too
+    assert record["grad_norm"] == pytest.approx(ranks[0]["full"], rel=1e-5)
+    assert record["param_norm"] == pytest.approx(ranks[0]["weights"], rel=1e-5)
