@@ -646,3 +646,43 @@ def test_a_table_whose_name_says_nothing_is_read_by_its_separator(tmp_path, name
     path = tmp_path / name
     path.write_text(text)
     assert sniff(path) == fmt
+
+
+def test_init_loss_skips_an_output_with_no_class_dimension_matching_the_targets():
+    import init_loss
+    case = {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(8, 4), torch.randint(0, 3, (5,))),
+            "loss_fn": lambda out, y: out.float().mean()}
+    result = init_loss.check_init_loss(case)
+    assert result.status == "skip" and "no class dimension matching targets (5,)" in result.summary
+
+
+class _Notes(torch.nn.Module):
+    def forward(self, x):
+        return {"note": "no tensor here"}
+
+
+def test_labels_skips_an_output_that_holds_no_prediction_tensor():
+    import labels
+    case = {"model": _Notes(), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            "loss_fn": lambda out, y: torch.zeros(())}
+    result = labels.check_labels(case)
+    assert result.status == "skip" and "cannot find the prediction tensor" in result.summary
+
+
+class _Pooled(torch.nn.Module):
+    """The target_leak demo's model with its output averaged over time: one vector per row, no position to score."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args, **kwargs):
+        return self.inner(*args, **kwargs).mean(dim=1)
+
+
+def test_target_leak_skips_an_output_that_does_not_line_up_with_the_targets_position_by_position():
+    import target_leak
+    case = target_leak.make_demo_case(broken=False)
+    case["model"] = _Pooled(case["model"])
+    result = target_leak.check_target_leak(case)
+    assert result.status == "skip" and "does not line up with the targets" in result.summary
