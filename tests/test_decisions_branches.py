@@ -686,3 +686,17 @@ def test_target_leak_skips_an_output_that_does_not_line_up_with_the_targets_posi
     case["model"] = _Pooled(case["model"])
     result = target_leak.check_target_leak(case)
     assert result.status == "skip" and "does not line up with the targets" in result.summary
+
+
+@pytest.mark.parametrize("tool", ["metric_stuck", "pinn_check"])
+def test_a_problem_file_that_raises_on_import_or_lacks_its_function_is_named_for_what_it_did(tmp_path, tool):
+    module = __import__(tool)
+    name = "make_problem" if tool == "metric_stuck" else "make_pinn"
+    raising = tmp_path / "raising.py"
+    raising.write_text(f"def {name}():\n    return {{}}\n\nraise ValueError('no data here')\n")  # its function is defined
+    with pytest.raises(module.ProblemError, match="raised ValueError on import: no data here"):
+        module.load_problem(str(raising))
+    lacking = tmp_path / "lacking.py"
+    lacking.write_text("x = 1\n")
+    with pytest.raises(module.ProblemError, match=rf"has no function {name}\(\)"):
+        module.load_problem(str(lacking))
