@@ -700,3 +700,14 @@ def test_a_problem_file_that_raises_on_import_or_lacks_its_function_is_named_for
     lacking.write_text("x = 1\n")
     with pytest.raises(module.ProblemError, match=rf"has no function {name}\(\)"):
         module.load_problem(str(lacking))
+
+
+def test_a_spikes_grad_norm_peak_skips_non_finite_values_and_none_leaves_it_unknown():
+    from types import SimpleNamespace
+
+    from spikelog.detect import _grad_peak
+    episode = SimpleNamespace(grad_peak=None)
+    _grad_peak(episode, [1.0, float("inf"), 3.0, float("nan")])
+    assert episode.grad_peak == 3.0
+    _grad_peak(episode, [float("nan")])  # nothing finite: the peak so far stays
+    assert episode.grad_peak == 3.0
