@@ -775,6 +775,62 @@ NOT_FOUND = {
 }
 
 
+SAMPLED = {  # issue 27's sampled survivors in the rules: (code, what lint must say: [(rule, line)])
+    "data-write: through .data on a torch.nn module's output, in a file with no backward": ("""
+        import torch.nn as nn
+
+        gate = nn.Sigmoid()
+
+        def squash(x):
+            h = gate(x)
+            h.data.mul_(0.5)
+            return h
+        """, [("data-write", 8)]),
+    "loss-accumulated-with-graph: a config whose attribute scales the loss is no loss": ("""
+        import torch.nn.functional as F
+
+        def fit(model, optimizer, loader, cfg):
+            configs = 0
+            for x, y in loader:
+                loss = F.mse_loss(model(x), y) * cfg.weight
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                configs += cfg
+            return configs
+        """, []),
+    "train-loader-no-shuffle: an IterableDataset streams in its own order; a map-style Dataset needs shuffle": ("""
+        from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+        class Shards(IterableDataset):
+            def __iter__(self):
+                yield from range(10)
+
+        class Rows(Dataset):
+            def __len__(self):
+                return 10
+
+            def __getitem__(self, i):
+                return i
+
+        def train(model, optimizer, epochs):
+            streamed = DataLoader(Shards(), batch_size=2)
+            indexed = DataLoader(Rows(), batch_size=2)
+            for epoch in range(epochs):
+                for x, y in zip(streamed, indexed):
+                    loss = model(x + y).sum()
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+        """, [("train-loader-no-shuffle", 17)]),
+}
+
+
+@pytest.mark.parametrize("code, said", SAMPLED.values(), ids=list(SAMPLED))
+def test_what_the_rules_decide_on_the_sampled_survivors_shapes(code, said):
+    assert findings(code) == said
+
+
 @pytest.mark.parametrize("code", NOT_FOUND.values(), ids=list(NOT_FOUND))
 def test_the_reach_stops_where_the_code_leaves_a_doubt(code):
     assert findings(code) == []
@@ -1620,3 +1676,15 @@ def test_a_loss_summed_after_its_backward_is_told_apart_from_one_never_backpropa
     assert sorted(by_line) == [13, 14]
     assert "backward() at line 11 freed their activations" in by_line[13] and "until the run fails" not in by_line[13]
     assert "memory grows until the run fails" in by_line[14] and "freed" not in by_line[14]
+
+
+def test_the_rules_small_readers_on_their_edges():
+    """int_constant: an absent argument is its default (tril's diagonal 0), a negative constant is read, a name is
+    unknown; summands: no node has no terms."""
+    import ast
+
+    from trainlint.rules.data import int_constant
+    from trainlint.rules.graph import summands
+    assert int_constant(None, 0) == 0 and int_constant(ast.parse("-1", mode="eval").body, 0) == -1
+    assert int_constant(ast.parse("k", mode="eval").body, 0) is None
+    assert summands(None, None) == []
