@@ -364,6 +364,11 @@ def _fell(before, peak, after):
     return after < before and not _jumped(before, peak)
 
 
+def furthest_from_target(ratios):
+    """The weight whose update ratio is furthest from TARGET, by factor, either way (2e-5 is 50x under 1e-3)."""
+    return max(ratios, key=lambda name: max(ratios[name] / TARGET, TARGET / ratios[name]))
+
+
 def check_update_ratio(case):
     """The optimizer's step after warm-up steps, |update| / |weight| per weight matrix against ~1e-3; a fail only when
     the overshoot experiment shows the lr raising the loss where a lower one lowers it."""
@@ -512,7 +517,7 @@ def check_update_ratio(case):
                                f"norm per step, worst {worst} at {high[worst]:.3g} (a threshold, not a harm shown): {shown}"
                                f"{paid}; {spread}", details)
         if off:
-            worst_off = max(off, key=lambda name: max(off[name] / TARGET, TARGET / off[name]))  # furthest from 1e-3 either way
+            worst_off = furthest_from_target(off)
             details["next"] = ("that layer's lr is high for its weight scale: a lower lr, warmup, or a per-layer lr"
                                if off[worst_off] > TARGET else "that layer barely moves: a higher lr for it, or check its lr multiplier")
             return CheckResult("update_ratio", "warn", f"{len(off)} weight(s) outside {LOW_WARN:g} .. {high_warn:g} "

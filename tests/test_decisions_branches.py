@@ -711,3 +711,18 @@ def test_a_spikes_grad_norm_peak_skips_non_finite_values_and_none_leaves_it_unkn
     assert episode.grad_peak == 3.0
     _grad_peak(episode, [float("nan")])  # nothing finite: the peak so far stays
     assert episode.grad_peak == 3.0
+
+
+def test_the_callbacks_log_the_guards_own_grad_norm_when_they_give_none(tmp_path):
+    import json
+
+    from ml_debug.integrations._session import Session
+    model = torch.nn.Linear(2, 1)
+    model(torch.ones(2)).sum().backward()
+    session = Session(model, None, tmp_path / "log.jsonl", nan_watch=False)
+    session.add_loss(torch.tensor(0.5))
+    session.before_step(0)  # no norm given: the guard measures the gradients itself
+    session.after_step(0)
+    session.close()
+    [record] = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert record["grad_norm"] == pytest.approx(session.guard.grad_norm) and record["grad_norm"] > 0

@@ -369,3 +369,9 @@ def test_sweeps_says_how_many_seeds_a_comparison_needs_from_3_pairs_on(seeds, si
                                      for lr in (0.1, 0.2) for s in range(seeds))
     [comparison] = sweeps.analyze("sweep.csv", "lr", "seed", "acc", baseline="0.1", text=rows)["comparisons"]
     assert comparison["n_pairs"] == seeds and (comparison["seeds_needed"] is not None) == sized
+
+
+def test_update_ratio_names_the_weight_furthest_from_1e_3_by_factor_either_way():
+    import update_ratio
+    assert update_ratio.furthest_from_target({"low": 2e-5, "high": 5.2e-2}) == "high"  # 52x over beats 50x under
+    assert update_ratio.furthest_from_target({"low": 2e-5, "high": 4.8e-2}) == "low"  # 48x over loses to it
