@@ -721,8 +721,9 @@ def test_the_callbacks_log_the_guards_own_grad_norm_when_they_give_none(tmp_path
     model(torch.ones(2)).sum().backward()
     session = Session(model, None, tmp_path / "log.jsonl", nan_watch=False)
     session.add_loss(torch.tensor(0.5))
-    session.before_step(0)  # no norm given: the guard measures the gradients itself
+    session.before_step(0)  # no norm given: the guard measures the gradients itself, before any clip
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.01)  # the trainer clips: the monitor would measure 0.01
     session.after_step(0)
     session.close()
     [record] = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
-    assert record["grad_norm"] == pytest.approx(session.guard.grad_norm) and record["grad_norm"] > 0
+    assert record["grad_norm"] == pytest.approx(session.guard.grad_norm) and record["grad_norm"] > 1  # pre-clip
