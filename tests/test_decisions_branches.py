@@ -727,3 +727,25 @@ def test_the_callbacks_log_the_guards_own_grad_norm_when_they_give_none(tmp_path
     session.close()
     [record] = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     assert record["grad_norm"] == pytest.approx(session.guard.grad_norm) and record["grad_norm"] > 1  # pre-clip
+
+
+@pytest.mark.parametrize("global_step, kept", [(1, True), (0, False)])
+def test_the_lightning_callback_continues_the_log_of_a_resumed_run_and_refuses_to_replace_one_at_step_0(
+        tmp_path, global_step, kept):
+    pytest.importorskip("lightning")
+    from types import SimpleNamespace
+
+    from ml_debug.integrations.lightning import MLDebugCallback
+    log = tmp_path / "ml_debug_log.jsonl"
+    log.write_text('{"step": 0, "loss": 1.0}\n')
+    model = torch.nn.Linear(2, 1)
+    trainer = SimpleNamespace(global_step=global_step, optimizers=[torch.optim.SGD(model.parameters(), lr=0.1)],
+                              log_dir=str(tmp_path), default_root_dir=str(tmp_path))
+    callback = MLDebugCallback(guard=False, nan_watch=False)
+    if kept:
+        callback.on_train_start(trainer, model)  # resumed from step 1: the log goes on
+        callback.session.close()
+    else:
+        with pytest.raises(FileExistsError):  # a fresh run never writes over a log that is there
+            callback.on_train_start(trainer, model)
+    assert log.read_text() == '{"step": 0, "loss": 1.0}\n'

@@ -114,6 +114,8 @@ DEFECTS = {
     "excerpt not in its source": ("evidence/source-a.md", "Overfit one batch first.", "Overfit one batch first, always.", "evidence/source-a.md:"),
     "invalid skill front matter": ("SKILL.md", "name: ml-debug", "name: ML_Debug", "SKILL.md:1: skills-ref: "),
     "source file missing": ("evidence/source-a.md", "shared/sources/a.md", "shared/sources/b.md", "evidence/source-a.md:1: obtained_via names b.md"),
+    "retrieved unknown": ("evidence/source-a.md", "retrieved: 2026-11-22", "retrieved: unknown", "evidence/source-a.md:1: retrieved 'unknown' is not a date"),
+    "published not a date": ("evidence/source-a.md", "published: 2020-01-01", "published: last spring", "evidence/source-a.md:1: published 'last spring' is not a date"),
 }
 
 
@@ -123,6 +125,11 @@ def test_planted_defect_is_caught_with_file_and_line(pack, name):
     edit(pack / file, old, new)
     found, _ = problems(pack)
     assert any(expected in p for p in found), found
+
+
+def test_an_unknown_publication_date_is_allowed(pack):
+    edit(pack / "evidence" / "source-a.md", "published: 2020-01-01", "published: unknown")
+    assert problems(pack)[0] == []
 
 
 def test_uncited_evidence_file_is_caught(pack):
