@@ -749,3 +749,10 @@ def test_the_lightning_callback_continues_the_log_of_a_resumed_run_and_refuses_t
         with pytest.raises(FileExistsError):  # a fresh run never writes over a log that is there
             callback.on_train_start(trainer, model)
     assert log.read_text() == '{"step": 0, "loss": 1.0}\n'
+
+
+def test_an_install_refusal_names_5_paths_and_counts_the_rest():
+    import install_skill
+    paths = [f"refs/{n}.md" for n in range(7)]
+    assert install_skill.listing(paths) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md and 2 more"
+    assert install_skill.listing(paths[:5]) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md"
