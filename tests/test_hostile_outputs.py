@@ -242,3 +242,21 @@ def test_a_second_run_replaces_its_own_files_and_keeps_the_users(name, tmp_path,
     (out / writer.folder).unlink()
     assert run_main(writer.main, writer.argv(tmp_path, out, [])) == 0
     assert (out / "notes.txt").read_text() == "the user's notes\n"
+
+
+@pytest.mark.parametrize("real_log", [True, False])
+def test_the_gallery_draws_the_real_logs_picture_only_when_the_real_log_is_there(real_log, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(make_pattern_gallery, "run", _drawn)
+    log = tmp_path / "modded_nanogpt.txt"
+    if real_log:
+        log.write_text("step 1 loss 2.0\n")
+    monkeypatch.setattr(make_pattern_gallery, "REAL_LOG", log)
+    assert make_pattern_gallery.main([str(tmp_path / "gallery")]) == 0
+    drawn = sorted(p.name for p in (tmp_path / "gallery").glob("*.png"))
+    expected = sorted(f"{name}.png" for name, _, _ in make_pattern_gallery.PATTERNS)
+    assert drawn == sorted(expected + (["modded_nanogpt.png"] if real_log else []))
+    mine = tmp_path / "mine"  # a folder of the user's, holding a picture of that name: refused when it would be drawn
+    mine.mkdir()
+    (mine / "modded_nanogpt.png").write_bytes(b"the user's picture")
+    assert make_pattern_gallery.main([str(mine), "--force"]) == (2 if real_log else 0)
+    assert (mine / "modded_nanogpt.png").read_bytes() == b"the user's picture"
