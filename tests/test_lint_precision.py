@@ -1688,3 +1688,14 @@ def test_the_rules_small_readers_on_their_edges():
     assert int_constant(None, 0) == 0 and int_constant(ast.parse("-1", mode="eval").body, 0) == -1
     assert int_constant(ast.parse("k", mode="eval").body, 0) is None
     assert summands(None, None) == []
+
+
+def test_a_config_table_with_an_unknown_key_is_refused_and_a_subscript_ends_in_its_value():
+    import ast
+
+    from trainlint.run import Config
+    from trainlint.syntax import terminal
+    with pytest.raises(ValueError, match="unknown key 'selct'"):
+        Config(table={"selct": ["softmax-into-ce"]})  # a typo would silently lint with every rule
+    assert terminal(ast.parse("heads[0]", mode="eval").body) == "heads"
+    assert terminal(ast.parse("self.heads[0]", mode="eval").body) == "heads"
