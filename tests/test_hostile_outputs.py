@@ -260,3 +260,12 @@ def test_the_gallery_draws_the_real_logs_picture_only_when_the_real_log_is_there
     (mine / "modded_nanogpt.png").write_bytes(b"the user's picture")
     assert make_pattern_gallery.main([str(mine), "--force"]) == (2 if real_log else 0)
     assert (mine / "modded_nanogpt.png").read_bytes() == b"the user's picture"
+
+
+def test_a_gallery_command_that_fails_is_one_failure_naming_it(tmp_path):
+    with pytest.raises(make_pattern_gallery.Failed, match="`python diagnostics/spikes.py .* failed: "):
+        make_pattern_gallery.run(f"python diagnostics/spikes.py {tmp_path / 'no-such-log.csv'}", tmp_path)  # exit 2
+    buggy = tmp_path / "buggy.py"
+    buggy.write_text("import torch.nn.functional as F\nloss = F.cross_entropy(F.softmax(logits, dim=-1), y)\n")
+    with pytest.raises(make_pattern_gallery.Failed, match="lint.py .* failed: "):  # exit 1 is no success either
+        make_pattern_gallery.run(f"python diagnostics/lint.py {buggy}", tmp_path)

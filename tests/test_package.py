@@ -200,3 +200,19 @@ def test_the_dispatcher_refuses_no_command_or_an_option_first_and_passes_an_unre
     with pytest.raises(ModuleNotFoundError):
         cli.main(["install-skill", "dest"])
     assert "ml-debug[skill]" not in capsys.readouterr().err
+
+
+def test_the_package_api_loads_its_tools_and_a_file_that_fails_to_load_leaves_no_half_module(tmp_path, monkeypatch,
+                                                                                              capsys):
+    import ml_debug
+    from ml_debug import cli
+
+    assert ml_debug.SpikeGuard.__name__ == "SpikeGuard"  # the lazy API: diagnostics/spike_guard.py's class
+    broken = tmp_path / "broken_tool.py"
+    broken.write_text("raise ValueError('not loadable')\n")
+    monkeypatch.setattr(ml_debug, "DIAGNOSTICS", tmp_path)
+    with pytest.raises(ValueError, match="not loadable"):
+        ml_debug.load("broken_tool")
+    assert "ml_debug.broken_tool" not in sys.modules
+    monkeypatch.undo()
+    assert cli.main(["--version"]) == 0 and capsys.readouterr().out.startswith("ml-debug ")
