@@ -198,3 +198,8 @@ def test_update_ratio_in_bf16_with_lr_0_is_not_called_rounding():
     result = run("update_ratio", _in_dtype(torch.bfloat16, 0.0))
     assert result.status == "fail" and result.details["lost_to_rounding"] == {}
     assert result.details["not_updated"] == ["net.0.weight", "net.2.weight", "net.4.weight"]
+
+
+def test_update_ratio_tells_an_overshooting_lr_to_come_down_by_the_multiple_that_worked():
+    result = run("update_ratio", broken_training.make_lr_too_high())
+    assert result.status == "fail" and result.details["next"].startswith("lower the lr to about 0.1x")
