@@ -756,4 +756,3 @@ def test_an_install_refusal_names_5_paths_and_counts_the_rest():
     paths = [f"refs/{n}.md" for n in range(7)]
     assert install_skill.listing(paths) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md and 2 more"
     assert install_skill.listing(paths[:5]) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md"
-
