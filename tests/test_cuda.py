@@ -185,32 +185,16 @@ def test_lightning_16_mixed_on_the_gpu_logs_unscaled_values_and_survives_a_skip(
     AdamW, by NaN gradients the scaler skips), NanWatch names ScaleNorm, the weights stay finite, and each logged loss
     is training_step's. (Written after the H200 was given back, 2026-11-27: to run on the next lent GPU.)"""
     lightning = pytest.importorskip("lightning")
-    from lightning_cases import Classifier
+    from lightning_cases import Recorded, batches_with_a_zero_row
     from ml_debug.integrations.lightning import MLDebugCallback
 
-    class Recorded(Classifier):
-        def __init__(self):
-            super().__init__()
-            self.losses = {}
-
-        def training_step(self, batch, batch_idx):
-            loss = super().training_step(batch, batch_idx)
-            self.losses[self.trainer.global_step] = float(loss.detach())
-            return loss
-
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-2, fused=fused)
-
     steps, bad = 12, 6
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(steps * 8, 8, generator=g), torch.randint(0, 3, (steps * 8,), generator=g)
-    x[bad * 8] = 0.0
     torch.manual_seed(0)
-    model, callback = Recorded(), MLDebugCallback()
+    model, callback = Recorded(fused), MLDebugCallback()
     trainer = lightning.Trainer(max_epochs=1, accelerator="gpu", devices=1, precision="16-mixed", logger=False,
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, callbacks=[callback])
-    trainer.fit(model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8))
+    trainer.fit(model, batches_with_a_zero_row(steps, bad))
     assert callback.scaler is not None
     assert [(r["step"], r["module"]) for r in callback.reports] == [(bad, "encoder.1")]
     assert all(torch.isfinite(p).all() for p in model.parameters())

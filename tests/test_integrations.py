@@ -176,38 +176,27 @@ def test_lightning_fp16_logs_unscaled_values_and_leaves_overflow_to_the_scaler_b
     RestartFromCheckpoint at step 4."""
     lightning = pytest.importorskip("lightning")
     from lightning.pytorch.plugins.precision import MixedPrecision
-    from lightning_cases import Classifier
+    from lightning_cases import Recorded, batches_with_a_zero_row
     from ml_debug.integrations.lightning import MLDebugCallback
 
-    class Recorded(Classifier):
+    class Measured(Recorded):
         def __init__(self):
-            super().__init__()
-            self.losses, self.norms = {}, {}
-
-        def training_step(self, batch, batch_idx):
-            loss = super().training_step(batch, batch_idx)
-            self.losses[self.trainer.global_step] = float(loss.detach())
-            return loss
+            super().__init__(fused)
+            self.norms = {}
 
         def on_before_optimizer_step(self, optimizer):  # unscaled by now, but by a fused optimizer's step()
             grads = [p.grad for p in self.parameters() if p.grad is not None]
             scale = self.trainer.precision_plugin.scaler.get_scale() if fused else 1.0
             self.norms[self.trainer.global_step] = float(torch.nn.utils.get_total_norm(grads)) / scale
 
-        def configure_optimizers(self):
-            return torch.optim.AdamW(self.parameters(), lr=1e-2, fused=fused)
-
     steps, bad = 30, 26
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(steps * 8, 8, generator=g), torch.randint(0, 3, (steps * 8,), generator=g)
-    x[bad * 8] = 0.0
     torch.manual_seed(0)
-    model, callback = Recorded(), MLDebugCallback()
+    model, callback = Measured(), MLDebugCallback()
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 40)
     trainer = lightning.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                                 enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
                                 callbacks=[callback], plugins=[MixedPrecision("16-mixed", "cpu", scaler)])
-    trainer.fit(model, torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8))
+    trainer.fit(model, batches_with_a_zero_row(steps, bad))
 
     records, events = read_log(tmp_path / "ml_debug_log.jsonl")
     overflowed = [r["step"] for r in records if not math.isfinite(r["grad_norm"])]
