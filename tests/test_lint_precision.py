@@ -799,6 +799,18 @@ SAMPLED = {  # issue 27's sampled survivors in the rules: (code, what lint must 
                 configs += cfg
             return configs
         """, []),
+    "optimizer-param-subset: a transformers model built here whose optimizer gets its base_model alone": ("""
+        import torch
+        import torch.nn.functional as F
+        import transformers
+
+        classifier = transformers.BertForSequenceClassification(config)
+        optimizer = torch.optim.AdamW(classifier.base_model.parameters(), lr=2e-5)
+        for batch, labels in loader:
+            optimizer.zero_grad()
+            F.cross_entropy(classifier(**batch).logits, labels).backward()
+            optimizer.step()
+        """, [("optimizer-param-subset", 7)]),
     "train-loader-no-shuffle: an IterableDataset streams in its own order; a map-style Dataset needs shuffle": ("""
         from torch.utils.data import DataLoader, Dataset, IterableDataset
 
