@@ -394,19 +394,14 @@ class NanWatch:
             grads = [p.grad._values() if p.grad.is_sparse else p.grad for p in self.params if p.grad is not None]
             grads = [g for g in grads if g.numel()]  # an empty tensor has no infinity norm
             grad_norm = torch.nn.utils.get_total_norm(grads, float("inf")) if grads else None
-        loss, grad_norm = [None if v is None else torch.as_tensor(v).detach().float().reshape(()) for v in (loss, grad_norm)]
-        if loss is None and grad_norm is None:
+        values = [torch.as_tensor(v).detach().float().reshape(()) for v in (loss, grad_norm) if v is not None]
+        if not values:
             return None
-        device = (loss if loss is not None else grad_norm).device
-        bad = torch.zeros((), dtype=torch.bool, device=device)
-        if loss is not None:
-            bad = bad | ~loss.isfinite()
-        if grad_norm is not None:
-            overflow = ~grad_norm.to(device).isfinite()
-            if self.scaler is not None:  # an fp16 overflow is the scaler's to skip; at a scale of 1 or less, no overflow
-                overflow = overflow & (scale_of(self.scaler, device) <= 1)  # of the scaling made it: NaN/inf
-            bad = bad | overflow
-        return bad
+        device = values[0].device
+        finite = torch.stack([v.to(device) for v in values]).isfinite()
+        if self.scaler is not None and grad_norm is not None:  # (the last value) an fp16 overflow is the scaler's to
+            finite[-1] |= scale_of(self.scaler, device) > 1  # skip; at a scale of 1 or less no scaling made it: NaN/inf
+        return ~finite.all()
 
     def _read(self, flags):
         """Whether each pending step was bad, on this rank or any other: one host read, one all-reduce."""
