@@ -195,7 +195,7 @@ def test_lightning_16_mixed_on_the_gpu_logs_unscaled_values_and_survives_a_skip(
                                 enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                                 default_root_dir=tmp_path, callbacks=[callback])
     trainer.fit(model, batches_with_a_zero_row(steps, bad))
-    assert callback.scaler is not None
+    assert callback.session.scaler is not None
     assert [(r["step"], r["module"]) for r in callback.reports] == [(bad, "encoder.1")]
     assert all(torch.isfinite(p).all() for p in model.parameters())
     lines = [json.loads(line) for line in (tmp_path / "ml_debug_log.jsonl").read_text().splitlines()]

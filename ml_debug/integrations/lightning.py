@@ -48,7 +48,7 @@ class MLDebugCallback(Callback):
         self.log_path, self.every = log_path, every
         self.switches = {"monitor": monitor, "guard": guard, "nan_watch": nan_watch}
         self.guard_options, self.nan_watch_every = guard_options, nan_watch_every
-        self.session, self.grad_norm, self.stepped, self.scaler = None, None, None, None
+        self.session, self.grad_norm, self.stepped = None, None, None
 
     @property
     def reports(self):
@@ -59,10 +59,9 @@ class MLDebugCallback(Callback):
         path = self.log_path or os.path.join(trainer.log_dir or trainer.default_root_dir, LOG_NAME)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         scaler = getattr(getattr(trainer, "precision_plugin", None), "scaler", None)  # fp16 ("16-mixed"): a GradScaler
-        self.scaler = scaler if scaler is not None and scaler.is_enabled() else None
         self.session = Session(pl_module, trainer.optimizers[0], path, every=self.every, append=trainer.global_step > 0,
                                guard_options=self.guard_options, nan_watch_every=self.nan_watch_every,
-                               scaler=self.scaler, **self.switches)
+                               scaler=scaler, **self.switches)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
         if self.session.micro_batches == 0:  # the first batch of an optimizer step
@@ -71,14 +70,16 @@ class MLDebugCallback(Callback):
 
     def on_before_backward(self, trainer, pl_module, loss):
         loss = loss.detach() * trainer.accumulate_grad_batches  # training_step's loss, before Lightning's division
-        if self.scaler is not None:  # and before the GradScaler multiplied it by its scale
-            loss = loss / load("nan_watch").scale_of(self.scaler, loss.device)
+        scaler = self.session.scaler
+        if scaler is not None:  # and before the GradScaler multiplied it by its scale
+            loss = loss / load("nan_watch").scale_of(scaler, loss.device)
         self.session.add_loss(loss)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer):
         # the whole step's gradients, not clipped yet, and unscaled by now, unless the optimizer unscales in its step()
-        still_scaled = self.scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False)
-        self.grad_norm = grad_norm(pl_module, self.scaler if still_scaled else None)
+        scaler = self.session.scaler
+        still_scaled = scaler is not None and getattr(optimizer, "_step_supports_amp_scaling", False)
+        self.grad_norm = grad_norm(pl_module, scaler if still_scaled else None)
         self.stepped = trainer.global_step
         self.session.before_step(self.stepped, grad_norm=self.grad_norm, scaled=still_scaled)
 
