@@ -299,15 +299,19 @@ def read_verdicts(store, world):
     return verdicts
 
 
+def local_gpus():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def default_backend(local_ranks):
     """nccl when this machine has a GPU for each of its `local_ranks`, else gloo: NCCL refuses two ranks on one GPU, so
     two ranks on a one-GPU workstation test the CPU transport rather than fail to start."""
-    return "nccl" if torch.cuda.is_available() and local_ranks <= torch.cuda.device_count() else "gloo"
+    return "nccl" if 0 < local_ranks <= local_gpus() else "gloo"
 
 
 def refuse_nccl_without_a_gpu_per_rank(local_ranks, what):
     """UsageError (one line) when NCCL is asked for with fewer GPUs here than local ranks."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = local_gpus()
     if gpus == 0:
         raise UsageError("--backend nccl needs CUDA, and this machine has none: use gloo")
     if local_ranks > gpus:
