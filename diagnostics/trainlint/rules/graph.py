@@ -320,16 +320,22 @@ def returns_numbers(src, call):
     return bool(returns) and all(r.value is not None and not graph_carriers(r.value) for r in returns)
 
 
+def loss_names(src, scope, targets, helpers=True):
+    """Names in scope that hold a loss: what feeds a backward() there (`targets`), a loss function's output, and
+    (helpers) what a step function of this file returns as it is, graph and all (`loss.backward(); return loss`)."""
+    return names_behind(src, targets, (ast.BinOp, ast.Name)) | {
+        t.id for n in src.local(scope) if isinstance(n, ast.Assign) and (
+            src.loss_call(n.value) or helpers and isinstance(n.value, ast.Call) and returns_a_loss(src, n.value))
+        for t in n.targets if isinstance(t, ast.Name)}
+
+
 def returns_a_loss(src, call):
-    """call runs a function of this file that returns a loss as it is, graph and all (`loss.backward(); return loss`):
-    a name that feeds its backward() or holds a loss function's output."""
+    """call runs a function of this file that returns one of its loss names as it is."""
     helpers = src.helpers(call)
     if not helpers:
         return False
     function = helpers[0]
-    losses = names_behind(src, [t for _, t in backward_calls(src, function) if t is not None], (ast.BinOp, ast.Name)) | {
-        t.id for n in src.local(function) if isinstance(n, ast.Assign) and src.loss_call(n.value)
-        for t in n.targets if isinstance(t, ast.Name)}
+    losses = loss_names(src, function, [t for _, t in backward_calls(src, function) if t is not None], helpers=False)
     return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in losses
                for n in src.local(function))
 
@@ -435,15 +441,13 @@ def check_loss_accumulated_with_graph(src):
         backpropagated = names_behind(src, targets, ast.AST)  # anything that feeds a backward()
         keyed = {n.value.id for n in src.local(scope) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                  and isinstance(n.slice, ast.Constant) and isinstance(n.slice.value, str)}  # dicts: out["loss"]
-        losses = names_behind(src, targets, (ast.BinOp, ast.Name)) | {
-            t.id for n in src.local(scope) if isinstance(n, ast.Assign) and (
-                src.loss_call(n.value) or isinstance(n.value, ast.Call) and returns_a_loss(src, n.value))
-            for t in n.targets if isinstance(t, ast.Name)}  # (a loss a step function of this file returns as it is)
+        losses = loss_names(src, scope, targets)
         for node, total, added in sums:
-            carried = [ast.unparse(n) for n in graph_carriers(added, src)
-                       if (isinstance(n, ast.Name) and n.id in losses and n.id not in keyed or
-                           isinstance(n, ast.Call) and src.loss_call(n))
-                       and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
+            carriers = [n for n in graph_carriers(added, src)
+                        if (isinstance(n, ast.Name) and n.id in losses and n.id not in keyed or
+                            isinstance(n, ast.Call) and src.loss_call(n))
+                        and flow(src, n)[0] == "live"]  # not a value computed under no_grad, nor through .item()
+            carried = [ast.unparse(n) for n in carriers]
             if not carried or total in backpropagated or src.grad_off(node, True):
                 continue
             loop = src.enclosing_loops(node)[0]
@@ -456,8 +460,7 @@ def check_loss_accumulated_with_graph(src):
                 continue
             freed = next((call for call, target in backwards if position(loop) <= position(call) <= end_position(loop) and
                           carried[0] in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}), None)
-            carrier = next(n for n in graph_carriers(added, src) if ast.unparse(n) == carried[0])
-            made = src.definition(carrier) if isinstance(carrier, ast.Name) else None
+            made = src.definition(carriers[0]) if isinstance(carriers[0], ast.Name) else None
             helper = src.helpers(made)[0] if isinstance(made, ast.Call) and src.helpers(made) else None
             if freed is None and helper is not None and "backward" in src.kinds(helper):
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph, as {helper.name}() returns it) to "
