@@ -236,6 +236,18 @@ class Source:
                 return bound[0][1] if len(bound) == 1 else None
         return None
 
+    def unpacked_from(self, name):
+        """The call the last tuple assignment before a name's use unpacked it from (`logits, loss = model(x, y)`), or
+        None: what definition() leaves unknown, an element of a tuple, for a caller that can judge by the call."""
+        found = None
+        for node in self.local(self.scope(name)):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and position(node) < position(name) and \
+                    any(isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name.id
+                                                                      for e in t.elts) for t in node.targets):
+                if found is None or position(node) > position(found):
+                    found = node
+        return None if found is None else found.value
+
     def self_attribute(self, node):
         """The value of `self.<attr>` when the class assigns it exactly once, else None."""
         if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..registry import rule
 from ..source import memo
-from ..syntax import dotted, position, terminal
+from ..syntax import dotted, terminal
 from ..torch_names import RESHAPES
 from .step_order import same_object
 
@@ -222,7 +222,7 @@ def scaling(src, expr, depth=0):
     if isinstance(expr, ast.Name):
         value = src.definition(expr)
         if value is None and "loss" in expr.id.lower():  # `logits, loss = model(x, y)`: a model's own loss, as it is
-            value = unpacked_from(src, expr)
+            value = src.unpacked_from(expr)
         return scaling(src, value, depth + 1)
     if isinstance(expr, ast.BinOp):
         if isinstance(expr.op, (ast.Div, ast.Mult, ast.FloorDiv)):
@@ -251,18 +251,6 @@ def scaling(src, expr, depth=0):
     if ("model" in name or name.endswith("net")) and not src.helpers(expr):
         return "unscaled"  # a model that returns its loss (a diffusion model, a Hugging Face model)
     return None
-
-
-def unpacked_from(src, name):
-    """The call the last tuple assignment before a name's use unpacked it from (`logits, loss = model(x, y)`), or None."""
-    found = None
-    for node in src.local(src.scope(name)):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and position(node) < position(name) and \
-                any(isinstance(t, (ast.Tuple, ast.List)) and any(isinstance(e, ast.Name) and e.id == name.id
-                                                                  for e in t.elts) for t in node.targets):
-            if found is None or position(node) > position(found):
-                found = node
-    return None if found is None else found.value
 
 
 def output_loss(expr):
