@@ -99,6 +99,7 @@ from ml_debug_contract import ArgumentParser, OutputFolder, OutputRefused, run_c
 DEFAULT_TIMEOUT = 30.0  # seconds per collective: a first NCCL/gloo connection on a slow network takes a few
 TIMEOUT_RANGE = (1.0, 86400.0)  # below a second a first connection cannot be made; above a day it is no smoke test
 STALL_FRACTION = 0.8  # the stack is written at 80% of the limit: before the collective's own timeout unwinds it
+LISTEN_POLL = 0.05  # seconds between tries to reach the store: a rank started before rank 0 waits at most this long extra
 STEPS = ("barrier", "all_reduce", "all_gather", "broadcast", "ring_send_recv")
 BROADCAST_VALUE = 1000.0
 
@@ -281,11 +282,29 @@ def rank_environment():
 
 
 def connect(host, port, world, timeout, host_store):
-    """The rendezvous store: hosted by rank 0, by torchrun's agent, or by the --nproc launcher."""
+    """The rendezvous store: hosted by rank 0, by torchrun's agent, or by the --nproc launcher.
+
+    A client first waits for the store's port to answer, within twice --timeout: c10d's own connect backs off between
+    tries and overshoots its limit (a 2 s limit took 5.3 s to give up when nothing listened, measured on the 2-core VM).
+    """
     limit = datetime.timedelta(seconds=timeout * 2)
     if host_store:
         return dist.TCPStore(host, port, world, True, timeout=limit, wait_for_workers=False)
+    wait_for_listener(host, port, timeout * 2)
     return dist.TCPStore(host, port, world, False, timeout=limit)
+
+
+def wait_for_listener(host, port, seconds):
+    """Return once something accepts a connection at host:port; RuntimeError after `seconds` of refusals."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            socket.create_connection((host, port), timeout=max(LISTEN_POLL, deadline - time.monotonic())).close()
+            return
+        except OSError as exc:
+            if time.monotonic() + LISTEN_POLL > deadline:
+                raise RuntimeError(f"nothing accepted a connection at {host}:{port} ({exc})") from None
+            time.sleep(LISTEN_POLL)
 
 
 def read_verdicts(store, world):

@@ -272,6 +272,22 @@ def test_a_peer_that_never_starts_is_one_line_on_either_side(tmp_path):
     assert "rank 1 never reached the rendezvous" in errors[0] and "cannot reach the rendezvous store" in errors[1]
 
 
+def test_a_rank_waits_for_the_store_within_its_limit_and_no_longer():
+    """c10d's own connect overshot a 2 s limit to 5.3 s; the wait for the port now ends at the limit, and a store that
+    comes up during the wait is reached."""
+    port = free_port()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=f"nothing accepted a connection at 127.0.0.1:{port}"):
+        dist_check.wait_for_listener("127.0.0.1", port, 0.3)
+    assert 0.25 < time.monotonic() - started < 1.5
+    store = []  # held until the wait is over: a store that is dropped stops listening
+    late = threading.Timer(0.2, lambda: store.append(dist_check.connect("127.0.0.1", port, 2, 5, host_store=True)))
+    late.start()
+    dist_check.wait_for_listener("127.0.0.1", port, 10)
+    late.join()
+    assert store
+
+
 @pytest.mark.hostile
 def test_the_abort_watch_stops_before_teardown(tmp_path):
     """A healthy torchrun run aborted (SIGABRT) after `all ranks passed`, once in 7: the daemon thread that polls the
