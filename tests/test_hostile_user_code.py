@@ -37,7 +37,7 @@ for _ in range(3):
     loss.backward()
     opt.step()
 """
-HANG_LIMIT = 0.5  # seconds: --start-timeout for the kinds that never finish (each such run lasts it plus KILL_GRACE)
+HANG_LIMIT = 0.2  # seconds: --start-timeout for the kinds that never finish (each such run lasts it plus KILL_GRACE)
 KILL_GRACE = 0.05  # seconds past the limit before the parent kills (the kinds that ignore the alarm wait it out); a
 # child that answers its own alarm later than this is killed with the same line, so a loaded machine changes nothing
 START_LIMIT = 120.0  # seconds: for the kinds that finish (a loaded 2-core machine must not make them time out)
