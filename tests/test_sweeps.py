@@ -8,9 +8,18 @@ import pytest
 
 from conftest import assert_one_line_error, run_cli
 
-stats = pytest.importorskip("scipy.stats", reason="scipy computes the reference values (requirements-test.txt has it)")
-special = pytest.importorskip("scipy.special")
-import sweeps  # noqa: E402  (conftest puts diagnostics/ on sys.path)
+import sweeps  # conftest puts diagnostics/ on sys.path
+
+
+@pytest.fixture(scope="module")
+def stats():
+    """scipy computes the reference values; imported by the tests that compare with it (0.8 s: not at collection)."""
+    return pytest.importorskip("scipy.stats", reason="scipy computes the reference values (requirements-test.txt has it)")
+
+
+@pytest.fixture(scope="module")
+def special():
+    return pytest.importorskip("scipy.special", reason="scipy computes the reference values (requirements-test.txt has it)")
 
 
 def write(tmp_path, text, name="runs.csv"):
@@ -35,20 +44,20 @@ def noisy_sweep(values, seeds, effect, seed=1):
 
 
 @pytest.mark.parametrize("a,b", [(0.5, 0.5), (0.5, 30.0), (2.0, 0.5), (7.5, 0.5), (40.0, 0.5), (3.0, 9.0)])
-def test_incomplete_beta_matches_scipy(a, b):
+def test_incomplete_beta_matches_scipy(a, b, special):
     for x in (1e-6, 0.01, 0.2, 0.5, 0.77, 0.99, 1 - 1e-9):
         assert sweeps.betainc(a, b, x) == pytest.approx(special.betainc(a, b, x), rel=1e-10, abs=1e-14)
 
 
 @pytest.mark.parametrize("df", [1, 2, 3, 4, 5, 9, 29, 60, 61, 200])
-def test_t_p_values_and_critical_values_match_scipy(df):
+def test_t_p_values_and_critical_values_match_scipy(df, stats):
     for t in (0.0, 0.3, 1.0, 2.0, 2.5, 4.3, 12.7, 40.0):
         assert sweeps.t_two_sided_p(t, df) == pytest.approx(2 * stats.t.sf(t, df), rel=1e-9, abs=1e-15)
         assert sweeps.t_two_sided_p(-t, df) == sweeps.t_two_sided_p(t, df)
     assert sweeps.t_critical(df) == pytest.approx(stats.t.ppf(0.975, df), rel=1e-9)
 
 
-def test_the_abs_t_above_2_shortcut_holds_only_from_61_df():
+def test_the_abs_t_above_2_shortcut_holds_only_from_61_df(stats):
     """What refs/sweeps.md and the docstring say: |t| > 2 means p < 0.05 only from 61 degrees of freedom on."""
     assert all(sweeps.t_two_sided_p(2.0, df) > 0.05 for df in range(1, 61))
     assert all(sweeps.t_two_sided_p(2.0, df) < 0.05 for df in range(61, 200))
@@ -56,7 +65,7 @@ def test_the_abs_t_above_2_shortcut_holds_only_from_61_df():
     assert sweeps.t_two_sided_p(2.0, 2) > 0.18
 
 
-def exact_seeds_needed(effect, power=0.8):
+def exact_seeds_needed(effect, stats, power=0.8):
     """The reference: the smallest n whose exact noncentral-t power (scipy) reaches `power`."""
     n = 2
     while True:
@@ -68,12 +77,12 @@ def exact_seeds_needed(effect, power=0.8):
 
 
 @pytest.mark.parametrize("effect", [3.0, 1.2, 0.8, 0.5, -0.5, 0.25])
-def test_seeds_needed_matches_scipy_noncentral_t(effect):
-    assert sweeps.seeds_needed(effect) == exact_seeds_needed(abs(effect))
+def test_seeds_needed_matches_scipy_noncentral_t(effect, stats):
+    assert sweeps.seeds_needed(effect) == exact_seeds_needed(abs(effect), stats)
 
 
 @pytest.mark.parametrize("n,effect", [(2, 1.0), (3, 0.7), (8, 0.5), (40, 0.3)])
-def test_power_matches_scipy_noncentral_t(n, effect):
+def test_power_matches_scipy_noncentral_t(n, effect, stats):
     crit, delta = stats.t.ppf(0.975, n - 1), effect * math.sqrt(n)
     reference = stats.nct.sf(crit, n - 1, delta) + stats.nct.cdf(-crit, n - 1, delta)
     assert sweeps.paired_power(effect, n) == pytest.approx(reference, abs=1e-6)
@@ -82,7 +91,7 @@ def test_power_matches_scipy_noncentral_t(n, effect):
 # -- the analysis ---------------------------------------------------------------------------------
 
 
-def test_comparisons_are_scipys_paired_t(tmp_path):
+def test_comparisons_are_scipys_paired_t(tmp_path, stats):
     seeds = list(range(6))
     effect = {"1e-4": 0.1, "3e-4": 0.0, "1e-3": -0.015, "3e-3": 0.01}
     rows = noisy_sweep(list(effect), seeds, effect)
@@ -103,7 +112,7 @@ def test_comparisons_are_scipys_paired_t(tmp_path):
         assert c["mean_diff"] == pytest.approx(sum(diffs) / 6)
 
 
-def test_trend_is_the_per_seed_slope_on_log10_tested_across_seeds(tmp_path):
+def test_trend_is_the_per_seed_slope_on_log10_tested_across_seeds(tmp_path, stats):
     values, seeds = ["1e-4", "1e-3", "1e-2"], list(range(5))
     effect = {"1e-4": 0.2, "1e-3": 0.1, "1e-2": 0.0}
     rows = noisy_sweep(values, seeds, effect, seed=3)
