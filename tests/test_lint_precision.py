@@ -553,6 +553,24 @@ FOUND = [
                 running += loss  # BUG: each step's graph chained onto running
             return running
         """),
+    ("loss-accumulated-with-graph", "the same loss returned in a tuple and unpacked by its caller (round 4's miss)", """
+        import torch.nn.functional as F
+
+        def train_step(net, opt, x, y):
+            opt.zero_grad()
+            logits = net(x)
+            loss = F.cross_entropy(logits, y)
+            loss.backward()
+            opt.step()
+            return loss, (logits.argmax(-1) == y).float().mean()
+
+        def fit(net, opt, loader):
+            running = 0.0
+            for x, y in loader:
+                loss, acc = train_step(net, opt, x, y)
+                running += loss  # BUG: each step's graph chained onto running
+            return running
+        """),
     ("backward-under-no-grad", "a leaf that requires grad, its whole loss made under no_grad", """
         import torch
 
@@ -704,6 +722,14 @@ def test_lost_recall_and_reach_are_found_at_the_line(rule, case, code):
     assert findings(code) == [(rule, line)]
 
 
+def test_a_loss_a_step_function_returns_in_a_tuple_is_blamed_on_that_function():
+    """The unpacked loss is followed to the function that made it: its backward() freed the activations (the message
+    says where, and that returning loss.item() there mends every caller), not a loop that never backpropagates."""
+    case = next(code for _, name, code in FOUND if "tuple" in name)
+    [finding] = lint.lint_source(textwrap.dedent(case), "<string>")
+    assert "as train_step() returns it" in finding.message and "or return loss.item()" in finding.message
+
+
 NOT_FOUND = {
     "soft targets into a criterion parameter (distillation)": """
         import torch.nn.functional as F
@@ -769,6 +795,24 @@ NOT_FOUND = {
             running = 0.0
             for x, y in loader:
                 loss = train_step(net, opt, x, y)
+                running += loss
+            return running
+        """,
+    "a step function of the file that returns its loss as a number in a tuple": """
+        import torch.nn.functional as F
+
+        def train_step(net, opt, x, y):
+            opt.zero_grad()
+            logits = net(x)
+            loss = F.cross_entropy(logits, y)
+            loss.backward()
+            opt.step()
+            return loss.item(), logits
+
+        def fit(net, opt, loader):
+            running = 0.0
+            for x, y in loader:
+                loss, logits = train_step(net, opt, x, y)
                 running += loss
             return running
         """,

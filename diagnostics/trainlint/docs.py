@@ -239,8 +239,9 @@ def render_docs():
         "The false ones: `scores.data.masked_fill_(mask, -inf)` on a bmm output before a softmax, whose backward needs "
         "neither value (OpenNMT-py); a training loader without shuffle over ten random graphs, where order carries "
         "nothing (dgl); a checkpoint that also holds an argparse Namespace, so it needs `weights_only=False` (dgl). "
-        "Missed, seen in passing: `total_loss += loss` where loss is the return value of a step function that ran its "
-        "backward. Two Python 2 files (pytorch-classification's training scripts) are skipped, one line each.",
+        "Missed, seen in passing: `total_loss += loss` where loss is the first of the values a step function returns "
+        "after its backward (`return loss, overlap, ...`); a loss unpacked from such a tuple is now followed too, and "
+        "that line is found. Two Python 2 files (pytorch-classification's training scripts) are skipped, one line each.",
     ]
     for r in RULES.values():
         out += ["", f"## {r.id}", "", r.summary, "", r.why, "", "Flagged (the `# BUG:` line is reported):", "",

@@ -322,22 +322,37 @@ def returns_numbers(src, call):
 
 def loss_names(src, scope, targets, helpers=True):
     """Names in scope that hold a loss: what feeds a backward() there (`targets`), a loss function's output, and
-    (helpers) what a step function of this file returns as it is, graph and all (`loss.backward(); return loss`)."""
-    return names_behind(src, targets, (ast.BinOp, ast.Name)) | {
-        t.id for n in src.local(scope) if isinstance(n, ast.Assign) and (
-            src.loss_call(n.value) or helpers and isinstance(n.value, ast.Call) and returns_a_loss(src, n.value))
-        for t in n.targets if isinstance(t, ast.Name)}
+    (helpers) what a step function of this file returns as it is, graph and all (`loss.backward(); return loss`),
+    alone or in a tuple the caller unpacks (`return loss, acc` read by `loss, acc = train_step(...)`)."""
+    names = names_behind(src, targets, (ast.BinOp, ast.Name))
+    for n in src.local(scope):
+        if not isinstance(n, ast.Assign):
+            continue
+        whole = src.loss_call(n.value)
+        returned = returned_losses(src, n.value) if helpers and not whole and isinstance(n.value, ast.Call) else set()
+        for t in n.targets:
+            if isinstance(t, ast.Name) and (whole or None in returned):
+                names.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                names |= {e.id for i, e in enumerate(t.elts) if i in returned and isinstance(e, ast.Name)}
+    return names
 
 
-def returns_a_loss(src, call):
-    """call runs a function of this file that returns one of its loss names as it is."""
+def returned_losses(src, call):
+    """Where the function of this file that call runs returns one of its loss names as it is: None for the whole
+    value (`return loss`), the index of each tuple element that is one (`return loss, acc`: 0)."""
     helpers = src.helpers(call)
     if not helpers:
-        return False
+        return set()
     function = helpers[0]
     losses = loss_names(src, function, [t for _, t in backward_calls(src, function) if t is not None], helpers=False)
-    return any(isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in losses
-               for n in src.local(function))
+    found = set()
+    for n in src.local(function):
+        if isinstance(n, ast.Return) and isinstance(n.value, ast.Name) and n.value.id in losses:
+            found.add(None)
+        elif isinstance(n, ast.Return) and isinstance(n.value, ast.Tuple):
+            found |= {i for i, e in enumerate(n.value.elts) if isinstance(e, ast.Name) and e.id in losses}
+    return found
 
 
 def names_behind(src, exprs, follow):
@@ -392,8 +407,8 @@ def few(src, node):
     too: memory grows each step until the run fails out of memory hours in. Where one runs, it
     frees the activations, but the graph nodes still pile up step after step, and the total is a
     tensor that drags the graph along into every later use. Add loss.item() (or loss.detach())
-    instead. A loss a step function of the file returns as it is (`loss.backward(); return loss`) and its
-    caller sums counts too. A loop of a literal few passes (range(3) in a test)
+    instead. A loss a step function of the file returns as it is (`loss.backward(); return loss`, alone or
+    in a tuple the caller unpacks) and its caller sums counts too. A loop of a literal few passes (range(3) in a test)
     and a dict of outputs (whose entries the code detaches by key) are left alone.""",
     """
     import torch.nn.functional as F
@@ -460,7 +475,7 @@ def check_loss_accumulated_with_graph(src):
                 continue
             freed = next((call for call, target in backwards if position(loop) <= position(call) <= end_position(loop) and
                           carried[0] in {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}), None)
-            made = src.definition(carriers[0]) if isinstance(carriers[0], ast.Name) else None
+            made = (src.definition(carriers[0]) or src.unpacked_from(carriers[0])) if isinstance(carriers[0], ast.Name) else None
             helper = src.helpers(made)[0] if isinstance(made, ast.Call) and src.helpers(made) else None
             if freed is None and helper is not None and "backward" in src.kinds(helper):
                 yield node, (f"adding {carried[0]} (a tensor with its autograd graph, as {helper.name}() returns it) to "
