@@ -75,12 +75,16 @@ def check_batchnorm(case):
     calls = []  # (layer name, input shape) per call, in call order
 
     def recorder(name):
-        return lambda module, args: calls.append((name, tuple(args[0].shape))) if args and isinstance(args[0], torch.Tensor) else None
+        def record(module, args, kwargs):  # the input by position, or by its keyword (bn(input=x))
+            x = args[0] if args else kwargs.get("input")
+            if isinstance(x, torch.Tensor):
+                calls.append((name, tuple(x.shape)))
+        return record
 
     raised = None
     with preserved(model):
         for name, m in training:
-            m.register_forward_pre_hook(recorder(name))
+            m.register_forward_pre_hook(recorder(name), with_kwargs=True)
         try:
             with torch.no_grad():
                 forward(model, case["batch"][0])

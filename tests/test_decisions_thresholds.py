@@ -131,6 +131,25 @@ def test_batchnorm_fails_one_sample_with_as_few_as_two_values_per_channel(length
     assert [c["samples"] for c in result.details["calls"]] == [1]
 
 
+class KeywordBatchNorm(torch.nn.Module):
+    """Calls its BatchNorm by keyword (bn(input=x)): a forward pre-hook sees no positional argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn = torch.nn.Conv1d(3, 3, 1), torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        return self.bn(input=self.conv(x))
+
+
+@pytest.mark.parametrize("rows, status", [(1, "fail"), (8, "pass")])
+def test_batchnorm_reads_an_input_given_by_keyword(rows, status):
+    case = {"model": KeywordBatchNorm(), "batch": (torch.randn(rows, 3, 4), torch.zeros(rows)), "loss_fn": lambda out, y: out.sum()}
+    result = batchnorm.check_batchnorm(case)
+    assert result.status == status
+    assert [c["input"] for c in result.details["calls"]] == [[rows, 3, 4]]
+
+
 def _biased_against_the_target(ratio):
     """A 10-class classifier whose loss at init is `ratio` x chance: its bias holds the target class down."""
     loss, down = ratio * math.log(10), 1.0

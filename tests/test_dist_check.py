@@ -67,6 +67,7 @@ def test_healthy_ranks_pass(runs, name):
         assert verdict["status"] == "pass" and verdict["backend"] == backend
         assert all(step["ok"] for step in verdict["steps"].values()) and len(verdict["steps"]) == 5
     assert "all ranks passed" in run["out"] and f"backend {backend}" in run["out"]
+    assert run["out"].count("dist_check: ") == 1, run["out"]  # one report: rank 0's under torchrun, the launcher's
 
 
 def _hangs(run):
