@@ -171,6 +171,27 @@ def test_init_loss_takes_a_loss_just_above_1_5x_chance_to_the_too_large_experime
     assert result.status == status
 
 
+def _knows_the_labels(labels):
+    """A 2-class model whose input is its label one-hot and whose weight reads it back: logits 10 apart at init."""
+    y = torch.tensor(labels)
+    model = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(10 * torch.eye(2))
+    return {"model": model, "batch": (torch.nn.functional.one_hot(y, 2).float(), y),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "num_classes": 2}}
+
+
+@pytest.mark.parametrize("labels", [[0, 1] * 8, [0] * 15 + [1]])
+def test_init_loss_warns_a_loss_below_the_best_blind_guess_of_under_one_nat(labels):
+    """Two classes: the best input-blind loss is the labels' entropy, ln 2 = 0.69 balanced, 0.23 with one 1 in 16
+    (a class seen once counts): a loss far under it at init is a warn (the model may already know the targets)."""
+    counts = torch.bincount(torch.tensor(labels)).double() / len(labels)
+    result = init_loss.check_init_loss(_knows_the_labels(labels))
+    assert result.details["best_constant"] == pytest.approx(float(-(counts * counts.log()).sum()), rel=1e-9)
+    assert result.details["best_constant"] < 1
+    assert result.status == "warn" and result.details["ratio_to_best_constant"] < 0.01
+
+
 def _linear_at(ratio):
     """A Linear(100, 10) whose weight std is `ratio` x 1/sqrt(fan_in)."""
     model = torch.nn.Linear(100, 10)
@@ -185,6 +206,7 @@ def test_init_scale_fails_a_weight_just_above_twice_the_fan_in_reference(ratio, 
     result = init_scale.check_init_scale(_linear_at(ratio))
     assert result.details["layers"][0]["ratio"] == pytest.approx(ratio, rel=1e-5)
     assert result.status == status
+    assert "more layers" not in result.summary  # one layer: no "(+0 more layers above 2x)"
 
 
 @pytest.mark.parametrize("fraction, offset", [(0.95, 1), (0.9, 1), (0.85, None)])  # MATCH: 90% of the positions
