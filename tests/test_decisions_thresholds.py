@@ -131,6 +131,59 @@ def test_batchnorm_fails_one_sample_with_as_few_as_two_values_per_channel(length
     assert [c["samples"] for c in result.details["calls"]] == [1]
 
 
+class Quiet(torch.nn.Module):
+    """The model's outputs times 1e-7: every gradient 1e-7 of what it was, leaks included."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) * 1e-7
+
+
+def test_batch_independence_weighs_a_gradient_leak_against_the_rows_own_gradient():
+    """GRAD_TOLERANCE is relative: a leaky model whose gradients are all tiny still shows its gradient leaks."""
+    loud = batch_independence.check_batch_independence(batch_independence.make_demo_case(broken=True))
+    case = batch_independence.make_demo_case(broken=True)
+    case["model"] = Quiet(case["model"])
+    quiet = batch_independence.check_batch_independence(case)
+    assert quiet.status == loud.status == "fail"
+    assert quiet.details["gradient_leaks_from"] == loud.details["gradient_leaks_from"] != []
+
+
+@pytest.mark.parametrize("targets, status", [([0.0, 1.0] * 8, "pass"), ([0.3, 0.7] * 8, "skip")])
+def test_labels_reads_float_targets_of_only_0_and_1_as_two_classes(targets, status):
+    """BCEWithLogits takes its classes as floats: 0/1 are two classes to count, soft 0.3/0.7 targets are none."""
+    y = torch.tensor(targets).unsqueeze(1)
+    case = {"model": torch.nn.Linear(4, 1), "batch": (torch.randn(16, 4), y),
+            "loss_fn": torch.nn.functional.binary_cross_entropy_with_logits, "task": {"kind": "classification"}}
+    result = labels.check_labels(case)
+    assert result.status == status
+    if status == "pass":
+        assert (result.details["counts"], result.details["majority_fraction"]) == ({0: 8, 1: 8}, 0.5)
+
+
+class Tempered(torch.nn.Module):
+    """Logits divided by a temperature given as a 0-d tensor beside the batch (a diffusion timestep looks alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 3)
+
+    def forward(self, x, temperature):
+        return self.linear(x) / temperature
+
+
+def test_input_dependence_perturbs_a_0_d_input_by_its_value():
+    """A 0-d tensor has no rows to roll: it gets a random value in its range, and counts as an input of its own."""
+    case = {"model": Tempered(), "batch": ({"x": torch.randn(8, 4), "temperature": torch.tensor(2.0)}, torch.zeros(8).long()),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification", "num_classes": 3}}
+    result = input_dependence.check_input_dependence(case)
+    assert result.status == "pass" and set(result.details["per_input"]) == {"x", "temperature"}
+    assert result.details["per_input"]["temperature"] > 0
+
+
 class KeywordBatchNorm(torch.nn.Module):
     """Calls its BatchNorm by keyword (bn(input=x)): a forward pre-hook sees no positional argument."""
 
