@@ -162,6 +162,7 @@ def test_labels_reads_float_targets_of_only_0_and_1_as_two_classes(targets, stat
     assert result.status == status
     if status == "pass":
         assert (result.details["counts"], result.details["majority_fraction"]) == ({0: 8, 1: 8}, 0.5)
+        assert result.details["ignore_index"] is None  # BCE has none
 
 
 class Tempered(torch.nn.Module):
@@ -182,6 +183,26 @@ def test_input_dependence_perturbs_a_0_d_input_by_its_value():
     result = input_dependence.check_input_dependence(case)
     assert result.status == "pass" and set(result.details["per_input"]) == {"x", "temperature"}
     assert result.details["per_input"]["temperature"] > 0
+
+
+class TargetAsInput(torch.nn.Module):
+    """model(x=..., y=...): y is the loss's target, handed to the model by keyword."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 1)
+
+    def forward(self, x, y):
+        return self.linear(x).squeeze(-1), y
+
+
+def test_data_sanity_reads_a_target_the_model_takes_by_name_as_a_target():
+    """task["target_inputs"] names inputs['y'] a target: a regression target at 1000 is no input far from normalised."""
+    y = torch.randn(16, generator=torch.Generator().manual_seed(0)) * 100 + 1000
+    case = {"model": TargetAsInput(), "batch": ({"x": torch.randn(16, 4), "y": y}, y),
+            "loss_fn": lambda out, t: torch.nn.functional.mse_loss(out[0], t),
+            "task": {"kind": "regression", "target_inputs": ["y"]}}
+    assert data_sanity.check_data_sanity(case).status == "pass"
 
 
 class KeywordBatchNorm(torch.nn.Module):

@@ -104,3 +104,13 @@ def test_exactly_a_quarter_of_the_samples_saturated_is_not_the_gradient_fail():
                "best": 0.0}
     d = metric_stuck.check_metric_stuck(problem)["details"]
     assert (d["saturated_share"], d.get("failed")) == (0.25, "ceiling")  # sample 0 is out of reach: question 2, not 1
+
+
+def test_a_term_with_no_gradient_gets_no_cosine_with_the_metrics_term():
+    """The cosine compares the terms where both have gradient; a term whose gradient is zero everywhere (at its floor,
+    or multiplied by 0) shares no parameter with the metric's term, so none is given, and the run passes."""
+    problem = metric_stuck.make_demo_problem()
+    problem["terms"] = {"mse": problem["terms"]["mse"], "idle": lambda out, _: 0.0 * out.mean()}
+    result = metric_stuck.check_metric_stuck(problem)
+    assert result["status"] == "pass"
+    assert "cosine_with_other_terms" not in result["details"] and "other_to_term_norm_ratio" not in result["details"]
