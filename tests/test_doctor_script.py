@@ -598,3 +598,41 @@ def test_a_hand_written_loss_of_a_script_that_loaded_gym_names_rl_probes(gym, tm
         capture.capture_script(str(path))
     assert ("rl_probes.py" in str(caught.value)) == gym, caught.value
     monkeypatch.delitem(sys.modules, "gym", raising=False)
+
+
+OWN_LOSS_WITH_A_METRIC = """
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.head = nn.Embedding(16, 16), nn.Linear(16, 16)
+
+    def forward(self, ids, labels):
+        logits = self.head(self.embed(ids))
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, 16), labels[:, 1:].reshape(-1))
+        return {"loss": loss, "accuracy": (logits.argmax(-1) == labels).float().mean(), "logits": logits}
+
+
+torch.manual_seed(0)
+model = LM()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+ids = torch.randint(0, 16, (4, 8))
+for _ in range(2):
+    out = model(ids, labels=ids)
+    optimizer.zero_grad()
+    out["loss"].backward()
+    optimizer.step()
+"""
+
+
+def test_a_model_that_returns_its_loss_and_a_metric_is_read_by_its_logits(tmp_path):
+    """The prediction is the first tensor of the output with a class dimension: not the loss, nor a 0-d metric
+    returned before the logits; from it the task is a causal LM of the logits' vocabulary."""
+    script = tmp_path / "train.py"
+    script.write_text(OWN_LOSS_WITH_A_METRIC)
+    case = capture.capture_script(str(script), [])
+    assert (case["task"]["kind"], case["task"]["vocab_size"]) == ("causal_lm", 16)
