@@ -48,6 +48,10 @@ def test_coverage_in_two_dimensions_counts_joint_cells():
      " 'collocation': torch.rand(5, 1), 'domain': [(0, 1), (0, 1)]}\n", "domain must be one (low, high) pair per input dimension (1)"),
     ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m(torch.rand(3, 2)).sum()},"
      " 'collocation': torch.rand(5, 1), 'domain': [(0, 1)]}\n", "the check could not run on this problem: RuntimeError"),
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m.weight.sum()},"
+     " 'collocation': torch.rand(5), 'domain': [(0, 1)]}\n", "collocation must be a (N, d) tensor"),  # 1-D
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m.weight.sum()},"
+     " 'collocation': torch.rand(0, 1), 'domain': [(0, 1)]}\n", "collocation must be a (N, d) tensor"),  # no point
 ])
 def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
     path = tmp_path / "pinn.py"
