@@ -437,3 +437,20 @@ def test_two_gloo_ranks_reach_the_same_verdict(tmp_path):
     assert [r["forgotten"]["verdict"] for r in ranks] == ["data_restarted", "data_restarted"]
     assert ranks[0]["restored"]["batches"] != ranks[1]["restored"]["batches"]  # each rank checked its own shard
     assert ranks[0]["solo"] == "ok"
+
+
+def test_the_largest_difference_is_measured_on_the_float_entries_that_differ():
+    a = {("w",): torch.tensor([1.0, 2.0]), ("step",): torch.tensor(3), ("lr",): 0.1, ("v",): torch.zeros(2)}
+    b = {("w",): torch.tensor([1.0, 2.5]), ("step",): torch.tensor(4), ("lr",): 0.1, ("v",): torch.zeros(3)}
+    paths, largest = rc.state_difference(a, b)
+    assert sorted(paths) == [("step",), ("v",), ("w",)] and largest == 0.5  # v: shapes differ, nothing to subtract
+
+
+@pytest.mark.parametrize("state", [
+    {"last_epoch": 3, "base_lrs": [0.1], "_last_lr": [0.05]},  # torch's schedulers
+    {"last_epoch": 3, "base_lrs": [0.1]},  # one saved before its first step's _last_lr, or written by hand
+    {"last_epoch": 3, "_last_lr": [0.05]},
+])
+def test_a_scheduler_state_is_known_by_its_epoch_and_either_rate_list(state):
+    checkpoint = {"optimizer": {"state": {}, "param_groups": []}, "scheduler": state, "epoch": 3}
+    assert rc.entry_kinds(checkpoint) == {("optimizer",): "optimizer", ("scheduler",): "scheduler"}
