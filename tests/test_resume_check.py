@@ -454,3 +454,31 @@ def test_the_largest_difference_is_measured_on_the_float_entries_that_differ():
 def test_a_scheduler_state_is_known_by_its_epoch_and_either_rate_list(state):
     checkpoint = {"optimizer": {"state": {}, "param_groups": []}, "scheduler": state, "epoch": 3}
     assert rc.entry_kinds(checkpoint) == {("optimizer",): "optimizer", ("scheduler",): "scheduler"}
+
+
+SAVES_WHAT_IT_DOES_NOT_LOAD = """
+import resume_check
+
+
+class Trainer(resume_check.DemoTrainer):
+    def __init__(self):
+        super().__init__()
+        self.seen = 0  # batches seen: saved, but load_state_dict() leaves it at 0
+
+    def train_step(self):
+        self.seen += 1
+        return super().train_step()
+
+    def state_dict(self):
+        return dict(super().state_dict(), seen=self.seen)
+"""
+
+
+def test_an_entry_never_loaded_that_no_step_shows_is_still_named(capsys, tmp_path):
+    """Losses, batches and rates all agree (no first step to blame): the entry load_state_dict() skips is the verdict."""
+    path = tmp_path / "trainer.py"
+    path.write_text(SAVES_WHAT_IT_DOES_NOT_LOAD)
+    proc = run_main(capsys, "--trainer", f"{path}:Trainer", "--steps", 6, "--resume-at", "2,4", "--json")
+    assert proc.returncode == 1, proc.stderr
+    details = json.loads(proc.stdout)["details"]
+    assert details["verdict"] == "state_not_restored" and details["divergence"]["first_step"] is None
