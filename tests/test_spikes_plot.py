@@ -64,6 +64,18 @@ def test_a_creep_is_shaded_from_its_start_to_its_last_step(drawn):
     assert (left, right) == (40, 70)
 
 
+@pytest.mark.parametrize("spike, notes", [(False, 1), (True, 0)])
+def test_repeated_data_is_shaded_and_its_jump_back_noted_unless_a_spike_marks_it(drawn, spike, notes):
+    """A resume over repeated data: shaded from the resume to the jump back, which is noted as the true level; a creep's
+    span gets no such note, nor does a jump back that is a spike of its own (its label says so)."""
+    repeat = {"kind": "repeat_data", "resume_step": 30, "step": 60, "high": 1.9, "spike": spike}
+    creep = {"kind": "non_spike_divergence", "step": 70, "last_step": 90}
+    ax = drawn(report(events=[repeat, creep])).axes[0]
+    assert "repeated data after a resume" in [p.get_label() for p in ax.patches]
+    noted = [t for t in ax.texts if t.get_text() == "new data: back to the true level, no spike"]
+    assert [t.xy for t in noted] == [(60, 1.9)] * notes
+
+
 def test_data_a_later_resume_went_back_over_is_drawn_faded_from_the_resume_step_on():
     calls = []
     ax = SimpleNamespace(plot=lambda xs, ys, **style: calls.append((list(xs), style.get("alpha"))))
@@ -77,6 +89,13 @@ def test_a_curve_spanning_5x_or_more_gets_a_log_scale(high, log):
     spike_plot._scale(ax, [1.0, high], 5, ticker)
     assert (ax.get_yscale() == "log") == log
     plt.close(fig)
+
+
+def test_labels_alternate_below_and_above_their_spikes(drawn):
+    """Neighbouring labels would overlap on one side: the first goes below its marker, the next above, and so on."""
+    spikes = [SimpleNamespace(type="slow_recovery", step=10 * n, peak=3.0, baseline=1.0) for n in range(1, 4)]
+    texts = [t for t in drawn(report(spikes=spikes)).axes[0].texts if t.get_text() == "slow recovery"]
+    assert [t.xyann[1] for t in texts] == [-10, 5, -10]
 
 
 def test_of_many_spikes_the_12_tallest_that_are_not_fast_recoveries_are_labelled():
