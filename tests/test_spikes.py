@@ -874,6 +874,15 @@ def test_no_loss_column_names_the_candidates_and_the_flag(tmp_path):
     assert spikes.analyze(path, "nll_step").values == 40
 
 
+def test_a_flag_logged_as_true_or_false_is_no_numeric_series(tmp_path):
+    """JSON booleans are ints to Python: a refusal that offered `is_best` as a series to pick would send the user to
+    --loss is_best."""
+    path = tmp_path / "log.jsonl"
+    path.write_text("".join(json.dumps({"step": i, "acc": 0.5, "is_best": i % 10 == 0}) + "\n" for i in range(40)))
+    with pytest.raises(spikes.CliError, match=r"numeric series \(values in the first records\): acc \(40\); use --loss"):
+        spikes.analyze(path)
+
+
 def test_a_short_log_says_detection_needs_more_values(tmp_path):
     path = write(tmp_path, "short.csv", "step,loss\n" + "".join(f"{i},{9.0 if i == 20 else 2.0}\n" for i in range(25)))
     proc = run_cli("spikes.py", path, "--json")
