@@ -18,6 +18,7 @@ from spikelog.detect.series import Episode, Series, tail_distance
 from spikelog.detect.thresholds import CREEP_ABS, CREEP_REL, CREEP_Z, MEDIAN_SE, REFRESH
 from spikelog.read import general, open_log, table
 from spikelog.read.columns import Unparsed, epoch_steps, repeated_rows
+from spikelog.report import spike_height
 import synthetic_curves
 from conftest import ROOT, assert_one_line_error, run_cli
 
@@ -342,11 +343,20 @@ def write_events(directory, rows, tags):
 
 def test_tensorboard_event_file_and_directory_read_like_csv(small_curve, csv_result, tmp_path):
     event_file = write_events(tmp_path, small_curve[1], {"train/loss": "loss", "train/grad_norm": "grad_norm"})
+    (tmp_path / "hparams.yaml").write_text("lr: 0.001\n")  # what Lightning writes beside its event files: not read
+    (tmp_path / "events.out.tfevents.checkpoints").mkdir()  # a folder, whatever its name
     for target in (event_file, tmp_path):
         report = spikes.analyze(target)
         assert (report.format, report.columns.loss, report.columns.grad) == ("tensorboard", "train/loss",
                                                                               "train/grad_norm")
         assert spike_summary(report) == csv_result  # float32 in the event file changes nothing here
+
+
+def test_a_spikes_height_is_relative_to_its_baseline():
+    """A jump from 1 to 3 is taller than one from 8 to 10 (2x against 0.25x): the plot labels and the post-mortem rank
+    spikes by it; at a baseline of 0 it is the peak itself."""
+    spikes_at = [(3.0, 1.0), (10.0, 8.0), (3.0, 0.0), (1.0, -2.0)]  # (peak, baseline)
+    assert [spike_height(types.SimpleNamespace(peak=p, baseline=b)) for p, b in spikes_at] == [2.0, 0.25, 3.0, 1.5]
 
 
 def run_without(package, tmp_path, *args):
@@ -1245,6 +1255,16 @@ def test_a_level_shift_in_the_first_block_after_a_resume_opens_at_the_resume():
     steps = list(range(288)) + list(range(200, 600))
     series, _ = fed([cycle(i) for i in range(288)] + [cycle(i, 0.2) for i in range(288, 688)], steps)
     assert [(s.start, s.type) for s in series.spikes] == [(200, "no_recovery")]
+
+
+def test_a_shift_that_opens_at_a_resume_is_told_to_rule_out_repeated_data(tmp_path):
+    """The shift above opens on the resume's own row: the post-mortem counts that resume as before it, and says so."""
+    steps = list(range(288)) + list(range(200, 600))
+    values = [cycle(i) for i in range(288)] + [cycle(i, 0.2) for i in range(288, 688)]
+    path = write(tmp_path, "run.csv", "step,loss\n" + "".join(f"{s},{v}\n" for s, v in zip(steps, values)))
+    report = spikes.analyze(path)
+    assert [(s.start_row, s.type) for s in report.spikes] == [(288, "no_recovery")] and report.resumes[0][0] == 288
+    assert "A resume (step 200) came before this shift to a higher level" in spikes.postmortem(report)
 
 
 def test_the_first_block_reports_its_own_first_step():
