@@ -380,3 +380,11 @@ def test_a_launched_rank_gets_one_torch_thread_unless_omp_num_threads_says(monke
         torch.set_num_threads(threads)
     assert seen == [("1", 1), ("3", 2)]
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["DIST_CHECK_LAUNCHED"]) == ("1", "2", "1")
+
+
+def test_one_rank_passes_the_ring_step_without_sending_to_itself(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(dist_check.os, "environ", dict(os.environ))  # launch_local sets MASTER_ADDR and MASTER_PORT
+    assert dist_check.main(["--nproc", "1", "--timeout", "5", "--out", str(tmp_path / "out")]) == 0
+    capsys.readouterr()
+    verdict = json.loads((tmp_path / "out" / "rank0.json").read_text())
+    assert verdict["steps"]["ring_send_recv"] == {"ok": True, "detail": "one rank: nothing to send"}
