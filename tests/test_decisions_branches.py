@@ -107,6 +107,15 @@ def test_gradient_flow_judges_a_parameter_missing_from_four_passes_as_getting_no
     assert model.calls == 4  # the first pass and RESAMPLED_PASSES more: then the missing set stopped changing
 
 
+def test_gradient_flow_fails_a_loss_that_no_trainable_parameter_reaches():
+    """model(x).detach() into the loss: no backward can run, every trainable parameter is named without a gradient."""
+    model = torch.nn.Linear(3, 2)
+    case = {"model": model, "batch": (torch.randn(4, 3), torch.randn(4, 2)),
+            "loss_fn": lambda out, y: torch.nn.functional.mse_loss(out.detach(), y)}
+    result = gradient_flow.check_gradient_flow(case)
+    assert (result.status, result.details["none_grad"]) == ("fail", ["weight", "bias"])
+
+
 def test_capture_keeps_a_number_target_of_a_loss_on_the_flattened_output_as_it_is():
     out = torch.zeros(2, 3, 4)  # the model's output; the loss read it flattened to (6, 4), with the target 1.0:
     # F.multilabel_soft_margin_loss(out.reshape(-1, 4), 1.0) runs (the one captured loss that takes a number)
