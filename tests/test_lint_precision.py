@@ -553,6 +553,23 @@ FOUND = [
                 running += loss  # BUG: each step's graph chained onto running
             return running
         """),
+    ("causal-mask-offset", "a mask built inside masked_fill's first argument, named nowhere", """
+        import torch
+
+        def attend(scores):
+            T = scores.shape[-1]
+            return scores.masked_fill(
+                torch.tril(torch.ones(T, T), diagonal=1) == 0, float("-inf")).softmax(-1)  # BUG: sees the next token
+        """),
+    ("causal-mask-offset", "a mask handed straight to attn_mask=, named nowhere", """
+        import torch
+        import torch.nn.functional as F
+
+        def attend(q, k, v):
+            T = q.shape[-2]
+            return F.scaled_dot_product_attention(
+                q, k, v, attn_mask=torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1))  # BUG: sees the next token
+        """),
     ("loss-accumulated-with-graph", "the same loss returned in a tuple and unpacked by its caller (round 4's miss)", """
         import torch.nn.functional as F
 
