@@ -266,6 +266,19 @@ def test_init_loss_warns_a_loss_below_the_best_blind_guess_of_under_one_nat(labe
     assert result.status == "warn" and result.details["ratio_to_best_constant"] < 0.01
 
 
+def test_init_loss_reads_probability_rows_under_cross_entropy_as_soft_labels():
+    """Targets that are rows of probabilities, scored by cross-entropy: 4 classes, chance ln 4, and the best blind
+    guess the entropy of their mean row; not a regression of 64 numbers."""
+    targets = torch.softmax(torch.randn(16, 4, generator=torch.Generator().manual_seed(0)) * 2, -1)
+    case = {"model": torch.nn.Linear(6, 4), "batch": (torch.randn(16, 6), targets), "loss_fn": torch.nn.functional.cross_entropy}
+    result = init_loss.check_init_loss(case)
+    mean = targets.mean(0).double()
+    assert (result.details["kind"], result.details["num_classes"], result.details["n_targets"]) == (
+        "classification (inferred: soft labels)", 4, 16)
+    assert result.details["chance"] == pytest.approx(math.log(4))
+    assert result.details["best_constant"] == pytest.approx(float(-(mean * mean.log()).sum()), rel=1e-6)
+
+
 def _linear_at(ratio):
     """A Linear(100, 10) whose weight std is `ratio` x 1/sqrt(fan_in)."""
     model = torch.nn.Linear(100, 10)

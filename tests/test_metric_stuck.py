@@ -81,6 +81,9 @@ def test_a_nan_metric_or_loss_is_a_fail_that_names_where_it_first_appears(plant,
     ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 2), torch.randn(4)),"
      " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'a', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': float('nan')}\n",
      "best must be a finite number"),
+    ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 2), torch.randn(4)),"
+     " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'a', 'metric': lambda o, y: 0.0, 'goal': 'lower', 'best': 0}\n",
+     "goal must be 'min' or 'max'"),
 ])
 def test_bad_problems_exit_2_with_one_line(tmp_path, capsys, source, says):
     path = tmp_path / "problem.py"
