@@ -64,6 +64,15 @@ def test_the_healthy_twins_of_the_planted_bugs_get_no_fail_from_the_whole_doctor
     assert warns == ({"gradient_flow"} if name == "make_lstm_time_major" else set()), statuses  # as make_lstm_lm's
 
 
+@pytest.mark.parametrize("batch, says", [
+    ({"input_ids": torch.zeros(2, 4, dtype=torch.long)}, "holds 'labels', or return_loss=True"),  # no labels
+    ([torch.zeros(2, 4, dtype=torch.long)], "holds 'labels', or return_loss=True"),  # not a dict
+])
+def test_case_from_hf_refuses_a_batch_it_cannot_score(batch, says):
+    with pytest.raises(ValueError, match=says):
+        healthy_hf.case_from_hf(torch.nn.Linear(2, 2), batch)
+
+
 def test_case_from_hf_reads_the_task_from_the_model():
     case = healthy_hf.make_t5()
     assert case["task"]["kind"] == "seq2seq" and case["task"]["vocab_size"] == 64
