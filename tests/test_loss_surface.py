@@ -34,6 +34,14 @@ def test_png_is_written_and_never_overwritten(tmp_path, capsys):
     assert capsys.readouterr().err == f"error: --png {png} exists; pass --force to replace it, or choose another path\n"
 
 
+@pytest.mark.hostile
+def test_a_png_that_cannot_be_written_is_one_line_and_exit_2(tmp_path, capsys):
+    png = tmp_path / ("s" * 300 + ".png")  # longer than a file name may be (255 bytes): the write itself fails
+    assert loss_surface.main(["--healthy", "--grid", "11", "--png", str(png)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot write {png}: ") and err.count("\n") == 1 and not list(tmp_path.iterdir())
+
+
 def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` now raises ImportError
     assert loss_surface.main(["--healthy", "--grid", "11", "--png", str(tmp_path / "s.png")]) == 0
