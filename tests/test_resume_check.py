@@ -482,3 +482,12 @@ def test_an_entry_never_loaded_that_no_step_shows_is_still_named(capsys, tmp_pat
     assert proc.returncode == 1, proc.stderr
     details = json.loads(proc.stdout)["details"]
     assert details["verdict"] == "state_not_restored" and details["divergence"]["first_step"] is None
+
+
+def test_a_trainer_imports_a_module_beside_it(capsys, tmp_path, monkeypatch):
+    """Like `python trainer.py`: the trainer's own folder is on the import path, so a helper module next to it loads."""
+    monkeypatch.setattr(rc.sys, "path", list(rc.sys.path))
+    (tmp_path / "my_trainer_helpers.py").write_text("import resume_check\nTrainer = resume_check.DemoTrainer\n")
+    (tmp_path / "trainer.py").write_text("from my_trainer_helpers import Trainer\n")
+    proc = run_main(capsys, "--trainer", f"{tmp_path / 'trainer.py'}:Trainer", "--steps", 4, "--resume-at", 2)
+    assert proc.returncode == 0, proc.stderr
