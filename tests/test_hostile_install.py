@@ -83,6 +83,14 @@ def test_the_manifest_lists_every_installed_file_with_its_hash(tmp_path, source)
     assert manifest["files"]["SKILL.md"] == install_skill.sha256(source / "SKILL.md")
 
 
+def test_force_over_an_unchanged_install_keeps_nothing_aside(tmp_path, source, capsys):
+    """Every file of an unchanged earlier install is one we wrote: --force replaces it and keeps no copy of it."""
+    assert install_skill.main([str(tmp_path)], source=source) == 0
+    assert install_skill.main([str(tmp_path), "--force"], source=source) == 0
+    capsys.readouterr()
+    assert install_skill.kept_aside(tmp_path) == [] and (tmp_path / "ml-debug" / "SKILL.md").read_text() == SKILL
+
+
 def test_a_reinstall_replaces_an_unchanged_install_and_refuses_an_edited_one(tmp_path, source, capsys):
     target = tmp_path / "ml-debug"
     assert install_skill.main([str(tmp_path)], source=source) == 0
