@@ -15,6 +15,23 @@ def findings(code, path="<string>"):
 # --- false findings of issue 24, each fixed at its cause: the look-alike lints clean ----------------------------
 
 SILENT = {
+    "adam-coupled-weight-decay: a value read from a config object, not a dict this file writes": """
+        import torch
+
+        cfg = TrainConfig(weight_decay=0.1)  # its class may map or override the value: unknown here
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=cfg["weight_decay"])
+        """,
+    "train-loader-no-shuffle: a sampler given as the fourth positional argument": """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(train_set, 64, False, weighted_sampler)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        """,
     "clip-grad-order: the step cited is in the other branch of `if use_amp`": """
         import torch.nn.functional as F
         from torch.nn.utils import clip_grad_norm_
