@@ -23,6 +23,7 @@ import nan_watch
 import pinn_check
 import registration
 import training_loop
+import update_ratio
 from ml_debug_contract import graph_edges
 
 CLEAN = {"top_char": 0.1, "run": 3, "zlib": 0.5, "symbols": 0.1, "control": 0.0}
@@ -277,6 +278,20 @@ def test_init_loss_reads_probability_rows_under_cross_entropy_as_soft_labels():
         "classification (inferred: soft labels)", 4, 16)
     assert result.details["chance"] == pytest.approx(math.log(4))
     assert result.details["best_constant"] == pytest.approx(float(-(mean * mean.log()).sum()), rel=1e-6)
+
+
+def test_update_ratio_fails_weights_that_move_under_a_millionth_of_their_norm():
+    """SGD at lr 1e-6 on a small MLP: each weight moves ~1e-7 of its norm per step, under LOW_FAIL (1e-6), and still
+    moves (no update lost to rounding): the lr is too low, a fail naming both weights."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+        batch = (torch.randn(32, 8), torch.randint(0, 3, (32,)))
+    case = {"model": model, "batch": batch, "loss_fn": torch.nn.functional.cross_entropy,
+            "optimizer": lambda params: torch.optim.SGD(params, lr=1e-6)}
+    result = update_ratio.check_update_ratio(case)
+    assert result.status == "fail" and "lr too low" in result.summary
+    assert all(0 < r < update_ratio.LOW_FAIL for r in result.details["ratios"].values())
 
 
 def _linear_at(ratio):
