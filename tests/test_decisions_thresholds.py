@@ -294,6 +294,13 @@ def test_update_ratio_fails_weights_that_move_under_a_millionth_of_their_norm():
     assert all(0 < r < update_ratio.LOW_FAIL for r in result.details["ratios"].values())
 
 
+def test_update_ratio_says_where_an_overshooting_loss_ended_when_it_came_down_from_its_peak():
+    result = update_ratio.check_update_ratio(update_ratio.make_demo_case(broken=True))
+    arm = result.details["overshoot"]["1x"]
+    assert result.status == "fail" and arm["after"] != arm["highest"]
+    assert f"up to {arm['highest']:.4g} (ending at {arm['after']:.4g}), where 0.1x" in result.summary
+
+
 def _linear_at(ratio):
     """A Linear(100, 10) whose weight std is `ratio` x 1/sqrt(fan_in)."""
     model = torch.nn.Linear(100, 10)
