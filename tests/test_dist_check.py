@@ -388,3 +388,13 @@ def test_one_rank_passes_the_ring_step_without_sending_to_itself(tmp_path, capsy
     capsys.readouterr()
     verdict = json.loads((tmp_path / "out" / "rank0.json").read_text())
     assert verdict["steps"]["ring_send_recv"] == {"ok": True, "detail": "one rank: nothing to send"}
+
+
+def test_a_refusal_on_another_rank_is_every_ranks_refusal(tmp_path):
+    """Rank 1 found a file of the user's in --out: rank 0, whose own names are free, refuses with rank 1's line and
+    makes nothing, rather than start a run whose other rank has left."""
+    store = dist_check.connect("127.0.0.1", free_port(), 2, 5, host_store=True)
+    store.set("dist_check/out/1", "rank 1: out/rank1.json exists and is not ours")
+    with pytest.raises(dist_check.UsageError, match="^rank 1: out/rank1.json exists and is not ours$"):
+        dist_check.agree_on_out(store, 0, 2, tmp_path / "out", False, 5)
+    assert not (tmp_path / "out").exists()
