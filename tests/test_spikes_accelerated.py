@@ -38,7 +38,7 @@ def test_every_synthetic_scenario_gives_the_same_report(tmp_path, monkeypatch, s
     path = tmp_path / f"{scenario}.csv"
     synthetic_curves.make_curve(scenario, seed=1).write_csv(path)
     pure, fast = both_ways(path, monkeypatch, block)
-    assert fast == pure
+    assert json.dumps(fast) == json.dumps(pure)  # as printed: a step 10.0 equals 10 in Python, not in the JSON
     assert numpy_chunks(path)[0] > 0  # the accelerated path was really taken
 
 
