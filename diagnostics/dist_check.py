@@ -493,11 +493,10 @@ def launch_local(nproc, args):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     argv = ["--out", str(args.out), "--timeout", str(args.timeout)]
     argv += (["--backend", args.backend] if args.backend else []) + (["--plant", args.plant] if args.plant else [])
     context = multiprocessing.get_context("spawn" if args.backend == "nccl" else RANK_START)
-    ranks = [context.Process(target=run_launched_rank, args=(rank, nproc, argv), daemon=True) for rank in range(nproc)]
+    ranks = [context.Process(target=run_launched_rank, args=(rank, nproc, port, argv), daemon=True) for rank in range(nproc)]
     try:
         for process in ranks:
             process.start()
@@ -513,12 +512,12 @@ def launch_local(nproc, args):
     return read_verdicts(store, nproc)
 
 
-def run_launched_rank(rank, world, argv):
-    """One rank the launcher started: what `dist_check.py ARGV` run by torchrun as this rank would do. One torch
-    thread unless OMP_NUM_THREADS says otherwise (torch read it when this process, or the launcher it forked from,
-    loaded torch; without it, the thread count is set here)."""
+def run_launched_rank(rank, world, port, argv):
+    """One rank the launcher started: what `dist_check.py ARGV` run by torchrun as this rank would do, its environment
+    set here (the launcher's own stays as it was). One torch thread unless OMP_NUM_THREADS says otherwise (torch read
+    it when this process, or the launcher it forked from, loaded torch; without it, the thread count is set here)."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      DIST_CHECK_LAUNCHED="1")
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), DIST_CHECK_LAUNCHED="1")
     if "OMP_NUM_THREADS" not in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)

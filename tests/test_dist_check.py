@@ -185,7 +185,6 @@ def test_nccl_ranks_are_spawned_not_forked(monkeypatch, backend, start):
     def get_context(method):
         raise Started(method)
     monkeypatch.setattr(dist_check.multiprocessing, "get_context", get_context)
-    monkeypatch.setattr(dist_check.os, "environ", dict(os.environ))  # launch_local sets MASTER_ADDR and MASTER_PORT
     with pytest.raises(Started, match=start):
         dist_check.launch_local(2, argparse.Namespace(out="out", timeout=5, backend=backend, plant=None))
 
@@ -371,20 +370,22 @@ def test_a_launched_rank_gets_one_torch_thread_unless_omp_num_threads_says(monke
     try:
         torch.set_num_threads(2)
         with pytest.raises(SystemExit):
-            dist_check.run_launched_rank(0, 2, [])
+            dist_check.run_launched_rank(0, 2, 29500, [])
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         torch.set_num_threads(2)
         with pytest.raises(SystemExit):
-            dist_check.run_launched_rank(1, 2, [])
+            dist_check.run_launched_rank(1, 2, 29500, [])
     finally:
         torch.set_num_threads(threads)
     assert seen == [("1", 1), ("3", 2)]
     assert (os.environ["RANK"], os.environ["WORLD_SIZE"], os.environ["DIST_CHECK_LAUNCHED"]) == ("1", "2", "1")
+    assert (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) == ("127.0.0.1", "29500")
 
 
-def test_one_rank_passes_the_ring_step_without_sending_to_itself(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(dist_check.os, "environ", dict(os.environ))  # launch_local sets MASTER_ADDR and MASTER_PORT
+def test_one_rank_passes_the_ring_step_without_sending_to_itself_and_leaves_the_environment_alone(tmp_path, capsys):
+    before = dict(os.environ)
     assert dist_check.main(["--nproc", "1", "--timeout", "5", "--out", str(tmp_path / "out")]) == 0
+    assert dict(os.environ) == before  # the ranks set MASTER_ADDR and MASTER_PORT in their own environments
     capsys.readouterr()
     verdict = json.loads((tmp_path / "out" / "rank0.json").read_text())
     assert verdict["steps"]["ring_send_recv"] == {"ok": True, "detail": "one rank: nothing to send"}
