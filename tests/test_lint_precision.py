@@ -552,24 +552,31 @@ GAN_HEADS = """
             optimizer_D.step()
         """  # a discriminator with two heads (PyTorch-GAN): softmax-into-ce through a tuple
 
-FOUND = [
-    ("loss-accumulated-with-graph", "a loss a step function of the file returns as it is, summed by its caller (round 4)", """
+STEP_FUNCTION = """
         import torch.nn.functional as F
 
         def train_step(net, opt, x, y):
             opt.zero_grad()
-            loss = F.cross_entropy(net(x), y)
+            logits = net(x)
+            loss = F.cross_entropy(logits, y)
             loss.backward()
             opt.step()
-            return loss
+            return {returned}
 
         def fit(net, opt, loader):
             running = 0.0
             for x, y in loader:
-                loss = train_step(net, opt, x, y)
-                running += loss  # BUG: each step's graph chained onto running
+                {unpacked} = train_step(net, opt, x, y)
+                running += loss{bug}
             return running
-        """),
+        """  # a step function whose caller sums what it returns: loss-accumulated-with-graph's look-alikes (round 4)
+
+FOUND = [
+    ("loss-accumulated-with-graph", "a loss a step function of the file returns as it is, summed by its caller (round 4)",
+     STEP_FUNCTION.format(returned="loss", unpacked="loss", bug="  # BUG: each step's graph chained onto running")),
+    ("loss-accumulated-with-graph", "the same loss returned in a tuple and unpacked by its caller (round 4's miss)",
+     STEP_FUNCTION.format(returned="loss, (logits.argmax(-1) == y).float().mean()", unpacked="loss, acc",
+                          bug="  # BUG: each step's graph chained onto running")),
     ("causal-mask-offset", "a mask built inside masked_fill's first argument, named nowhere", """
         import torch
 
@@ -586,24 +593,6 @@ FOUND = [
             T = q.shape[-2]
             return F.scaled_dot_product_attention(
                 q, k, v, attn_mask=torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=1))  # BUG: sees the next token
-        """),
-    ("loss-accumulated-with-graph", "the same loss returned in a tuple and unpacked by its caller (round 4's miss)", """
-        import torch.nn.functional as F
-
-        def train_step(net, opt, x, y):
-            opt.zero_grad()
-            logits = net(x)
-            loss = F.cross_entropy(logits, y)
-            loss.backward()
-            opt.step()
-            return loss, (logits.argmax(-1) == y).float().mean()
-
-        def fit(net, opt, loader):
-            running = 0.0
-            for x, y in loader:
-                loss, acc = train_step(net, opt, x, y)
-                running += loss  # BUG: each step's graph chained onto running
-            return running
         """),
     ("backward-under-no-grad", "a leaf that requires grad, its whole loss made under no_grad", """
         import torch
@@ -815,41 +804,10 @@ NOT_FOUND = {
         cfg["weight_decay"] = 0.0
         optimizer = torch.optim.Adam(model.parameters(), weight_decay=cfg["weight_decay"])
         """,
-    "a step function of the file that returns its loss as a number": """
-        import torch.nn.functional as F
-
-        def train_step(net, opt, x, y):
-            opt.zero_grad()
-            loss = F.cross_entropy(net(x), y)
-            loss.backward()
-            opt.step()
-            return loss.item()
-
-        def fit(net, opt, loader):
-            running = 0.0
-            for x, y in loader:
-                loss = train_step(net, opt, x, y)
-                running += loss
-            return running
-        """,
-    "a step function of the file that returns its loss as a number in a tuple": """
-        import torch.nn.functional as F
-
-        def train_step(net, opt, x, y):
-            opt.zero_grad()
-            logits = net(x)
-            loss = F.cross_entropy(logits, y)
-            loss.backward()
-            opt.step()
-            return loss.item(), logits
-
-        def fit(net, opt, loader):
-            running = 0.0
-            for x, y in loader:
-                loss, logits = train_step(net, opt, x, y)
-                running += loss
-            return running
-        """,
+    "a step function of the file that returns its loss as a number":
+        STEP_FUNCTION.format(returned="loss.item()", unpacked="loss", bug=""),
+    "a step function of the file that returns its loss as a number in a tuple":
+        STEP_FUNCTION.format(returned="loss.item(), logits", unpacked="loss, logits", bug=""),
 }
 
 
