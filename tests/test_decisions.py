@@ -23,7 +23,6 @@ import rl_probes
 import spike_lab
 import spikes
 import sweeps
-from conftest import ROOT
 from nan_watch import NanWatch
 from spikelog.read.columns import Columns
 from test_hostile_install import source  # noqa: F401  (the fixture: a tiny pack to install from)
@@ -268,25 +267,6 @@ def test_label_alignment_skips_a_loss_that_is_no_scalar_of_the_model(loss_fn):
     case["loss_fn"] = loss_fn
     result = label_alignment.check_label_alignment(case)
     assert (result.status, result.summary) == ("skip", "the loss is not a scalar that depends on the model")
-
-
-@pytest.mark.parametrize("broken, status", [(False, "pass"), (True, "fail")])
-def test_label_alignment_reads_a_time_major_model_trained_on_class_probabilities(broken, status, monkeypatch):
-    """Targets given as one-hot probabilities (no label ids to read): the alignment comes from the gradient alone, and
-    the time-major (T, B) model gets the verdict, layout and offset it gets from its label ids."""
-    monkeypatch.syspath_prepend(str(ROOT / "tests" / "corpus"))
-    import broken_labels
-    case = broken_labels.lstm_case(broken)
-    ids = label_alignment.check_label_alignment(case)
-    vocab = case["task"]["vocab_size"]
-    inputs, targets = case["batch"]
-    case["batch"] = (inputs, torch.nn.functional.one_hot(targets, vocab).float())
-    case["loss_fn"] = lambda output, target: torch.nn.functional.cross_entropy(output.reshape(-1, vocab),
-                                                                               target.reshape(-1, vocab))
-    result = label_alignment.check_label_alignment(case)
-    assert result.status == ids.status == status
-    assert [result.details[key] for key in ("time_dim", "input_offset")] == [ids.details[key] for key in ("time_dim", "input_offset")]
-    assert result.details["time_dim"] == (1 if broken else 0)  # unshifted, target == input in either layout
 
 
 class ScaledMLP(torch.nn.Module):

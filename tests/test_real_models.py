@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import doctor
+import label_alignment
 from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "corpus"))
@@ -71,6 +72,23 @@ def test_the_healthy_twins_of_the_planted_bugs_get_no_fail_from_the_whole_doctor
 def test_case_from_hf_refuses_a_batch_it_cannot_score(batch, says):
     with pytest.raises(ValueError, match=says):
         healthy_hf.case_from_hf(torch.nn.Linear(2, 2), batch)
+
+
+@pytest.mark.parametrize("broken, status", [(False, "pass"), (True, "fail")])
+def test_label_alignment_reads_a_time_major_model_trained_on_class_probabilities(broken, status):
+    """Targets given as one-hot probabilities (no label ids to read): the alignment comes from the gradient alone, and
+    the time-major (T, B) model gets the verdict, layout and offset it gets from its label ids."""
+    case = broken_labels.lstm_case(broken)
+    ids = label_alignment.check_label_alignment(case)
+    vocab = case["task"]["vocab_size"]
+    inputs, targets = case["batch"]
+    case["batch"] = (inputs, torch.nn.functional.one_hot(targets, vocab).float())
+    case["loss_fn"] = lambda output, target: torch.nn.functional.cross_entropy(output.reshape(-1, vocab),
+                                                                               target.reshape(-1, vocab))
+    result = label_alignment.check_label_alignment(case)
+    assert result.status == ids.status == status
+    assert [result.details[key] for key in ("time_dim", "input_offset")] == [ids.details[key] for key in ("time_dim", "input_offset")]
+    assert result.details["time_dim"] == (1 if broken else 0)  # unshifted, target == input in either layout
 
 
 def test_case_from_hf_reads_the_task_from_the_model():
