@@ -109,6 +109,7 @@ def test_help_exits_0(repo):
     (["missing.py"], "not a Python file in the repository"),
     (["calc.py", "--max", "0"], "--max must be 1 or more"),
     (["calc.py", "--timeout", "0"], "--timeout must be more than 0"),
+    (["calc.py", "--confirm"], "it needs --map"),
     (["--base", "no-such-branch"], "git merge-base"),
     (["calc.py", "--json", "calc.py"], "is the input"),
     (["calc.py", "--json", "notes.json"], "exists; pass --force"),
@@ -129,16 +130,17 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(repo, args, says):
 def test_force_replaces_a_json_file_and_a_later_run_replaces_its_own(repo):
     out = repo / "notes.json"
     out.write_text('{"mine": true}\n')
-    assert mutate(repo, "calc.py", "--json", out, "--max", "1", "--force").returncode == 1  # its one mutant survives
+    assert mutate(repo, "calc.py", "--json", out, "--max", "2", "--force").returncode == 1  # one of its two survives
     (result,) = json.loads(out.read_text())["files"]
-    assert (result["generated"], result["run"], result["survived"]) == (4, 1, ["calc.py:2: 10 -> 11"])
-    assert mutate(repo, "calc.py", "--json", out, "--max", "1").returncode == 1
+    assert (result["generated"], result["run"], result["survived"]) == (4, 2, ["calc.py:6: `>` -> `>=`"])
+    assert mutate(repo, "calc.py", "--json", out, "--max", "2").returncode == 1
 
 
 def test_max_spreads_the_mutants_over_the_file(repo):
+    """The middle mutant of each half: not the file's first, which every sample would otherwise share."""
     proc = mutate(repo, "calc.py", "--list", "--max", "2")
-    assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:2: 10 -> 11",
-                                        "  calc.py:7: drop the `return` that ends this if-branch"]
+    assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:6: `>` -> `>=`",
+                                        "  calc.py:7: 'fail' -> 'warn'"]
 
 
 def test_lines_changed_keeps_only_the_mutants_on_the_lines_the_change_touched(repo, tmp_path):

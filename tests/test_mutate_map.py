@@ -135,6 +135,36 @@ def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_p
     assert f"diagnostics/calc.py:{line_of('LIMIT = 10')}: 10 -> 11" in result["killed"]
 
 
+# a test the map cannot see: it runs a copy of calc.py from its own folder, outside the repository coverage measures,
+# and pins the boundary (10 passes) that the mapped tests leave open
+COPIED = '''
+
+def test_copied(tmp_path):
+    copy = tmp_path / "calc.py"
+    copy.write_bytes(CALC.read_bytes())
+    assert subprocess.run([sys.executable, str(copy), "10"]).returncode == 0
+'''
+
+
+def test_confirm_runs_a_survivor_of_the_mapped_tests_on_the_tests_of_its_file(repo, tmp_path):
+    root, line_map = repo
+    test_file = root / "tests" / "test_calc.py"
+    test_file.write_text(test_file.read_text().split("\n\ndef test_source")[0] + COPIED)
+    gate = f"diagnostics/calc.py:{line_of('    if x > LIMIT:')}: `>` -> `>=`"
+    results = {}
+    for confirm in ([], ["--confirm"]):
+        out = tmp_path / f"results{len(confirm)}.json"
+        proc = mutate(root, "diagnostics/calc.py", "--map", line_map, *confirm, "--json", out)
+        assert proc.returncode == 1, proc.stderr  # unused() is run by no test at all
+        (results[bool(confirm)],) = json.loads(out.read_text())["files"]
+    assert gate in results[False]["survived"]
+    confirmed = results[True]
+    assert gate in confirmed["killed"] and confirmed["outside_map"] == [gate]
+    assert confirmed["survived"] == [label for label in results[False]["survived"] if label != gate]
+    assert all(label.endswith("(no test runs this line)") for label in confirmed["survived"])  # still, after a run
+    assert "outside_map" not in results[False]
+
+
 def test_without_the_map_the_tests_that_import_the_file_kill_every_mutant(repo):
     proc = mutate(repo[0], "diagnostics/calc.py", "--max", "3")
     assert proc.returncode == 0, proc.stdout

@@ -1,7 +1,7 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
     python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N]
-                           [--timeout S] [--json OUT [--force]] [--map MAP] [--equivalent LIST] [--warm]
+                           [--timeout S] [--json OUT [--force]] [--map MAP [--confirm]] [--equivalent LIST] [--warm]
     python tools/mutate.py --build-map MAP [-n WORKERS] [--tests TEST ...]
 
 Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
@@ -57,6 +57,13 @@ seconds plus 30 s; the tests that failed while the map was built are left out. -
 it did not write; over its own map it replaces what it said of the tests it ran now and keeps the rest (a new test
 file: `--build-map MAP --tests tests/test_new.py`); a file that changed since gets no entry from a build on some
 tests (what the other tests run of it is unknown), only from one on all.
+
+The map cannot see every run: a test that copies a file into a temporary folder and runs it there (coverage measures
+only the repository's paths), a child started with an environment of its own, a constant read through another
+module. --confirm runs a mutant that survives its mapped tests (or that no mapped test runs) again on the tests that
+import or run its file; one caught there counts as killed or timed out, and is also listed under "outside_map" and
+printed ("caught outside the map"). Read that list: a test that reads the source itself (a digest, a docstring it
+compares) fails on any edit, and catches mutants that change no behaviour.
 
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
@@ -283,10 +290,11 @@ def on_lines(mutants, lines):
 
 
 def spread(mutants, most):
-    """At most `most` mutants, evenly spaced over the file (deterministic)."""
+    """At most `most` mutants, evenly spaced over the file: the middle one of each of `most` equal stretches
+    (deterministic; the file's first mutant, often a module constant, is not always among them)."""
     if most is None or len(mutants) <= most:
         return mutants
-    return [mutants[i * len(mutants) // most] for i in range(most)]
+    return [mutants[(2 * i + 1) * len(mutants) // (2 * most)] for i in range(most)]
 
 
 # --- which tests cover a file ------------------------------------------------------------------------
@@ -737,23 +745,27 @@ def stages(ids):
 
 
 def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None, warm=False,
-                checked=None, importers=()):
+                checked=None, importers=(), confirm=False):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
 
     `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
     that ran its lines (none: it survives unrun), and falls back to `tests` when the map has no entry for the file or
     its line ran outside any test; a module constant's also runs the tests of the files that import it (`importers`,
-    as far as the map knows them). A mutant `equivalent` lists is counted as such and not run. A test that fails with
-    a mutant is run once without any (`checked`, test id -> it passes then, shared between files): one that fails
-    there too kills nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest."""
+    as far as the map knows them). `confirm`: a mutant that survives its mapped tests, or that no mapped test runs,
+    then runs `tests`; one they catch is also listed under "outside_map". A mutant `equivalent` lists is counted
+    as such and not run. A test that fails with a mutant is run once without any (`checked`, test id -> it passes
+    then, shared between files): one that fails there too kills nothing, and the mutant's tests run again without it.
+    `warm`: run_tests forks its pytest."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
+    if confirm:
+        result["outside_map"] = []
     lines, why = line_map.entry(copy, rel) if line_map is not None else (None, None)
     if why:
         result["map"] = f"{why}: import-level tests"
     importer_lines = [] if lines is None or not any(m.at_import for m in mutants) else [  # (each hashed once)
         entry for entry in (line_map.entry(copy, user)[0] for user in importers) if entry is not None]
-    plan = []  # (mutant, tests, time limit or None: the file's tests, with the baseline's limit)
+    plan = []  # (mutant, mapped tests or None: the file's tests, the mapped tests' time limit)
     wholes = 0
     for mutant in mutants:
         if equivalent is not None and equivalent.holds(copy, mutant):
@@ -764,71 +776,96 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
             continue
         chosen, seconds, whole = line_map.tests_for(lines, mutant, importer_lines)
         wholes += whole
-        if not chosen:
-            result["survived"].append(mutant.label() + UNRUN)
-        else:
+        if chosen or confirm:
             plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
+        else:
+            result["survived"].append(mutant.label() + UNRUN)
     if wholes:
         result["map"] = (f"{wholes} mutant(s) on module constants or lines also run outside any test: the tests that run "
                          "any line of the file")
-    file_level = [item for item in plan if item[1] is None]
-    left_out, limit = [], timeout
-    if file_level and not tests:
-        result["note"] = "no test file covers it"
-        result["survived"] += [item[0].label() for item in file_level]
-        plan = [item for item in plan if item[1] is not None]
-    elif file_level:
+    checked = {} if checked is None else checked
+    file_run = {}  # the file's tests, run once without any mutant when first needed: "limit", or "unusable"
+
+    def file_tests_usable():
+        if file_run:
+            return "limit" in file_run
+        if not tests:
+            result["note"] = "no test file covers it"
+            file_run["unusable"] = True
+            return False
         state, seconds, failed = run_tests(copy, tests, timeout, every=True, warm=warm)
         result["baseline_seconds"] = round(seconds, 1)
         if state == "timeout" or state == "failed" and not failed:
             result["note"] = f"its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: skipped"
-            plan = [item for item in plan if item[1] is not None]
-        elif failed:  # broken before any mutant: they would kill every mutant and prove nothing
-            left_out = failed
+            file_run["unusable"] = True
+            return False
+        if failed:  # broken before any mutant: they would kill every mutant and prove nothing
             result["left_out"] = failed
             result["note"] = f"{len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}"
-        limit = timeout if timeout is not None else 3 * seconds + GRACE
+            checked.update((test, False) for test in failed)
+        file_run["limit"] = timeout if timeout is not None else 3 * seconds + GRACE
+        file_run["left_out"] = failed
+        return True
+
     target = copy / rel
     original = target.read_bytes()
-    checked = {} if checked is None else checked
-    checked.update((test, False) for test in left_out)
     dropped = set()  # tests that failed with a mutant and without one
-    for i, (mutant, chosen, own_limit) in enumerate(plan, 1):
-        def run(ids, deselected=(), limit=limit if chosen is None else own_limit):
-            try:
-                return run_tests(copy, ids, limit, deselected, warm=warm)
-            except UsageError:  # pytest found no test of some id (a parameter id it cannot parse back): their files
-                if all("::" not in test for test in ids):
-                    raise
-                return run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in ids)), limit, deselected, warm=warm)
 
-        deselected = list(left_out)
+    def run(ids, limit, deselected=()):
+        try:
+            return run_tests(copy, ids, limit, deselected, warm=warm)
+        except UsageError:  # pytest found no test of some id (a parameter id it cannot parse back): their files
+            if all("::" not in test for test in ids):
+                raise
+            return run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in ids)), limit, deselected, warm=warm)
+
+    def attempt(mutant, runs, limit):
+        """The mutant's state over `runs` (lists of test ids, each run when the one before passed)."""
+        deselected = list(file_run.get("left_out", ()))
         while True:
+            state = "passed"
             try:
                 target.write_bytes(mutant.apply(original))
-                for stage in [tests] if chosen is None else stages(chosen):
-                    state, _, failed = run(stage, deselected)
+                for stage in runs:
+                    state, _, failed = run(stage, limit, deselected)
                     if state != "passed":
                         break
             finally:
                 target.write_bytes(original)
-            for test in failed:  # a failure proves something only from a test that passes without any mutant
+            for test in failed if state == "failed" else ():  # a failure proves something only from a test that passes without any mutant
                 if test not in checked:
-                    checked[test] = run([test])[0] == "passed"
-            broken = [test for test in failed if not checked[test]]
+                    checked[test] = run([test], limit)[0] == "passed"
+            broken = [test for test in failed if not checked[test]] if state == "failed" else []
             if state != "failed" or not broken:
-                break
+                return state
             deselected += broken
             dropped.update(broken)
+
+    for i, (mutant, chosen, own_limit) in enumerate(plan, 1):
+        label = mutant.label()
+        if chosen is None:
+            if not file_tests_usable():
+                if "unusable" in file_run and not tests:
+                    result["survived"].append(label)
+                continue
+            state = attempt(mutant, [tests], file_run["limit"])
+        else:
+            state = attempt(mutant, stages(chosen), own_limit) if chosen else "passed"
+            if state == "passed" and confirm and file_tests_usable():
+                state = attempt(mutant, [tests], file_run["limit"])
+                if state != "passed":
+                    result["outside_map"].append(label)
+            if state == "passed" and not chosen:
+                label += UNRUN
         bucket = {"failed": "killed", "passed": "survived", "timeout": "timed_out"}[state]
-        result[bucket].append(mutant.label())
-        print(f"  [{i}/{len(plan)}] {bucket.replace('_', ' ')}: {mutant.label()}", file=out, flush=True)
+        result[bucket].append(label)
+        print(f"  [{i}/{len(plan)}] {bucket.replace('_', ' ')}: {label}", file=out, flush=True)
     if dropped:
         result["left_out"] = result.get("left_out", []) + sorted(dropped)
         said = f"{len(dropped)} test(s) that failed with a mutant fail without one too, not counted: {', '.join(sorted(dropped))}"
         result["note"] = f"{result['note']}; {said}" if "note" in result else said
     rank = {mutant.label(): i for i, mutant in enumerate(mutants)}
-    for bucket in ("killed", "survived", "timed_out", "equivalent"):
+    for bucket in ("killed", "survived", "timed_out", "equivalent") + (("outside_map",) if confirm else ()):
         result[bucket].sort(key=lambda label: rank[label.removesuffix(UNRUN)])
     return result
 
@@ -866,10 +903,12 @@ def summary_lines(result):
     sampled = f" (ran {result['run']}, --max)" if result["run"] < result["generated"] else ""
     if "in_file" in result:
         sampled += f" (on changed lines, of {result['in_file']} in the file)"
+    outside = f" ({len(result['outside_map'])} outside the map)" if result.get("outside_map") else ""
     lines = [f"{result['file']}: generated {result['generated']}{sampled}, killed {len(result['killed'])}, "
-             f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}, "
+             f"survived {len(result['survived'])}, timed out {len(result['timed_out'])}{outside}, "
              f"equivalent {len(result['equivalent'])}" + "".join(f" ({result[k]})" for k in ("map", "note") if k in result)]
     lines += [f"  survived {label}" for label in result["survived"]]
+    lines += [f"  caught outside the map {label}" for label in result.get("outside_map", ())]
     return lines
 
 
@@ -930,6 +969,9 @@ def main(argv=None):
                              "an existing map of ours is updated with those tests")
     parser.add_argument("-n", type=int, default=0, metavar="WORKERS", help="--build-map: pytest-xdist workers (default 0)")
     parser.add_argument("--map", type=Path, help="run each mutant's tests from this line map (made by --build-map)")
+    parser.add_argument("--confirm", action="store_true",
+                        help="--map: a mutant its mapped tests let through (or that none runs) then runs the tests that "
+                             "import or run its file; those it is caught by are listed apart")
     parser.add_argument("--warm", action="store_true",
                         help="run each mutant's pytest in a child forked from this process, torch already imported, "
                              "not in a fresh interpreter")
@@ -951,6 +993,8 @@ def main(argv=None):
             check_output(args.build_map, args.force, [], kind=MAP_KIND, option="--build-map")
             build_map(root, args.build_map.resolve(), args.tests, args.n, sys.stdout)
             return 0
+        if args.confirm and args.map is None:
+            raise UsageError("--confirm checks what survives the line map's tests: it needs --map")
         line_map = LineMap(args.map) if args.map is not None else None
         equivalent = Equivalents(args.equivalent) if args.equivalent.exists() or args.equivalent != EQUIVALENT else None
         files = [os.path.relpath(Path(f).resolve(), root) for f in args.files] if args.files else changed_files(root, args.base)
@@ -982,7 +1026,8 @@ def main(argv=None):
             return 0
         results = []
         settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
-                    "timeout": args.timeout, "map": None if args.map is None else str(args.map), "warm": args.warm}
+                    "timeout": args.timeout, "map": None if args.map is None else str(args.map), "confirm": args.confirm,
+                    "warm": args.warm}
         checked = {}  # test id -> it passes without any mutant
         users = reference_graph(root, tuple(rel for rel in everything if rel.endswith(".py")))
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
@@ -991,7 +1036,7 @@ def main(argv=None):
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
                 importers = sorted(user for user in users.get(rel, ()) if not Path(user).name.startswith("test_"))
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
-                                     args.warm, checked, importers)
+                                     args.warm, checked, importers, args.confirm)
                 if fork is not None:
                     result["in_file"] = in_file
                 results.append(result)
