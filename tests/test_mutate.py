@@ -251,3 +251,21 @@ def test_sigterm_removes_the_copy_and_kills_the_running_mutant(repo, tmp_path):
     assert proc.wait(timeout=60) == 143, proc.communicate()
     assert not any(p.name.startswith("mutate-") for p in scratch.iterdir())
     assert_gone(int(pid_file.read_text()), "the SIGTERM")
+
+
+def test_the_nearest_covering_tests_are_those_fewest_modules_away(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "calc.py").write_text(CALC)
+    (tmp_path / "wrap.py").write_text("import calc\n")
+    (tmp_path / "tests" / "test_direct.py").write_text("import calc\n")
+    (tmp_path / "tests" / "test_named.py").write_text('SCRIPT = "calc.py"\n')
+    (tmp_path / "tests" / "test_wrapped.py").write_text("import wrap\n")
+    (tmp_path / "tests" / "test_wrap_only.py").write_text("import wrap\n")
+    everything = ["calc.py", "wrap.py", "tests/test_direct.py", "tests/test_named.py", "tests/test_wrapped.py",
+                  "tests/test_wrap_only.py"]
+    assert mutate_tool.covering_tests(tmp_path, everything, "calc.py") == [
+        "tests/test_direct.py", "tests/test_named.py", "tests/test_wrap_only.py", "tests/test_wrapped.py"]
+    assert mutate_tool.covering_tests(tmp_path, everything, "calc.py", nearest=True) == [
+        "tests/test_direct.py", "tests/test_named.py"]
+    assert mutate_tool.covering_tests(tmp_path, everything, "wrap.py", nearest=True) == [
+        "tests/test_wrap_only.py", "tests/test_wrapped.py"]

@@ -60,10 +60,12 @@ tests (what the other tests run of it is unknown), only from one on all.
 
 The map cannot see every run: a test that copies a file into a temporary folder and runs it there (coverage measures
 only the repository's paths), a child started with an environment of its own, a constant read through another
-module. --confirm runs a mutant that survives its mapped tests (or that no mapped test runs) again on the tests that
-import or run its file; one caught there counts as killed or timed out, and is also listed under "outside_map" and
-printed ("caught outside the map"). Read that list: a test that reads the source itself (a digest, a docstring it
-compares) fails on any edit, and catches mutants that change no behaviour.
+module. --confirm runs a mutant that survives its mapped tests (or that no mapped test runs) again on the test files
+nearest its file (those that import or run it directly; else those one module further away, and so on), within three
+times their seconds in the map plus 30 s, the tests that failed while the map was built left out; one caught there
+counts as killed or timed out, and is also listed under "outside_map" and printed ("caught outside the map"). Read
+that list: a test that reads the source itself (a digest, a docstring it compares) fails on any edit, and catches
+mutants that change no behaviour.
 
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
@@ -357,16 +359,18 @@ def reference_graph(root, files):
     return users
 
 
-def covering_tests(root, files, target):
+def covering_tests(root, files, target, nearest=False):
     """The test files (test_*.py) that reach `target` through imports and named modules: those that import it
-    directly first, then those one module further away, and so on (with -x, the most direct tests fail first)."""
+    directly first, then those one module further away, and so on (with -x, the most direct tests fail first).
+    `nearest`: only the closest of them (those at the fewest modules away)."""
     users = reference_graph(root, tuple(rel for rel in files if rel.endswith(".py")))
     depth, layer, level = {target: 0}, [target], 0
     while layer:
         level += 1
         layer = sorted({user for rel in layer for user in users.get(rel, ()) if user not in depth})
         depth.update((rel, level) for rel in layer)
-    return sorted((rel for rel in depth if Path(rel).name.startswith("test_")), key=lambda rel: (depth[rel], rel))
+    found = sorted((rel for rel in depth if Path(rel).name.startswith("test_")), key=lambda rel: (depth[rel], rel))
+    return [rel for rel in found if depth[rel] == depth[found[0]]] if nearest and found else found
 
 
 # --- the line map: which test runs which line -------------------------------------------------------------
@@ -558,6 +562,11 @@ class LineMap:
                         key=lambda t: (t[1], t[0]))
         return [t[0] for t in chosen], sum(t[1] for t in chosen), whole
 
+    def of_files(self, test_files):
+        """(seconds, failed test ids) of the tests the map knows in `test_files`, None when it knows none of them."""
+        known = [t for t in self.tests if t[0].split("::")[0] in test_files]
+        return (sum(t[1] for t in known), [t[0] for t in known if t[2]]) if known else None
+
 
 # --- the git side -------------------------------------------------------------------------------------
 
@@ -745,20 +754,21 @@ def stages(ids):
 
 
 def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None, warm=False,
-                checked=None, importers=(), confirm=False):
+                checked=None, importers=(), confirm=None):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
 
     `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
     that ran its lines (none: it survives unrun), and falls back to `tests` when the map has no entry for the file or
     its line ran outside any test; a module constant's also runs the tests of the files that import it (`importers`,
-    as far as the map knows them). `confirm`: a mutant that survives its mapped tests, or that no mapped test runs,
-    then runs `tests`; one they catch is also listed under "outside_map". A mutant `equivalent` lists is counted
+    as far as the map knows them). `confirm` (test files, their time limit, the ids among them to leave out): a mutant
+    that survives its mapped tests, or that no mapped test runs, then runs them; one they catch is also listed under
+    "outside_map". A mutant `equivalent` lists is counted
     as such and not run. A test that fails with a mutant is run once without any (`checked`, test id -> it passes
     then, shared between files): one that fails there too kills nothing, and the mutant's tests run again without it.
     `warm`: run_tests forks its pytest."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
-    if confirm:
+    if confirm is not None:
         result["outside_map"] = []
     lines, why = line_map.entry(copy, rel) if line_map is not None else (None, None)
     if why:
@@ -776,7 +786,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
             continue
         chosen, seconds, whole = line_map.tests_for(lines, mutant, importer_lines)
         wholes += whole
-        if chosen or confirm:
+        if chosen or confirm is not None:
             plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
         else:
             result["survived"].append(mutant.label() + UNRUN)
@@ -819,9 +829,9 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
                 raise
             return run_tests(copy, list(dict.fromkeys(t.split("::")[0] for t in ids)), limit, deselected, warm=warm)
 
-    def attempt(mutant, runs, limit):
+    def attempt(mutant, runs, limit, deselected=()):
         """The mutant's state over `runs` (lists of test ids, each run when the one before passed)."""
-        deselected = list(file_run.get("left_out", ()))
+        deselected = list(deselected)
         while True:
             state = "passed"
             try:
@@ -845,14 +855,15 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         label = mutant.label()
         if chosen is None:
             if not file_tests_usable():
-                if "unusable" in file_run and not tests:
+                if not tests:
                     result["survived"].append(label)
                 continue
-            state = attempt(mutant, [tests], file_run["limit"])
+            state = attempt(mutant, [tests], file_run["limit"], file_run["left_out"])
         else:
             state = attempt(mutant, stages(chosen), own_limit) if chosen else "passed"
-            if state == "passed" and confirm and file_tests_usable():
-                state = attempt(mutant, [tests], file_run["limit"])
+            if state == "passed" and confirm is not None:
+                confirm_files, confirm_limit, confirm_left_out = confirm
+                state = attempt(mutant, [confirm_files], confirm_limit, confirm_left_out)
                 if state != "passed":
                     result["outside_map"].append(label)
             if state == "passed" and not chosen:
@@ -865,7 +876,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         said = f"{len(dropped)} test(s) that failed with a mutant fail without one too, not counted: {', '.join(sorted(dropped))}"
         result["note"] = f"{result['note']}; {said}" if "note" in result else said
     rank = {mutant.label(): i for i, mutant in enumerate(mutants)}
-    for bucket in ("killed", "survived", "timed_out", "equivalent") + (("outside_map",) if confirm else ()):
+    for bucket in ("killed", "survived", "timed_out", "equivalent") + (("outside_map",) if confirm is not None else ()):
         result[bucket].sort(key=lambda label: rank[label.removesuffix(UNRUN)])
     return result
 
@@ -970,8 +981,8 @@ def main(argv=None):
     parser.add_argument("-n", type=int, default=0, metavar="WORKERS", help="--build-map: pytest-xdist workers (default 0)")
     parser.add_argument("--map", type=Path, help="run each mutant's tests from this line map (made by --build-map)")
     parser.add_argument("--confirm", action="store_true",
-                        help="--map: a mutant its mapped tests let through (or that none runs) then runs the tests that "
-                             "import or run its file; those it is caught by are listed apart")
+                        help="--map: a mutant its mapped tests let through (or that none runs) then runs the test files "
+                             "nearest its file; those it is caught by are listed apart")
     parser.add_argument("--warm", action="store_true",
                         help="run each mutant's pytest in a child forked from this process, torch already imported, "
                              "not in a fresh interpreter")
@@ -1035,10 +1046,19 @@ def main(argv=None):
             for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
                 importers = sorted(user for user in users.get(rel, ()) if not Path(user).name.startswith("test_"))
+                confirm = None
+                if args.confirm:
+                    nearest = covering_tests(root, everything, rel, nearest=True)
+                    known = line_map.of_files(nearest)
+                    if known is not None:
+                        confirm = (nearest, args.timeout or 3 * known[0] + GRACE, known[1])
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
-                                     args.warm, checked, importers, args.confirm)
+                                     args.warm, checked, importers, confirm)
                 if fork is not None:
                     result["in_file"] = in_file
+                if args.confirm and confirm is None:
+                    said = "--confirm: the line map knows none of the tests nearest to it"
+                    result["note"] = f"{result['note']}; {said}" if "note" in result else said
                 results.append(result)
                 if args.json is not None:
                     write_json(args.json, {"kind": RESULTS_KIND, **settings, "files": results})
