@@ -750,3 +750,22 @@ def test_the_contracts_batch_helpers_find_the_rows_and_cut_only_tensors_of_the_b
     assert batch_rows(flat, 4, 1, 2, flattened=True).tolist() == [3, 4, 5, 6, 7, 8]
     assert batch_rows(flat, 4, 1, 2).tolist() == flat.tolist() and batch_rows(flat, 4, 1, 2, bdim=1, flattened=True) is flat
     assert batch_rows(torch.arange(10), 4, 1, 2, flattened=True).shape == (10,)  # 10 is no 4 x T
+
+
+def test_capture_takes_the_one_loss_call_the_backward_reaches_beside_one_only_logged():
+    model = torch.nn.Linear(6, 3)
+
+    def train():
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        x = torch.randn(16, 6)
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out, x[:, :3].argmax(1))
+        logged = torch.nn.functional.mse_loss(out, x[:, :3])  # a metric with a graph, never backward()'d
+        loss.backward()
+        optimizer.step()
+        return logged.item()
+
+    case = capture.capture_case(train)  # (the two summed into the backward()'d loss: the refusal above)
+    out, targets = torch.randn(4, 3), torch.tensor([0, 2, 1, 0])
+    assert case["task"]["kind"] == "classification"
+    assert case["loss_fn"](out, targets).item() == torch.nn.functional.cross_entropy(out, targets).item()

@@ -1,5 +1,7 @@
 """Branches pinned one by one (issue 27): refusals, skips and cases that tools/mutate.py found no test reaching or
 holding. Each asserts the decision (status, the finding's presence, what was captured), in process, well under a second."""
+import json
+
 import pytest
 import torch
 
@@ -8,6 +10,7 @@ import batch_independence
 import capture
 import causal_dependency
 import data_sanity
+import dist_check  # (at collection: its import sets TORCH_CPP_LOG_LEVEL, as its command wants)
 import gradient_flow
 import inplace
 import input_dependence
@@ -765,3 +768,78 @@ def test_an_install_refusal_names_5_paths_and_counts_the_rest():
     paths = [f"refs/{n}.md" for n in range(7)]
     assert install_skill.listing(paths) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md and 2 more"
     assert install_skill.listing(paths[:5]) == "refs/0.md, refs/1.md, refs/2.md, refs/3.md, refs/4.md"
+
+
+def test_bad_samples_keeps_one_flagged_sample_with_top_1(capsys):
+    assert bad_samples.main(["--top", "1", "--json"]) == 1  # the demo shard has 3 flagged samples
+    result = json.loads(capsys.readouterr().out)
+    assert (result["flagged"], len(result["worst"])) == (3, 1)
+
+
+def test_batchnorm_skips_a_model_whose_batchnorm_layers_are_all_in_eval_mode():
+    import batchnorm
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)).eval()
+    case = {"model": model, "batch": (torch.randn(1, 3), torch.zeros(1)), "loss_fn": lambda out, y: out.sum()}
+    skipped = batchnorm.check_batchnorm(case)
+    assert skipped.status == "skip" and "eval mode" in skipped.summary  # why, not "none ran": the fix is train mode
+    model[1].train()  # the same one-row batch in train mode: statistics over one sample
+    assert batchnorm.check_batchnorm(case).status == "fail"
+
+
+@pytest.mark.parametrize("ids", [torch.tensor([[1], [2]]), torch.tensor([1, 2, 3])], ids=["one position", "1-D"])
+def test_causal_dependency_skips_an_input_without_two_positions_in_time(ids):
+    case = {"model": torch.nn.Embedding(4, 3), "batch": (ids, ids), "loss_fn": lambda out, y: out.sum(),
+            "task": {"kind": "causal_lm"}}
+    assert causal_dependency.check_causal_dependency(case).status == "skip"
+
+
+def test_init_scale_skips_a_model_the_task_says_is_pretrained():
+    import init_scale
+    model = torch.nn.Linear(8, 2)
+    with torch.no_grad():
+        model.weight.mul_(100)  # far off its init scale: a fail, unless the weights are pretrained
+    case = {"model": model, "batch": (torch.randn(4, 8), torch.zeros(4)), "loss_fn": lambda out, y: out.sum()}
+    assert init_scale.check_init_scale(case).status == "fail"
+    assert init_scale.check_init_scale({**case, "task": {"pretrained": True}}).status == "skip"
+
+
+def test_dist_check_says_all_ranks_passed_only_when_every_rank_reported_a_pass():
+    def said(verdicts):
+        return "all ranks passed" in dist_check.report(verdicts, 2, "gloo", 30, "/tmp/out")
+
+    ok = {"device": "cpu", "status": "pass", "summary": "ok"}
+    assert said({0: ok, 1: ok})
+    assert not said({0: ok, 1: {**ok, "status": "fail", "summary": "all_reduce gave 3, not 2"}})
+    assert not said({0: ok})  # rank 1 never reported
+
+
+def test_a_model_checks_embedded_demo_runs_in_this_process_and_only_a_case_file_in_the_supervised_child(
+        monkeypatch, capsys):
+    import batchnorm
+    import ml_debug_contract
+    children = []
+    real = ml_debug_contract.supervised
+    monkeypatch.setattr(ml_debug_contract, "supervised", lambda *args, **kw: children.append(args[1]) or real(*args, **kw))
+    assert ml_debug_contract.cli_main(batchnorm.check_batchnorm, batchnorm.make_demo_case, "", ["--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["status"] == "fail" and children == []
+
+
+def test_inplace_says_whether_it_saw_in_place_ops_when_it_passes():
+    import inplace
+
+    class AddsInPlace(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 3)
+
+        def forward(self, x):
+            y = self.linear(x)
+            y += 1  # in place on a tensor autograd tracks, not one backward needs
+            return y
+
+    def case(model):
+        return {"model": model, "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out.sum()}
+
+    seen, none = inplace.check_inplace(case(AddsInPlace())), inplace.check_inplace(case(torch.nn.Linear(3, 3)))
+    assert (seen.status, seen.details["inplace_ops"], none.status, none.details["inplace_ops"]) == ("pass", 1, "pass", 0)
+    assert "1 in-place ops" in seen.summary and "no in-place op" in none.summary

@@ -525,3 +525,35 @@ def test_update_ratio_names_the_weight_furthest_from_1e_3_by_factor_either_way()
     import update_ratio
     assert update_ratio.furthest_from_target({"low": 2e-5, "high": 5.2e-2}) == "high"  # 52x over beats 50x under
     assert update_ratio.furthest_from_target({"low": 2e-5, "high": 4.8e-2}) == "low"  # 48x over loses to it
+
+
+def test_labels_judges_balance_only_with_two_classes_or_more():
+    import labels
+    one_output = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(32, 3), torch.zeros(32, dtype=torch.long)),
+                  "loss_fn": lambda out, y: out.sum(), "task": {"kind": "classification"}}
+    assert labels.check_labels(one_output).status == "pass"  # every label is class 0 of 1: no imbalance to see
+    two_outputs = {**one_output, "model": torch.nn.Linear(3, 2)}
+    assert labels.check_labels(two_outputs).status == "fail"  # class 0 of 2 in all 32 rows
+
+
+def test_init_scale_counts_the_other_layers_below_its_floor():
+    import init_scale
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+    with torch.no_grad():
+        model[0].weight.mul_(0.01)
+        model[1].weight.mul_(0.01)
+    result = init_scale.check_init_scale({"model": model, "batch": (torch.randn(4, 8), torch.zeros(4)),
+                                          "loss_fn": lambda out, y: out.sum()})
+    assert result.status == "warn" and "(+1 more below 0.1x)" in result.summary
+
+
+def test_init_loss_reads_two_class_soft_labels_as_classification():
+    import init_loss
+    model = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+    case = {"model": model, "batch": (torch.randn(64, 4), torch.softmax(torch.randn(64, 2), -1)),
+            "loss_fn": torch.nn.functional.cross_entropy}
+    result = init_loss.check_init_loss(case)
+    assert (result.status, result.details["kind"]) == ("pass", "classification (inferred: soft labels)")
