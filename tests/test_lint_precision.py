@@ -32,6 +32,28 @@ SILENT = {
                 F.cross_entropy(model(x), y).backward()
                 optimizer.step()
         """,
+    "train-loader-no-shuffle: shuffle=True given by name after a *args": """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(train_set, *loader_args, shuffle=True)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        """,
+    "train-loader-no-shuffle: a *args that may hold shuffle itself": """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(train_set, *loader_args)
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        """,
     "clip-grad-order: the step cited is in the other branch of `if use_amp`": """
         import torch.nn.functional as F
         from torch.nn.utils import clip_grad_norm_
@@ -437,6 +459,17 @@ STILL_FOUND = [
                 loss.backward()
                 optimizer.step()
                 losses.append(loss)  # BUG: 11 passes is more than a few
+        """),
+    ("train-loader-no-shuffle", """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        train_loader = DataLoader(train_set, *loader_args, shuffle=False)  # BUG
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
         """),
     ("inplace-on-saved-output", """
         import torch

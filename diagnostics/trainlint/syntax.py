@@ -47,9 +47,10 @@ def keyword(call, name):
 
 
 def argument(call, index, name):
-    """The call's argument at position `index` or named `name`, or None."""
+    """The call's argument at position `index` or named `name`, or None. After a `*args` no position is known, but a
+    keyword still is (Python refuses a parameter given both ways)."""
     if any(isinstance(a, ast.Starred) for a in call.args[:index + 1]):
-        return None
+        return keyword(call, name)
     return call.args[index] if len(call.args) > index else keyword(call, name)
 
 

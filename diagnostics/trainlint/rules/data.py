@@ -116,7 +116,8 @@ def check_train_loader_no_shuffle(src):
         name = src.qualname(call.func) or ""
         shuffle = argument(call, 2, "shuffle")
         if not name.endswith(".DataLoader") or shuffle is not None and not is_false(shuffle) or len(call.args) > 3 or \
-                has_star_kwargs(call) or any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
+                has_star_kwargs(call) or shuffle is None and any(isinstance(a, ast.Starred) for a in call.args) or \
+                any(keyword(call, k) is not None for k in ("sampler", "batch_sampler")) or \
                 iterable_dataset(src, argument(call, 0, "dataset")):
             continue
         if loader_use(src, call) == "train":
