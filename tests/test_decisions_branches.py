@@ -1,6 +1,7 @@
 """Branches pinned one by one (issue 27): refusals, skips and cases that tools/mutate.py found no test reaching or
 holding. Each asserts the decision (status, the finding's presence, what was captured), in process, well under a second."""
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -843,3 +844,24 @@ def test_inplace_says_whether_it_saw_in_place_ops_when_it_passes():
     seen, none = inplace.check_inplace(case(AddsInPlace())), inplace.check_inplace(case(torch.nn.Linear(3, 3)))
     assert (seen.status, seen.details["inplace_ops"], none.status, none.details["inplace_ops"]) == ("pass", 1, "pass", 0)
     assert "1 in-place ops" in seen.summary and "no in-place op" in none.summary
+
+
+class _SigmoidScaledInPlace(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = torch.sigmoid(self.linear(x))
+        y.mul_(2)  # BUG: sigmoid's backward needs y as it was
+        return y
+
+
+def test_inplace_names_the_line_of_the_op_backward_refuses():
+    import inplace
+    result = inplace.check_inplace({"model": _SigmoidScaledInPlace(), "batch": (torch.randn(4, 3), torch.zeros(4)),
+                                    "loss_fn": lambda out, y: out.sum()})
+    culprit = result.details["culprit"]
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "y.mul_(2)  # BUG" in text)
+    assert (result.status, culprit["op"], culprit["line"]) == ("fail", "mul_", f"test_decisions_branches.py:{line}")
+    assert f"at {culprit['line']}" in result.summary

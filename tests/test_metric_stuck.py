@@ -117,3 +117,33 @@ def test_a_term_with_no_gradient_gets_no_cosine_with_the_metrics_term():
     result = metric_stuck.check_metric_stuck(problem)
     assert result["status"] == "pass"
     assert "cosine_with_other_terms" not in result["details"] and "other_to_term_norm_ratio" not in result["details"]
+
+
+def _problem(**changes):
+    return {"model": torch.nn.Linear(2, 1), "batch": (torch.randn(4, 2), torch.randn(4)),
+            "terms": {"a": lambda o, y: o.sum()}, "target_term": "a", "metric": lambda o, y: 0.0, "goal": "min", "best": 0,
+            **changes}
+
+
+@pytest.mark.parametrize("problem, says", [
+    ([1, 2], "the problem is list, expected a dict"),
+    (_problem(model=1), "model must be a torch.nn.Module"),
+    (_problem(terms={}), "terms must be a dict"),
+    (_problem(terms={"a": 1}), "terms must be a dict"),
+    (_problem(terms=[("a", len)]), "terms must be a dict"),
+    (_problem(metric=0.5), "metric must be a function"),
+    (_problem(best="high"), "best must be a finite number"),
+])
+def test_each_part_of_a_problem_is_checked_before_any_of_it_runs(problem, says):
+    with pytest.raises(metric_stuck.ProblemError, match=says):
+        metric_stuck.validate(problem)
+    assert metric_stuck.validate(_problem()) is not None
+
+
+def test_a_timeout_of_0_is_no_limit_and_a_negative_one_is_refused(tmp_path, capsys):
+    missing = str(tmp_path / "none.py")  # accepted options reach the problem file, and stop there
+    assert metric_stuck.main(["--problem", missing, "--timeout", "0"]) == 2
+    assert "problem file not found" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        metric_stuck.main(["--problem", missing, "--timeout", "-1"])
+    assert refused.value.code == 2 and "--timeout must be" in capsys.readouterr().err

@@ -1731,3 +1731,17 @@ def test_a_loss_at_zero_on_a_quarter_of_its_rows_is_read_without_a_log_of_zero(t
     (tmp_path / "log.csv").write_text("step,loss\n" + "".join(f"{k},{v}\n" for k, v in enumerate(values)))
     report = spikes.analyze(tmp_path / "log.csv")
     assert [(s.step, s.type) for s in report.spikes] == [(2001, "fast_recovery")]
+
+
+def test_a_table_of_three_columns_between_two_bars_reads_by_its_header(tmp_path):
+    rows = ["step | loss | acc"] + [f"{i} | {2.0 - i * 0.001:.4f} | 0.5" for i in range(1, 200)]
+    report = spikes.analyze(write(tmp_path, "train.log", "\n".join(rows) + "\n"))
+    assert (report.columns.loss, report.values, report.last_step) == ("loss", 199, 199)
+
+
+def test_a_trainer_state_json_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
+    path = tmp_path / "trainer_state.json"
+    path.write_bytes(b'{"log_history": [{"step": 1, "loss": 1.0, "note": "\xff"}]}')
+    proc = run_cli("spikes.py", path)
+    assert_one_line_error(proc)
+    assert "not a UTF-8 text file" in proc.stderr
