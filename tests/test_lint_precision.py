@@ -1780,3 +1780,16 @@ def test_a_config_table_with_an_unknown_key_is_refused_and_a_subscript_ends_in_i
         Config(table={"selct": ["softmax-into-ce"]})  # a typo would silently lint with every rule
     assert terminal(ast.parse("heads[0]", mode="eval").body) == "heads"
     assert terminal(ast.parse("self.heads[0]", mode="eval").body) == "heads"
+
+
+@pytest.mark.parametrize("table, says", [
+    ({"exclude": "legacy"}, "exclude must be a list of strings"),  # a string is not a list of its characters
+    ({"exclude": ["legacy", 3]}, "exclude must be a list of strings"),
+    ({"ignore": ["no-such-rule"]}, "unknown rule id 'no-such-rule' in ignore"),
+    ({"per-file-ignores": ["tests/*"]}, "per-file-ignores must be a table"),
+])
+def test_a_config_table_of_the_wrong_shape_is_refused(table, says):
+    from trainlint.run import Config
+    with pytest.raises(ValueError, match=says):
+        Config(table=table)
+    assert Config(table={"exclude": ["legacy"], "per-file-ignores": {"tests/*": ["data-write"]}}).exclude == ["legacy"]

@@ -92,3 +92,17 @@ def test_nan_in_the_problems_numbers_is_refused_in_one_line(where, says, tmp_pat
     assert pinn_check.main(["--problem", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("source, says", [
+    ("def make_pinn():\n    raise RuntimeError('no mesh')\n", "make_pinn() in"),
+    ("import torch\ndef make_pinn():\n    return {'model': 1, 'terms': {'a': lambda m: m.weight.sum()},"
+     " 'collocation': torch.rand(5, 1), 'domain': [(0, 1)]}\n", "model must be a torch.nn.Module"),
+])
+def test_a_factory_that_raises_or_a_model_that_is_no_module_is_one_line(tmp_path, capsys, source, says):
+    path = tmp_path / "pinn.py"
+    path.write_text(source)
+    assert pinn_check.main(["--problem", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and says in err, err

@@ -1745,3 +1745,41 @@ def test_a_trainer_state_json_that_is_not_utf8_is_one_line_and_exit_2(tmp_path):
     proc = run_cli("spikes.py", path)
     assert_one_line_error(proc)
     assert "not a UTF-8 text file" in proc.stderr
+
+
+def test_a_spike_in_the_only_dataset_series_is_no_series_event(tmp_path):
+    """Shared or confined says something only with two datasets or more to compare."""
+    rng = random.Random(0)
+    rows = ["step,loss,loss/cm4"]
+    for s in range(600):
+        base = 2.0 * math.exp(-s / 3000)
+        rows.append(f"{s},{base * (1 + rng.gauss(0, 0.01)):.5f},{base * (1 + rng.gauss(0, 0.01)) * (3 if s == 300 else 1):.5f}")
+    report = spikes.analyze(write(tmp_path, "one.csv", "\n".join(rows) + "\n")).to_json()
+    assert report["log"]["dataset_columns"] == ["loss/cm4"] and report["events"] == []
+
+
+def test_the_table_gives_the_peak_over_a_baseline_under_1(tmp_path, capsys):
+    rng = random.Random(0)
+    rows = ["step,loss"] + [f"{s},{0.5 * (1 + rng.gauss(0, 0.01)) * (3 if s == 300 else 1):.5f}" for s in range(600)]
+    path = write(tmp_path, "low.csv", "\n".join(rows) + "\n")
+    assert spikes.main([str(path)]) == 0
+    (row,) = [line.split() for line in capsys.readouterr().out.splitlines() if "fast_recovery " in line]
+    assert row[:2] == ["300", "fast_recovery"] and float(row[4]) == pytest.approx(3.05, abs=0.01)  # x base
+
+
+def test_a_post_mortem_of_a_lasting_rise_from_a_loss_of_0(tmp_path):
+    """A baseline of 0 has no ratio: the settled level is said without a percentage, not divided by 0."""
+    path = write(tmp_path, "zero.csv", "step,loss\n" + "".join(f"{s},{0.0 if s < 300 else 1.0}\n" for s in range(900)))
+    report = spikes.analyze(path)
+    assert [(s.type, s.baseline) for s in report.spikes] == [("no_recovery", 0.0)]
+    assert "% above the pre-spike" not in spikes.postmortem(report)
+
+
+@pytest.mark.parametrize("drop, flagged", [(0.0095, False), (0.0105, True)])
+def test_a_resume_drop_starts_at_1_percent_below_the_level_before(tmp_path, drop, flagged):
+    """DROP_REL: after a resume from step 400 to 300, the loss 0.95% or 1.05% lower (noise 0.05%, far past DROP_Z)."""
+    rng = random.Random(0)
+    rows = ["step,loss"] + [f"{s},{2.0 * (1 + rng.gauss(0, 0.0005)):.6f}" for s in range(400)]
+    rows += [f"{s},{2.0 * (1 - drop) * (1 + rng.gauss(0, 0.0005)):.6f}" for s in range(300, 700)]
+    events = spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(rows) + "\n")).to_json()["events"]
+    assert [(e["kind"], e["step"]) for e in events] == [("resume", 300)] + [("resume_drop", 300)] * flagged

@@ -104,3 +104,11 @@ def test_of_many_spikes_the_12_tallest_that_are_not_fast_recoveries_are_labelled
     kept = spike_plot._labelled(spikes)
     assert [s.step for s in kept] == list(range(13, 1, -1))  # tallest first, the fast one left out
     assert spike_plot._labelled(spikes[:6]) == spikes[:6]  # a few: all of them
+
+
+def test_each_spike_type_gets_a_marker_in_its_colour_and_a_legend_count(drawn):
+    spikes = [SimpleNamespace(type=kind, step=10 * n, peak=3.0, baseline=1.0)
+              for n, kind in enumerate(["fast_recovery", "fast_recovery", "no_recovery"], 1)]
+    fig = drawn(report(spikes=spikes))
+    marked = {c.get_label(): [tuple(p) for p in c.get_offsets()] for c in fig.axes[0].collections}
+    assert marked == {"fast_recovery (2)": [(10.0, 3.0), (20.0, 3.0)], "no_recovery (1)": [(30.0, 3.0)]}
