@@ -1793,3 +1793,18 @@ def test_a_config_table_of_the_wrong_shape_is_refused(table, says):
     with pytest.raises(ValueError, match=says):
         Config(table=table)
     assert Config(table={"exclude": ["legacy"], "per-file-ignores": {"tests/*": ["data-write"]}}).exclude == ["legacy"]
+
+
+def test_an_argument_after_a_star_is_known_only_by_its_keyword():
+    import ast
+
+    from trainlint.syntax import argument
+
+    def third(code):
+        found = argument(ast.parse(code, mode="eval").body, 2, "shuffle")
+        return None if found is None else ast.unparse(found)
+
+    assert third("DataLoader(data, 64, True)") == "True"
+    assert third("DataLoader(data, *rest, True)") is None  # *rest may hold any number of values: position 2 is unknown
+    assert third("DataLoader(data, *rest, shuffle=True)") == "True"
+    assert third("DataLoader(*rest)") is None
