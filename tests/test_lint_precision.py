@@ -1808,3 +1808,45 @@ def test_an_argument_after_a_star_is_known_only_by_its_keyword():
     assert third("DataLoader(data, *rest, True)") is None  # *rest may hold any number of values: position 2 is unknown
     assert third("DataLoader(data, *rest, shuffle=True)") == "True"
     assert third("DataLoader(*rest)") is None
+
+
+SCALER_HELPER = """
+import torch
+import torch.nn.functional as F
+
+scaler = torch.cuda.amp.GradScaler()
+
+
+def train_batch(model, optimizer, x, y):
+    optimizer.zero_grad()
+    with torch.autocast("cuda"):
+        loss = F.cross_entropy(model(x), y)
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+
+
+def train(model, optimizer, loader):
+    for x, y in loader:
+        train_batch(model, optimizer, x, y)
+{update}
+"""
+# the same batch step called through more helpers, each outside any loop of its own, from a script that runs train()
+SCALER_HELPERS = [SCALER_HELPER.replace("        train_batch(model, optimizer, x, y)", f"        step{n}(model, optimizer, x, y)")
+                  + "".join(f"\n\ndef step{k}(model, optimizer, x, y):\n    {f'step{k - 1}' if k else 'train_batch'}(model, "
+                            "optimizer, x, y)\n" for k in range(n + 1)) + "\n\ntrain(model, optimizer, loader)\n"
+                  for n in range(3)]
+
+
+@pytest.mark.parametrize("template", [SCALER_HELPER, *SCALER_HELPERS[:2]], ids=["one helper", "two", "three"])
+@pytest.mark.parametrize("update, found", [("        scaler.update()", False), ("    scaler.update()", True)],
+                         ids=["in the caller's loop", "once, after the caller's loop"])
+def test_a_helper_that_steps_the_scaler_is_updated_only_by_its_callers_loop(template, update, found):
+    code = template.format(update=update)
+    step = next(n for n, text in enumerate(code.splitlines(), 1) if "scaler.step(" in text)
+    assert [line for rule, line in findings(code) if rule == "scaler-without-update"] == [step] * found
+
+
+def test_the_callers_of_a_scaler_step_are_followed_up_to_3_helpers():
+    """CALLER_LEVELS: past three helpers between the loop and the step, the update is not looked for (a fourth: found)."""
+    code = SCALER_HELPERS[2].format(update="        scaler.update()")
+    assert [rule for rule, _ in findings(code)] == ["scaler-without-update"]

@@ -331,13 +331,21 @@ def check_clip_before_unscale(src):
                 break
 
 
-def updated_by_caller(src, function):
+CALLER_LEVELS = 3  # helpers called by helpers followed up to the loop that updates: train -> epoch -> batch -> step (ours)
+
+
+def updated_by_caller(src, function, levels=CALLER_LEVELS):
     """function is called, in this file, where the caller's loop or function calls scaler.update() (a trainer's
-    _train_batch steps, its _train_loop updates)."""
+    _train_batch steps, its _train_loop updates); a call outside any loop asks the same of the function it is in
+    (train calls step_once in its loop and updates there, step_once calls train_batch, which steps)."""
     name = getattr(function, "name", None)
     for call in src.calls_by_name.get(name, []) if name else []:
-        around = (src.enclosing_loops(call) or [src.function(call) or src.tree])[0]
-        if function in src.helpers(call) and "update" in src.reach_kinds(around):
+        if function not in src.helpers(call):
+            continue
+        loops, caller = src.enclosing_loops(call), src.function(call)
+        if "update" in src.reach_kinds(loops[0] if loops else caller or src.tree):
+            return True
+        if not loops and caller is not None and levels > 1 and updated_by_caller(src, caller, levels - 1):
             return True
     return False
 
