@@ -14,6 +14,18 @@ def findings(code, path="<string>"):
 
 # --- false findings of issue 24, each fixed at its cause: the look-alike lints clean ----------------------------
 
+LOADER_LOOP = """
+        import torch.nn.functional as F
+        from torch.utils.data import DataLoader
+
+        train_loader = {loader}
+        for epoch in range(10):
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x), y).backward()
+                optimizer.step()
+        """  # a training loop over one loader: the train-loader-no-shuffle look-alikes differ in the loader alone
+
 SILENT = {
     "adam-coupled-weight-decay: a value read from a config object, not a dict this file writes": """
         import torch
@@ -21,39 +33,12 @@ SILENT = {
         cfg = TrainConfig(weight_decay=0.1)  # its class may map or override the value: unknown here
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=cfg["weight_decay"])
         """,
-    "train-loader-no-shuffle: a sampler given as the fourth positional argument": """
-        import torch.nn.functional as F
-        from torch.utils.data import DataLoader
-
-        train_loader = DataLoader(train_set, 64, False, weighted_sampler)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-        """,
-    "train-loader-no-shuffle: shuffle=True given by name after a *args": """
-        import torch.nn.functional as F
-        from torch.utils.data import DataLoader
-
-        train_loader = DataLoader(train_set, *loader_args, shuffle=True)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-        """,
-    "train-loader-no-shuffle: a *args that may hold shuffle itself": """
-        import torch.nn.functional as F
-        from torch.utils.data import DataLoader
-
-        train_loader = DataLoader(train_set, *loader_args)
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-        """,
+    "train-loader-no-shuffle: a sampler given as the fourth positional argument":
+        LOADER_LOOP.format(loader="DataLoader(train_set, 64, False, weighted_sampler)"),
+    "train-loader-no-shuffle: shuffle=True given by name after a *args":
+        LOADER_LOOP.format(loader="DataLoader(train_set, *loader_args, shuffle=True)"),
+    "train-loader-no-shuffle: a *args that may hold shuffle itself":
+        LOADER_LOOP.format(loader="DataLoader(train_set, *loader_args)"),
     "clip-grad-order: the step cited is in the other branch of `if use_amp`": """
         import torch.nn.functional as F
         from torch.nn.utils import clip_grad_norm_
@@ -460,17 +445,7 @@ STILL_FOUND = [
                 optimizer.step()
                 losses.append(loss)  # BUG: 11 passes is more than a few
         """),
-    ("train-loader-no-shuffle", """
-        import torch.nn.functional as F
-        from torch.utils.data import DataLoader
-
-        train_loader = DataLoader(train_set, *loader_args, shuffle=False)  # BUG
-        for epoch in range(10):
-            for x, y in train_loader:
-                optimizer.zero_grad()
-                F.cross_entropy(model(x), y).backward()
-                optimizer.step()
-        """),
+    ("train-loader-no-shuffle", LOADER_LOOP.format(loader="DataLoader(train_set, *loader_args, shuffle=False)  # BUG")),
     ("inplace-on-saved-output", """
         import torch
         import torch.nn as nn
@@ -1830,14 +1805,17 @@ def train(model, optimizer, loader):
         train_batch(model, optimizer, x, y)
 {update}
 """
-# the same batch step called through more helpers, each outside any loop of its own, from a script that runs train()
-SCALER_HELPERS = [SCALER_HELPER.replace("        train_batch(model, optimizer, x, y)", f"        step{n}(model, optimizer, x, y)")
-                  + "".join(f"\n\ndef step{k}(model, optimizer, x, y):\n    {f'step{k - 1}' if k else 'train_batch'}(model, "
-                            "optimizer, x, y)\n" for k in range(n + 1)) + "\n\ntrain(model, optimizer, loader)\n"
-                  for n in range(3)]
+def scaler_helpers(n):
+    """SCALER_HELPER with the batch step called through n + 1 more helpers, each outside any loop of its own (train's
+    loop calls step{n}, ..., step0 calls train_batch), in a script that runs train()."""
+    code = SCALER_HELPER.replace("        train_batch(model, optimizer, x, y)", f"        step{n}(model, optimizer, x, y)")
+    for k in range(n + 1):
+        callee = f"step{k - 1}" if k else "train_batch"
+        code += f"\n\ndef step{k}(model, optimizer, x, y):\n    {callee}(model, optimizer, x, y)\n"
+    return code + "\n\ntrain(model, optimizer, loader)\n"
 
 
-@pytest.mark.parametrize("template", [SCALER_HELPER, *SCALER_HELPERS[:2]], ids=["one helper", "two", "three"])
+@pytest.mark.parametrize("template", [SCALER_HELPER, scaler_helpers(0), scaler_helpers(1)], ids=["one helper", "two", "three"])
 @pytest.mark.parametrize("update, found", [("        scaler.update()", False), ("    scaler.update()", True)],
                          ids=["in the caller's loop", "once, after the caller's loop"])
 def test_a_helper_that_steps_the_scaler_is_updated_only_by_its_callers_loop(template, update, found):
@@ -1848,5 +1826,5 @@ def test_a_helper_that_steps_the_scaler_is_updated_only_by_its_callers_loop(temp
 
 def test_the_callers_of_a_scaler_step_are_followed_up_to_3_helpers():
     """CALLER_LEVELS: past three helpers between the loop and the step, the update is not looked for (a fourth: found)."""
-    code = SCALER_HELPERS[2].format(update="        scaler.update()")
+    code = scaler_helpers(2).format(update="        scaler.update()")
     assert [rule for rule, _ in findings(code)] == ["scaler-without-update"]
