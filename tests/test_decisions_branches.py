@@ -865,3 +865,13 @@ def test_inplace_names_the_line_of_the_op_backward_refuses():
     line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "y.mul_(2)  # BUG" in text)
     assert (result.status, culprit["op"], culprit["line"]) == ("fail", "mul_", f"test_decisions_branches.py:{line}")
     assert f"at {culprit['line']}" in result.summary
+
+
+@pytest.mark.parametrize("shape", [(1,), (4,)])
+def test_batchnorm_leaves_a_1d_input_to_torch_s_own_error(shape):
+    """BatchNorm1d refuses a 1-D input for its shape: that error is the finding, not one value per channel."""
+    import batchnorm
+    case = {"model": torch.nn.Sequential(torch.nn.BatchNorm1d(shape[0])), "batch": (torch.randn(shape), torch.zeros(1)),
+            "loss_fn": lambda out, y: out.sum()}
+    with pytest.raises(ValueError, match="2D or 3D input"):
+        batchnorm.check_batchnorm(case)
