@@ -875,3 +875,35 @@ def test_batchnorm_leaves_a_1d_input_to_torch_s_own_error(shape):
             "loss_fn": lambda out, y: out.sum()}
     with pytest.raises(ValueError, match="2D or 3D input"):
         batchnorm.check_batchnorm(case)
+
+
+class _RefusesBeforeItsBatchNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(3)
+
+    def forward(self, x):
+        raise ValueError("the user's own refusal")
+
+
+def test_batchnorm_passes_on_a_value_error_raised_before_any_batchnorm_ran():
+    import batchnorm
+    case = {"model": _RefusesBeforeItsBatchNorm(), "batch": (torch.randn(4, 3), torch.zeros(4)),
+            "loss_fn": lambda out, y: out.sum()}
+    with pytest.raises(ValueError, match="the user's own refusal"):
+        batchnorm.check_batchnorm(case)
+
+
+class _PooledOverTime(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(8, 4)
+
+    def forward(self, ids):
+        return self.embed(ids).mean(1)  # (batch, 4): no prediction per position
+
+
+def test_causal_dependency_skips_a_model_without_a_prediction_per_position():
+    ids = torch.randint(0, 8, (2, 5))
+    case = {"model": _PooledOverTime(), "batch": (ids, ids), "loss_fn": lambda out, y: out.sum(), "task": {"kind": "causal_lm"}}
+    assert causal_dependency.check_causal_dependency(case).status == "skip"
