@@ -269,3 +269,15 @@ def test_the_nearest_covering_tests_are_those_fewest_modules_away(tmp_path):
         "tests/test_direct.py", "tests/test_named.py"]
     assert mutate_tool.covering_tests(tmp_path, everything, "wrap.py", nearest=True) == [
         "tests/test_wrap_only.py", "tests/test_wrapped.py"]
+
+
+def test_a_file_no_test_covers_survives_whole_without_a_run(repo):
+    (repo / "lonely.py").write_text(CALC)  # nothing imports or names it
+    git(repo, "add", "lonely.py")
+    git(repo, "commit", "-q", "-m", "lonely")
+    out = repo.parent / "results.json"
+    proc = mutate(repo, "lonely.py", "--json", out)
+    assert proc.returncode == 1, proc.stderr
+    assert "lonely.py: generated 4, killed 0, survived 4, timed out 0, equivalent 0 (no test file covers it)" in proc.stdout
+    (result,) = json.loads(out.read_text())["files"]
+    assert "baseline_seconds" not in result  # no pytest run at all: with no test named, it would run every test there

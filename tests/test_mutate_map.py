@@ -136,13 +136,15 @@ def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_p
 
 
 # a test the map cannot see: it runs a copy of calc.py from its own folder, outside the repository coverage measures,
-# and pins the boundary (10 passes) that the mapped tests leave open
+# and pins the boundary (10 passes) that the mapped tests leave open, and what unused(-1) says, which no mapped test runs
 COPIED = '''
 
 def test_copied(tmp_path):
     copy = tmp_path / "calc.py"
     copy.write_bytes(CALC.read_bytes())
     assert subprocess.run([sys.executable, str(copy), "10"]).returncode == 0
+    probe = "import sys; sys.path.insert(0, sys.argv[1]); import calc; sys.exit(calc.unused(-1) != 'skip')"
+    assert subprocess.run([sys.executable, "-c", probe, str(tmp_path)]).returncode == 0
 '''
 
 
@@ -150,19 +152,21 @@ def test_confirm_runs_a_survivor_of_the_mapped_tests_on_the_tests_of_its_file(re
     root, line_map = repo
     test_file = root / "tests" / "test_calc.py"
     test_file.write_text(test_file.read_text().split("\n\ndef test_source")[0] + COPIED)
-    gate = f"diagnostics/calc.py:{line_of('    if x > LIMIT:')}: `>` -> `>=`"
+    gate, test, skip = (f"diagnostics/calc.py:{line_of(text)}" for text in ("    if x > LIMIT:", "    if x < 0:",
+                                                                            '        return "skip"'))
+    gate += ": `>` -> `>=`"
     results = {}
     for confirm in ([], ["--confirm"]):
         out = tmp_path / f"results{len(confirm)}.json"
         proc = mutate(root, "diagnostics/calc.py", "--map", line_map, *confirm, "--json", out)
         assert proc.returncode == 1, proc.stderr  # unused() is run by no test at all
         (results[bool(confirm)],) = json.loads(out.read_text())["files"]
-    assert gate in results[False]["survived"]
+    assert gate in results[False]["survived"] and "outside_map" not in results[False]
     confirmed = results[True]
-    assert gate in confirmed["killed"] and confirmed["outside_map"] == [gate]
-    assert confirmed["survived"] == [label for label in results[False]["survived"] if label != gate]
-    assert all(label.endswith("(no test runs this line)") for label in confirmed["survived"])  # still, after a run
-    assert "outside_map" not in results[False]
+    caught = [gate, f"{skip}: drop the `return` that ends this if-branch", f"{skip}: 'skip' -> 'pass'"]
+    assert confirmed["outside_map"] == caught and all(label in confirmed["killed"] for label in caught)
+    # -1 is far from 0: the copied test cannot tell these two, and they still say that no mapped test runs them
+    assert confirmed["survived"] == [f"{test}: `<` -> `<=` (no test runs this line)", f"{test}: 0 -> 1 (no test runs this line)"]
 
 
 def test_without_the_map_the_tests_that_import_the_file_kill_every_mutant(repo):
