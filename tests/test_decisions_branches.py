@@ -907,3 +907,55 @@ def test_causal_dependency_skips_a_model_without_a_prediction_per_position():
     ids = torch.randint(0, 8, (2, 5))
     case = {"model": _PooledOverTime(), "batch": (ids, ids), "loss_fn": lambda out, y: out.sum(), "task": {"kind": "causal_lm"}}
     assert causal_dependency.check_causal_dependency(case).status == "skip"
+
+
+def test_case_from_hf_refuses_a_batch_without_labels_before_it_looks_at_the_model():
+    from hf_case import case_from_hf
+    with pytest.raises(ValueError, match="holds 'labels', or return_loss=True"):
+        case_from_hf(torch.nn.Linear(2, 2), {"input_ids": torch.zeros(2, 3, dtype=torch.long)})
+    with pytest.raises(ValueError, match="needs a transformers model"):  # labels given: now the model is looked at
+        case_from_hf(torch.nn.Linear(2, 2), {"input_ids": torch.zeros(2, 3, dtype=torch.long), "labels": torch.zeros(2)})
+
+
+def _init_scale_of(model):
+    import init_scale
+    return init_scale.check_init_scale({"model": model, "batch": (torch.randn(4, 2), torch.zeros(4)),
+                                        "loss_fn": lambda out, y: out.sum()})
+
+
+def test_init_scale_judges_a_two_element_matrix_and_skips_a_model_of_embeddings_alone():
+    wide = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        wide.weight.mul_(100)  # its (1, 2) weight far above 1/sqrt(2)
+    assert _init_scale_of(wide).status == "fail"
+    assert _init_scale_of(torch.nn.Embedding(10, 4)).status == "skip"
+
+
+def test_init_scale_fails_a_matrix_of_one_repeated_value():
+    same = torch.nn.Linear(4, 4)
+    with torch.no_grad():
+        same.weight.fill_(0.3)
+    result = _init_scale_of(same)
+    assert (result.status, result.details["constant"]) == ("fail", ["weight"])
+
+
+def test_init_scale_measures_a_recurrent_weight_against_its_hidden_size():
+    result = _init_scale_of(torch.nn.GRU(64, 4))  # PyTorch's init: uniform within 1/sqrt(hidden_size)
+    assert result.status == "pass", result.summary
+    assert {row["rule"] for row in result.details["layers"]} == {"1/sqrt(hidden_size=4)"}
+
+
+class _NaNOutput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(3, 2)
+
+    def forward(self, x):
+        return self.linear(x) * float("nan")
+
+
+def test_input_dependence_skips_an_output_that_is_not_finite():
+    import input_dependence
+    case = {"model": _NaNOutput(), "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out.sum()}
+    result = input_dependence.check_input_dependence(case)
+    assert result.status == "skip" and "nan_watch" in result.summary
