@@ -557,3 +557,23 @@ def test_init_loss_reads_two_class_soft_labels_as_classification():
             "loss_fn": torch.nn.functional.cross_entropy}
     result = init_loss.check_init_loss(case)
     assert (result.status, result.details["kind"]) == ("pass", "classification (inferred: soft labels)")
+
+
+def _labels_of(model, targets):
+    import labels
+    return labels.check_labels({"model": model, "batch": (torch.randn(len(targets), 3), targets),
+                                "loss_fn": lambda out, y: out.sum(), "task": {"kind": "classification"}})
+
+
+def test_labels_skips_an_output_with_no_class_dimension_for_its_targets():
+    assert _labels_of(torch.nn.Linear(3, 5), torch.zeros(8, 2, dtype=torch.long)).status == "skip"
+
+
+@pytest.mark.parametrize("targets, reason", [
+    ([1, 2, 3, 4] * 4, "1-indexed? subtract 1"),  # 1..4 of 4 classes
+    ([0, 1, 2, 4] * 4, "too few outputs"),  # 4 of 4 classes: one past, not all shifted
+    ([-1, 0, 1, 2] * 4, "negative labels are not ignore_index"),
+])
+def test_labels_out_of_range_says_which_mistake_it_looks_like(targets, reason):
+    result = _labels_of(torch.nn.Linear(3, 4), torch.tensor(targets))
+    assert result.status == "fail" and reason in result.summary, result.summary
