@@ -52,6 +52,7 @@ def test_without_matplotlib_the_check_runs_and_says_so_in_one_line(tmp_path, mon
 @pytest.mark.hostile
 @pytest.mark.parametrize("source,args,says", [
     (None, [], "surface file not found"),
+    ("def make_surface():\n    raise RuntimeError('no data')\n", [], "make_surface() in"),
     ("def make_surface():\n    return {'loss': 1}\n", [], "must be a dict with loss"),
     ("def make_surface():\n    return {'loss': lambda a, b: a + b, 'x_range': (1, 0), 'y_range': (0, 1)}\n", [],
      "x_range must be (low, high)"),
@@ -111,3 +112,23 @@ def test_a_minimum_moved_by_a_hair_is_still_on_target():
                "x_range": (-2.0, 2.0), "y_range": (-2.0, 2.0), "target": (1.0, -0.5)}
     result = loss_surface.check_loss_surface(surface)
     assert result["status"] == "pass" and result["details"]["target_loss"] < 1e-2
+
+
+def test_the_text_report_and_the_plot_mark_the_minimum_and_the_target(tmp_path, capsys):
+    png = tmp_path / "surface.png"
+    assert loss_surface.main(["--bug", "min", "--grid", "11", "--png", str(png)]) == 1
+    out = capsys.readouterr().out
+    assert "minimum 0.465 at (0.4, " in out and "), target (1, -0.5); plateau 0% of the grid" in out, out
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+    drawn = []
+    real = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        drawn.extend(c.get_label() for ax in fig.axes for c in ax.collections)
+        return real(fig, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Figure, "savefig", keep)
+        assert loss_surface.main(["--bug", "min", "--grid", "11", "--png", str(tmp_path / "again.png")]) == 1
+    assert {"target", "grid minimum"} <= set(drawn)
