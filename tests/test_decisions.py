@@ -769,3 +769,17 @@ def test_capture_takes_the_one_loss_call_the_backward_reaches_beside_one_only_lo
     out, targets = torch.randn(4, 3), torch.tensor([0, 2, 1, 0])
     assert case["task"]["kind"] == "classification"
     assert case["loss_fn"](out, targets).item() == torch.nn.functional.cross_entropy(out, targets).item()
+
+
+class _SqrtAtZero(torch.nn.Module):
+    def forward(self, x):
+        return x + torch.sqrt(x - x.detach())  # BUG: the value is x, but sqrt's slope at 0 is infinite
+
+
+def test_check_nan_watch_says_a_backward_origin_is_in_the_backward_pass():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), _SqrtAtZero(), torch.nn.Linear(4, 2))
+    result = nan_watch.check_nan_watch({"model": model, "batch": (torch.randn(6, 4), torch.randn(6, 2)),
+                                        "loss_fn": torch.nn.functional.mse_loss, "task": {"kind": "regression"}})
+    assert result.status == "fail" and result.details["origin"] == {"module": "1", "class": "_SqrtAtZero", "phase": "backward"}
+    assert result.summary.startswith("forward is finite; first NaN/inf in backward: 1 (_SqrtAtZero)"), result.summary
+    assert "sqrt/log/norm at exactly 0" in result.details["next"]

@@ -106,3 +106,27 @@ def test_a_factory_that_raises_or_a_model_that_is_no_module_is_one_line(tmp_path
     assert pinn_check.main(["--problem", str(path)]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err, err
+
+
+@pytest.mark.parametrize("span, target, summary", [
+    (10.0, 10.0, "terms balanced"),  # exactly at INPUT_MAX and TARGET_MAX: still order 1
+    (10.5, 10.0, "not non-dimensionalised: input dimension 0 spans [0, 10.5]"),  # the targets at 10 are not named
+    (10.0, 10.5, "not non-dimensionalised: targets reach 10.5"),
+], ids=["both at 10", "inputs past it", "targets past it"])
+def test_inputs_and_targets_are_of_order_1_up_to_10(span, target, summary):
+    points = torch.linspace(0, span, 200)[:, None]
+
+    def term(shift):
+        return lambda net: (net(points / span) - shift).pow(2).mean()
+
+    problem = {"model": pinn_check.MLP(), "terms": {"a": term(0.0), "b": term(0.1)}, "collocation": points,
+               "domain": [(0.0, span)], "targets": torch.tensor([0.0, target])}
+    outcome = pinn_check.check_pinn(problem)
+    said = outcome["summary"] if outcome["status"] == "warn" else outcome["summary"][:len(summary)]
+    assert said == summary, outcome["summary"]
+
+
+def test_coverage_in_three_dimensions_counts_joint_cells_and_beyond_only_each_dimension():
+    diagonal = torch.rand(512, 1, generator=torch.Generator().manual_seed(0))
+    assert pinn_check.empty_share(diagonal.repeat(1, 3), [(0, 1)] * 3) == pytest.approx(1 - 8 / 512)
+    assert pinn_check.empty_share(diagonal.repeat(1, 4), [(0, 1)] * 4) == 0  # each dimension alone is covered

@@ -491,3 +491,11 @@ def test_a_trainer_imports_a_module_beside_it(capsys, tmp_path, monkeypatch):
     (tmp_path / "trainer.py").write_text("from my_trainer_helpers import Trainer\n")
     proc = run_main(capsys, "--trainer", f"{tmp_path / 'trainer.py'}:Trainer", "--steps", 4, "--resume-at", 2)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_close_compares_lrs_per_group_and_a_summary_names_3_entries():
+    assert rc.close((0.1, 0.01), [0.1, 0.01], 0.0, 0.0)  # a tuple comes back from JSON as a list
+    assert not rc.close((0.1, 0.01), (0.1,), 0.0, 0.0)
+    assert not rc.close((0.1,), 0.1, 0.0, 0.0)  # one group against a float
+    assert rc.listing(["a", "b", "c"]) == "a, b, c"
+    assert rc.listing(["a", "b", "c", "d"]) == "a, b, c, +1 more"
