@@ -147,3 +147,8 @@ def test_bad_agents_exit_2_with_one_line(tmp_path, capsys, source, spec_suffix, 
     assert rl_probes.main(["--agent", f"{path}{spec_suffix}"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and says in err
+
+
+def test_a_probe_is_measured_every_10_updates_and_passes_at_one_of_them(results):
+    probes = results["reference"]["details"]["probes"]
+    assert all(row["updates"] % rl_probes.EVAL_EVERY == 0 for row in probes), probes

@@ -439,3 +439,15 @@ def test_under_fsdp2_the_guard_reads_the_global_norm_of_the_sharded_gradients(tm
     [record] = [json.loads(line) for line in (tmp_path / "fsdp_log.jsonl").read_text().splitlines()]  # the monitor too
     assert record["grad_norm"] == pytest.approx(ranks[0]["full"], rel=1e-5)
     assert record["param_norm"] == pytest.approx(ranks[0]["weights"], rel=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0])
+def test_an_ema_weight_of_0_or_1_is_refused(alpha):
+    with pytest.raises(ValueError, match="alpha must be between 0 and 1"):
+        spike_guard.SpikeGuard(alpha=alpha)
+
+
+def test_a_warmup_of_one_step_is_accepted_and_of_none_refused():
+    assert spike_guard.SpikeGuard(warmup=1).warmup == 1
+    with pytest.raises(ValueError, match="warmup must be a positive integer"):
+        spike_guard.SpikeGuard(warmup=0)

@@ -1783,3 +1783,14 @@ def test_a_resume_drop_starts_at_1_percent_below_the_level_before(tmp_path, drop
     rows += [f"{s},{2.0 * (1 - drop) * (1 + rng.gauss(0, 0.0005)):.6f}" for s in range(300, 700)]
     events = spikes.analyze(write(tmp_path, "resumed.csv", "\n".join(rows) + "\n")).to_json()["events"]
     assert [(e["kind"], e["step"]) for e in events] == [("resume", 300)] + [("resume_drop", 300)] * flagged
+
+
+def test_a_dataset_spike_far_from_the_main_losss_own_spike_is_not_in_main(tmp_path):
+    rng = random.Random(0)
+    rows = ["step,loss,loss/a,loss/b"]
+    for s in range(600):
+        main, a, b = (2.0 * (1 + rng.gauss(0, 0.01)) for _ in range(3))
+        rows.append(f"{s},{main * (3 if s == 100 else 1):.5f},{a * (3 if s == 400 else 1):.5f},{b:.5f}")
+    report = spikes.analyze(write(tmp_path, "datasets.csv", "\n".join(rows) + "\n")).to_json()
+    assert [(s["step"], s["type"]) for s in report["spikes"]] == [(100, "fast_recovery")]
+    assert [(e["step"], e["scope"], e["in_main"]) for e in report["events"]] == [(400, "confined", False)]
