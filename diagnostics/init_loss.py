@@ -315,6 +315,13 @@ def check_init_loss(case):
         details["next"] = "check the sign of the loss: the optimizer maximises a negated loss"
         return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative, which cross-entropy and MSE cannot be: "
                            "is the sign flipped?", details)
+    if ref.get("num_classes") == 1:  # ln 1 = 0: no chance level to compare with
+        if loss == 0:
+            details["next"] = "give the output one unit per class (2 for a yes/no target), or use BCEWithLogitsLoss on one logit"
+            return CheckResult("init_loss", "fail", "loss at init is 0 with one output class: a softmax over one class is 1, so "
+                               "cross-entropy is 0 whatever the model predicts and nothing is learned", details)
+        return CheckResult("init_loss", "skip", f"the output has one class: no chance level to compare the loss at init "
+                           f"({fmt(loss)}) with", details)
     chance, best = ref["chance"], ref["best_constant"]
     loss_fn_off = zero_loss is not None and zero_loss > 0 and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
     scale = zero_loss / chance if loss_fn_off else 1.0  # judge the model against its own loss function's chance level

@@ -577,3 +577,14 @@ def test_labels_skips_an_output_with_no_class_dimension_for_its_targets():
 def test_labels_out_of_range_says_which_mistake_it_looks_like(targets, reason):
     result = _labels_of(torch.nn.Linear(3, 4), torch.tensor(targets))
     assert result.status == "fail" and reason in result.summary, result.summary
+
+
+def test_init_loss_fails_cross_entropy_over_one_output_class_and_skips_another_loss_there():
+    """ln 1 = 0 is no chance level: cross-entropy over one class is 0 whatever the model says (it crashed here)."""
+    import init_loss
+    case = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(8, 3), torch.zeros(8, dtype=torch.long)),
+            "loss_fn": torch.nn.functional.cross_entropy, "task": {"kind": "classification"}}
+    result = init_loss.check_init_loss(case)
+    assert (result.status, result.details["loss"], result.details["num_classes"]) == ("fail", 0.0, 1)
+    other = init_loss.check_init_loss({**case, "loss_fn": lambda out, y: (out.squeeze(-1) - y).pow(2).mean() + 1})
+    assert other.status == "skip"
