@@ -147,3 +147,8 @@ def test_a_timeout_of_0_is_no_limit_and_a_negative_one_is_refused(tmp_path, caps
     with pytest.raises(SystemExit) as refused:
         metric_stuck.main(["--problem", missing, "--timeout", "-1"])
     assert refused.value.code == 2 and "--timeout must be" in capsys.readouterr().err
+
+
+def test_the_healthy_flag_runs_the_demo_without_its_bug(capsys):
+    assert metric_stuck.main(["--healthy", "--json"]) == 0
+    assert '"status": "pass"' in capsys.readouterr().out
