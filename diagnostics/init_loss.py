@@ -110,7 +110,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, needs_closure, preserved, replace_tensor, validate_case
+from ml_debug_contract import (CheckResult, class_dim, cli_main, forward, needs_closure, preserved, replace_tensor,
+                               validate_case)
 
 HIGH_RATIO = 1.5  # our assumption, tuned on the test zoo: healthy cases measure 0.99-1.23x chance, the scaled-logits twin 2.7x
 LOW_RATIO = 0.75  # our assumption, tuned on the test zoo: a random-init model cannot beat the best constant; the unshifted-LM twin measures 0.6x
@@ -130,15 +131,6 @@ def main_tensor(output):
         return output["logits"]
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
-    return None
-
-
-def class_dim(out, targets):
-    """The dimension of `out` that holds class scores for integer `targets`, or None."""
-    if out.ndim == targets.ndim + 1 and out.shape[:-1] == targets.shape:
-        return out.ndim - 1  # (B, C) or (B, T, V)
-    if out.ndim == targets.ndim + 1 and out.ndim >= 3 and out.shape[:1] + out.shape[2:] == targets.shape:
-        return 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
     return None
 
 

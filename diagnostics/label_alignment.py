@@ -73,7 +73,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, class_dim, validate_case, forward, preserved, cli_main
 
 MATCH = 0.9  # our assumption, tuned on the test zoo: the true alignment matches 100% of the scored positions, a wrong offset about 1/V
 FREQUENT = 0.01  # our assumption: an id holding 1% of the targets is a real class (end-of-text in short rows, background)
@@ -151,10 +151,7 @@ def score_map(case, labels):
     (grad,) = torch.autograd.grad(loss, logits, allow_unused=True)
     if grad is None:
         return "the loss does not depend on the logits"
-    dim = logits.ndim - 1
-    if labels is not None and labels.ndim + 1 == logits.ndim and logits.ndim >= 3 and \
-            logits.shape[:1] + logits.shape[2:] == labels.shape and logits.shape[:-1] != labels.shape:
-        dim = 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
+    dim = (class_dim(logits, labels) if labels is not None else None) or logits.ndim - 1  # (B, C, H, W): 1
     grad = grad.detach().movedim(dim, -1).float()
     probs = logits.detach().movedim(dim, -1).float().softmax(-1)
     unknown = ~grad.isfinite().all(-1) | (probs.amax(-1) > 1 - 1e-6)  # a NaN row, or a saturated softmax: no gradient to read

@@ -56,7 +56,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, class_dim, validate_case, forward, preserved, cli_main
 
 MIN_LABELS = 16  # derived: below this, one class filling a balanced batch by chance is too likely (2 classes: 2 * 0.5**16 = 3e-5)
 MAJORITY_WARN = 0.9  # evidence/karpathy-recipe.md#init-well uses a 1:10 imbalance as its example; at 90% the bias alone scores well
@@ -72,15 +72,6 @@ def main_tensor(output):
         return output["logits"]
     if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
         return output[0]
-    return None
-
-
-def class_dim(out, targets):
-    """The dimension of `out` that holds class scores for integer `targets`, or None."""
-    if out.ndim == targets.ndim + 1 and out.shape[:-1] == targets.shape:
-        return out.ndim - 1  # (B, C) or (B, T, V)
-    if out.ndim == targets.ndim + 1 and out.ndim >= 3 and out.shape[:1] + out.shape[2:] == targets.shape:
-        return 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
     return None
 
 

@@ -231,6 +231,16 @@ def named_tensors(obj, name="inputs"):
     return []
 
 
+def class_dim(out, targets):
+    """The dimension of `out` that holds class scores for integer `targets`, or None (init_loss, labels and
+    label_alignment read the classes with it)."""
+    if out.ndim == targets.ndim + 1 and out.shape[:-1] == targets.shape:
+        return out.ndim - 1  # (B, C) or (B, T, V)
+    if out.ndim == targets.ndim + 1 and out.ndim >= 3 and out.shape[:1] + out.shape[2:] == targets.shape:
+        return 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
+    return None
+
+
 def first_tensor(obj):
     """The first tensor in a tensor / tuple / list / dict, or None."""
     import torch

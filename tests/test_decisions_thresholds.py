@@ -356,6 +356,18 @@ def test_labels_judges_a_batch_of_one_class_from_16_labels(rows, status):
 def test_labels_finds_the_class_dim_of_a_segmentation_output_against_per_pixel_targets():
     assert labels.class_dim(torch.zeros(2, 3, 4, 5), torch.zeros(2, 4, 5, dtype=torch.long)) == 1
     assert labels.class_dim(torch.zeros(2, 3, 4, 5), torch.zeros(2, 4, 6, dtype=torch.long)) is None
+    assert labels.class_dim(torch.zeros(2, 3, 5), torch.zeros(2, 5, dtype=torch.long)) == 1  # (B, C, L) against (B, L)
+
+
+def test_label_alignment_reads_a_segmentation_output_by_its_class_dim():
+    import label_alignment
+    torch.manual_seed(0)
+    pixels, labels = torch.randn(2, 2, 4, 5), torch.randint(0, 3, (2, 4, 5))
+    labels[:, 0, :] = -100  # the top row of every image is not scored
+    case = {"model": torch.nn.Conv2d(2, 3, 1), "batch": (pixels, labels), "loss_fn": torch.nn.functional.cross_entropy,
+            "task": {"kind": "classification"}}
+    result = label_alignment.check_label_alignment(case)
+    assert result.status == "pass" and result.summary.startswith("30 of 40 positions scored"), result.summary
 
 
 def test_a_graph_of_two_nodes_is_a_graph_and_one_node_is_not():
