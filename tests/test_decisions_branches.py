@@ -959,3 +959,10 @@ def test_input_dependence_skips_an_output_that_is_not_finite():
     case = {"model": _NaNOutput(), "batch": (torch.randn(4, 3), torch.zeros(4)), "loss_fn": lambda out, y: out.sum()}
     result = input_dependence.check_input_dependence(case)
     assert result.status == "skip" and "nan_watch" in result.summary
+
+
+def test_overfit_one_batch_reads_only_rows_of_two_or_more_values_as_probabilities():
+    from overfit_one_batch import _looks_like_probabilities
+    assert _looks_like_probabilities(torch.full((4, 2), 0.5))
+    assert not _looks_like_probabilities(torch.ones(4, 1))  # one sigmoid output at 1.0 sums to 1 as well
+    assert not _looks_like_probabilities(torch.tensor([0.5, 0.5]))

@@ -152,3 +152,12 @@ def test_bad_agents_exit_2_with_one_line(tmp_path, capsys, source, spec_suffix, 
 def test_a_probe_is_measured_every_10_updates_and_passes_at_one_of_them(results):
     probes = results["reference"]["details"]["probes"]
     assert all(row["updates"] % rl_probes.EVAL_EVERY == 0 for row in probes), probes
+
+
+def test_the_text_report_lists_the_unit_checks_only_when_the_agent_fails(results):
+    """A pass says 6/6 in its summary line; a fail gets a line of its own, and one per failed check."""
+    def returns_lines(name):
+        return [line for line in rl_probes.report_text(results[name]).splitlines() if line.startswith("  returns:")]
+
+    assert returns_lines("reference") == []
+    assert returns_lines("no_reset") == ["  returns: 3/6 unit checks pass"]
