@@ -844,6 +844,8 @@ def test_inplace_says_whether_it_saw_in_place_ops_when_it_passes():
     seen, none = inplace.check_inplace(case(AddsInPlace())), inplace.check_inplace(case(torch.nn.Linear(3, 3)))
     assert (seen.status, seen.details["inplace_ops"], none.status, none.details["inplace_ops"]) == ("pass", 1, "pass", 0)
     assert "1 in-place ops" in seen.summary and "no in-place op" in none.summary
+    line = next(n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "y += 1  # in place" in text)
+    assert seen.details["inplace_lines"] == [f"test_decisions_branches.py:{line}"]  # the line, where one is known
 
 
 class _SigmoidScaledInPlace(torch.nn.Module):
