@@ -783,3 +783,10 @@ def test_check_nan_watch_says_a_backward_origin_is_in_the_backward_pass():
     assert result.status == "fail" and result.details["origin"] == {"module": "1", "class": "_SqrtAtZero", "phase": "backward"}
     assert result.summary.startswith("forward is finite; first NaN/inf in backward: 1 (_SqrtAtZero)"), result.summary
     assert "sqrt/log/norm at exactly 0" in result.details["next"]
+
+
+@pytest.mark.parametrize("pocket, refused", [(1, False), (100, False), (0, True), (101, True)])
+def test_spike_lab_takes_a_pocket_of_1_to_100(tmp_path, pocket, refused, capsys):
+    (tmp_path / "postmortem.md").write_text("mine\n")  # an accepted pocket reaches the output folder, and stops there
+    assert spike_lab.main(["--steps", "200", "--at", "60", "--pocket", str(pocket), "--out", str(tmp_path)]) == 2
+    assert ("--pocket must be between 1 and 100" in capsys.readouterr().err) == refused

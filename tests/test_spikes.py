@@ -1794,3 +1794,11 @@ def test_a_dataset_spike_far_from_the_main_losss_own_spike_is_not_in_main(tmp_pa
     report = spikes.analyze(write(tmp_path, "datasets.csv", "\n".join(rows) + "\n")).to_json()
     assert [(s["step"], s["type"]) for s in report["spikes"]] == [(100, "fast_recovery")]
     assert [(e["step"], e["scope"], e["in_main"]) for e in report["events"]] == [(400, "confined", False)]
+
+
+@pytest.mark.parametrize("interval", [0, -5, 2.5])
+def test_golden_values_with_a_step_interval_that_is_no_positive_whole_number_are_refused(tmp_path, interval):
+    golden = {"lm loss": {"start_step": 0, "end_step": 99, "step_interval": interval, "values": [3.0] * 100}}
+    proc = run_cli("spikes.py", write(tmp_path, "golden.json", json.dumps(golden)))
+    assert_one_line_error(proc)
+    assert "JSON log must be a trainer_state.json (with log_history), Megatron-LM golden values" in proc.stderr
