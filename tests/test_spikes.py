@@ -564,6 +564,15 @@ def test_unreadable_input_is_a_one_line_error(tmp_path, name):
     assert_one_line_error(run_cli("spikes.py", path))
 
 
+def test_a_json_document_over_the_size_limit_is_refused_before_it_is_loaded(tmp_path, monkeypatch):
+    from spikelog import CliError
+    from spikelog.read import trainer_state
+    path = write(tmp_path, "trainer_state.json", json.dumps({"log_history": [{"step": 1, "loss": 1.0}]}))
+    monkeypatch.setattr(trainer_state, "MAX_JSON", 16)  # bytes, for the test: 512 MB in use
+    with pytest.raises(CliError, match="is not loaded whole; write the log as JSONL"):
+        spikes.analyze(path)
+
+
 def test_missing_file_and_empty_directory_are_one_line_errors(tmp_path):
     assert_one_line_error(run_cli("spikes.py", tmp_path / "missing.csv"))
     assert_one_line_error(run_cli("spikes.py", tmp_path))
