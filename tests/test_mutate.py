@@ -213,6 +213,7 @@ def test_a_warm_run_past_its_timeout_is_killed_with_its_children(repo, tmp_path)
     (repo / "tests" / "test_calc.py").write_text(SLEEPER.format(pid=str(pid_file)))
     proc = mutate(repo, "calc.py", "--warm", "--max", "1", "--timeout", "2")  # its test starts the sleeper in 0.4 s at load 9
     assert "its tests time out without any mutant: skipped" in proc.stdout, proc.stdout
+    assert "killed 0, survived 0, timed out 0" in proc.stdout  # the mutant is not run against tests that cannot pass
     assert_gone(int(pid_file.read_text()), "the timeout")
 
 
