@@ -762,10 +762,9 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
     its line ran outside any test; a module constant's also runs the tests of the files that import it (`importers`,
     as far as the map knows them). `confirm` (test files, their time limit, the ids among them to leave out): a mutant
     that survives its mapped tests, or that no mapped test runs, then runs them; one they catch is also listed under
-    "outside_map". A mutant `equivalent` lists is counted
-    as such and not run. A test that fails with a mutant is run once without any (`checked`, test id -> it passes
-    then, shared between files): one that fails there too kills nothing, and the mutant's tests run again without it.
-    `warm`: run_tests forks its pytest."""
+    "outside_map". A mutant `equivalent` lists is counted as such and not run. A test that fails with a mutant is run
+    once without any (`checked`, test id -> it passes then, shared between files): one that fails there too kills
+    nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
     if confirm is not None:
@@ -833,7 +832,6 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         """The mutant's state over `runs` (lists of test ids, each run when the one before passed)."""
         deselected = list(deselected)
         while True:
-            state = "passed"
             try:
                 target.write_bytes(mutant.apply(original))
                 for stage in runs:
@@ -842,10 +840,10 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
                         break
             finally:
                 target.write_bytes(original)
-            for test in failed if state == "failed" else ():  # a failure proves something only from a test that passes without any mutant
+            for test in failed:  # a failure proves something only from a test that passes without any mutant
                 if test not in checked:
                     checked[test] = run([test], limit)[0] == "passed"
-            broken = [test for test in failed if not checked[test]] if state == "failed" else []
+            broken = [test for test in failed if not checked[test]]
             if state != "failed" or not broken:
                 return state
             deselected += broken
@@ -873,8 +871,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         print(f"  [{i}/{len(plan)}] {bucket.replace('_', ' ')}: {label}", file=out, flush=True)
     if dropped:
         result["left_out"] = result.get("left_out", []) + sorted(dropped)
-        said = f"{len(dropped)} test(s) that failed with a mutant fail without one too, not counted: {', '.join(sorted(dropped))}"
-        result["note"] = f"{result['note']}; {said}" if "note" in result else said
+        add_note(result, f"{len(dropped)} test(s) that failed with a mutant fail without one too, not counted: "
+                         f"{', '.join(sorted(dropped))}")
     rank = {mutant.label(): i for i, mutant in enumerate(mutants)}
     for bucket in ("killed", "survived", "timed_out", "equivalent") + (("outside_map",) if confirm is not None else ()):
         result[bucket].sort(key=lambda label: rank[label.removesuffix(UNRUN)])
@@ -908,6 +906,11 @@ class Equivalents:
         lines = self.sources[mutant.path]
         text = lines[mutant.line - 1].strip()
         return (mutant.path, mutant.what, text) in self.entries and sum(line.strip() == text for line in lines) == 1
+
+
+def add_note(result, said):
+    """The file's note, said after any it has."""
+    result["note"] = f"{result['note']}; {said}" if "note" in result else said
 
 
 def summary_lines(result):
@@ -1051,14 +1054,13 @@ def main(argv=None):
                     nearest = covering_tests(root, everything, rel, nearest=True)
                     known = line_map.of_files(nearest)
                     if known is not None:
-                        confirm = (nearest, args.timeout or 3 * known[0] + GRACE, known[1])
+                        confirm = (nearest, args.timeout if args.timeout is not None else 3 * known[0] + GRACE, known[1])
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
                                      args.warm, checked, importers, confirm)
                 if fork is not None:
                     result["in_file"] = in_file
                 if args.confirm and confirm is None:
-                    said = "--confirm: the line map knows none of the tests nearest to it"
-                    result["note"] = f"{result['note']}; {said}" if "note" in result else said
+                    add_note(result, "--confirm: the line map knows none of the tests nearest to it")
                 results.append(result)
                 if args.json is not None:
                     write_json(args.json, {"kind": RESULTS_KIND, **settings, "files": results})
