@@ -308,10 +308,11 @@ def check_init_loss(case):
         return CheckResult("init_loss", "fail", f"loss at init {fmt(loss)} is negative, which cross-entropy and MSE cannot be: "
                            "is the sign flipped?", details)
     if ref.get("num_classes") == 1:  # ln 1 = 0: no chance level to compare with
-        if loss == 0:
+        if loss == 0 and zero_loss == 0:  # the model's output and an all-zero one score the same 0: nothing to learn
             details["next"] = "give the output one unit per class (2 for a yes/no target), or use BCEWithLogitsLoss on one logit"
-            return CheckResult("init_loss", "fail", "loss at init is 0 with one output class: a softmax over one class is 1, so "
-                               "cross-entropy is 0 whatever the model predicts and nothing is learned", details)
+            return CheckResult("init_loss", "fail", "loss at init is 0 with one output class, and 0 on an all-zero output too: "
+                               "a softmax over one class is 1, so cross-entropy is 0 whatever the model predicts and "
+                               "nothing is learned", details)
         return CheckResult("init_loss", "skip", f"the output has one class: no chance level to compare the loss at init "
                            f"({fmt(loss)}) with", details)
     chance, best = ref["chance"], ref["best_constant"]

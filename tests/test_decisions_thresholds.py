@@ -600,3 +600,9 @@ def test_init_loss_fails_cross_entropy_over_one_output_class_and_skips_another_l
     assert (result.status, result.details["loss"], result.details["num_classes"]) == ("fail", 0.0, 1)
     other = init_loss.check_init_loss({**case, "loss_fn": lambda out, y: (out.squeeze(-1) - y).pow(2).mean() + 1})
     assert other.status == "skip"
+    at_one = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        at_one.weight.zero_()
+        at_one.bias.fill_(1.0)
+    distance_to_one = {**case, "model": at_one, "loss_fn": lambda out, y: (out - 1).pow(2).mean()}
+    assert init_loss.check_init_loss(distance_to_one).status == "skip"  # 0 here, but 1 on an all-zero output
