@@ -352,6 +352,29 @@ def test_tensorboard_event_file_and_directory_read_like_csv(small_curve, csv_res
         assert spike_summary(report) == csv_result  # float32 in the event file changes nothing here
 
 
+def test_tensorboard_scalars_of_one_step_make_one_row_so_a_spike_finds_its_grad_norm(tmp_path):
+    rows = [{"step": s, "loss": 3 * math.exp(-s / 100) + (5 if s == 200 else 0), "grad_norm": 5.0 if s == 200 else 1.0}
+            for s in range(300)]
+    write_events(tmp_path, rows, {"train/loss": "loss", "train/grad_norm": "grad_norm"})  # one event per tag, same step
+    [spike] = spikes.analyze(tmp_path).to_json()["spikes"]
+    assert (spike["step"], spike["grad_norm_peak"], spike["grad_norm_lead"]) == (200, 5.0, 0)
+
+
+def test_an_event_file_with_a_record_that_is_no_event_is_refused_in_a_folder_too(small_curve, tmp_path):
+    """A record whose checksum holds but whose bytes are no Event proto: the folder is refused and the file named, not
+    read without it."""
+    from tensorboard.summary.writer.record_writer import RecordWriter
+
+    write_events(tmp_path, small_curve[1], {"train/loss": "loss"})
+    with open(tmp_path / "events.out.tfevents.9999999999.junk", "wb") as f:
+        RecordWriter(f).write(b"\xff\xff\xff\xff not an event")
+    for target, says in ((tmp_path, "events.out.tfevents.9999999999.junk: not a readable TensorBoard event file"),
+                         (tmp_path / "events.out.tfevents.9999999999.junk", "not a readable TensorBoard event file")):
+        with pytest.raises(spikes.CliError) as caught:
+            spikes.analyze(target)
+        assert str(caught.value).startswith(says), caught.value
+
+
 def test_a_spikes_height_is_relative_to_its_baseline():
     """A jump from 1 to 3 is taller than one from 8 to 10 (2x against 0.25x): the plot labels and the post-mortem rank
     spikes by it; at a baseline of 0 it is the peak itself."""

@@ -26,7 +26,8 @@ def records(path):
                     current["step"] = event.step
                     current[value.tag] = tensor_util.make_ndarray(value.tensor).item()
         except Exception as exc:  # the reader raises protobuf and TF-stub errors of many kinds on junk
-            raise CliError(f"{file.name}: not a readable TensorBoard event file ({type(exc).__name__})") from None
+            where = f"{file.name}: " if path.is_dir() else ""  # a file named on the command line is named by the caller
+            raise CliError(f"{where}not a readable TensorBoard event file ({type(exc).__name__})") from None
     if current:
         yield number + 1, current
 
