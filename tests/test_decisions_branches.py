@@ -111,6 +111,33 @@ def test_gradient_flow_judges_a_parameter_missing_from_four_passes_as_getting_no
     assert model.calls == 4  # the first pass and RESAMPLED_PASSES more: then the missing set stopped changing
 
 
+class _Counted(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first, self.last, self.calls = torch.nn.Linear(4, 8), torch.nn.Linear(8, 2), 0
+
+    def forward(self, x):
+        self.calls += 1
+        return self.last(torch.tanh(self.first(x)))
+
+
+def test_gradient_flow_runs_one_pass_when_every_parameter_gets_a_gradient():
+    model = _Counted()
+    case = {"model": model, "batch": (torch.randn(16, 4), torch.randn(16, 2)), "loss_fn": torch.nn.functional.mse_loss}
+    assert gradient_flow.check_gradient_flow(case).status == "pass"
+    assert model.calls == 1  # the passes that look for a layer a random draw skipped are for missing gradients only
+
+
+def test_gradient_flow_gives_no_depth_ratio_when_a_gradient_norm_underflows_to_zero():
+    """A loss scaled by 1e-30: each gradient entry is finite and non-zero, but its square underflows, so the norm is 0 and
+    a ratio against it means nothing (it used to be a division by zero)."""
+    case = {"model": _Counted(), "batch": (torch.randn(16, 4), torch.randn(16, 2)),
+            "loss_fn": lambda out, y: torch.nn.functional.mse_loss(out, y) * 1e-30}
+    result = gradient_flow.check_gradient_flow(case)
+    assert (result.status, result.details["depth"], result.details["rel_grad"]) == (
+        "pass", {}, {"first.weight": 0.0, "last.weight": 0.0})
+
+
 def test_gradient_flow_fails_a_loss_that_no_trainable_parameter_reaches():
     """model(x).detach() into the loss: no backward can run, every trainable parameter is named without a gradient."""
     model = torch.nn.Linear(3, 2)
