@@ -93,6 +93,15 @@ def test_steps_between_logged_ones_cost_nothing_and_tokens_add_up(tmp_path):
     assert set(records[0]) == {"step", "loss", "tokens_per_s"}  # no model, no optimizer: no norms, no lr
 
 
+def test_an_exploding_grad_norm_is_logged_as_its_number_not_inf(tmp_path):
+    """Squares are summed in float64 off MPS: a norm of 1e20 squares to 1e40, past float32's 3.4e38."""
+    path = tmp_path / "log.jsonl"
+    with monitor.TrainingMonitor(path) as mon:
+        mon.log(0, torch.tensor(2.5), grad_norm=torch.tensor(1e20))
+    [record] = [json.loads(line) for line in path.read_text().splitlines()]
+    assert record["grad_norm"] == pytest.approx(1e20, rel=1e-6)
+
+
 def test_nan_loss_and_events_reach_spikes_py(tmp_path):
     path = tmp_path / "log.jsonl"
     with monitor.TrainingMonitor(path) as mon:
