@@ -52,6 +52,12 @@ def test_lr_jump_diverges_from_its_step(logs):
     assert spike["type"] == "divergence"
 
 
+def test_lr_jump_multiplies_the_lr_from_its_step_on(logs):
+    with open(logs["lr_jump"]["log"]["path"]) as log:
+        lrs = {record["step"]: record["lr"] for record in map(json.loads, log)}
+    assert lrs[AT] == pytest.approx(lrs[AT - 1] * spike_lab.LR_JUMP) and lrs[AT + 1] == pytest.approx(lrs[AT])
+
+
 def test_nan_batch_is_the_first_nan(logs):
     assert logs["nan_batch"]["nan_step"] == AT
 
