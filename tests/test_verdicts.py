@@ -484,6 +484,18 @@ def test_overfit_claims_no_floor_for_a_loss_the_free_outputs_cannot_settle():
 
 
 
+def test_overfit_claims_no_floor_when_the_free_descent_turns_minus_inf_even_one_step_before_its_end():
+    calls = []
+
+    def collapses(out, y):  # finite until the descent's last step but one, then -inf
+        calls.append(1)
+        loss = torch.nn.functional.mse_loss(out["free"], y)
+        return loss - float("inf") if len(calls) == overfit_one_batch.FREE_STEPS else loss
+
+    assert overfit_one_batch._loss_floor({"loss_fn": collapses}, {"free": torch.zeros(4, 3)}, torch.ones(4, 3)) is None
+    assert len(calls) == overfit_one_batch.FREE_STEPS  # the descent stopped at the -inf, and no bounded rerun was made
+
+
 def test_overfit_claims_no_floor_for_a_loss_the_outputs_do_not_move_one_that_raises_or_outputs_too_large():
     outputs, targets = {"free": torch.zeros(4, 3)}, torch.zeros(4, 3)
     constant = {"loss_fn": lambda out, y: (out["free"] * 0).sum() + 1.0}  # nothing falls: no floor shown
