@@ -484,6 +484,48 @@ def test_an_entry_never_loaded_that_no_step_shows_is_still_named(capsys, tmp_pat
     assert details["verdict"] == "state_not_restored" and details["divergence"]["first_step"] is None
 
 
+EMA_COUNTER_NOT_SAVED = """
+import torch
+
+import resume_check
+
+
+class Trainer(resume_check.DemoTrainer):
+    def __init__(self):
+        super().__init__()
+        self.ema = [p.detach().clone() for p in self.model.parameters()]
+        self.updates = 0  # BUG: the EMA's warm-up counter is not in the checkpoint: after a resume its decay starts over
+
+    def train_step(self):
+        out = super().train_step()
+        self.updates += 1
+        decay = min(0.999, (1 + self.updates) / (10 + self.updates))
+        with torch.no_grad():
+            for ema, p in zip(self.ema, self.model.parameters()):
+                ema.mul_(decay).add_(p, alpha=1 - decay)
+        return out
+
+    def state_dict(self):
+        return dict(super().state_dict(), ema=[ema.clone() for ema in self.ema])
+
+    def load_state_dict(self, sd):
+        super().load_state_dict(sd)
+        self.ema = [ema.clone() for ema in sd["ema"]]
+"""
+
+
+def test_state_the_checkpoint_misses_that_no_step_shows_is_named_by_the_final_state_it_changed(capsys, tmp_path):
+    """Every entry saved is loaded and losses, batches and rates agree; only the EMA weights end elsewhere."""
+    path = tmp_path / "trainer.py"
+    path.write_text(EMA_COUNTER_NOT_SAVED)
+    proc = run_main(capsys, "--trainer", f"{path}:Trainer", "--steps", 6, "--resume-at", "2,4", "--json")
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    details = result["details"]
+    assert details["verdict"] == "state_not_restored" and details["divergence"]["first_step"] is None
+    assert "in the final state (ema." in result["summary"], result["summary"]
+
+
 def test_a_trainer_imports_a_module_beside_it(capsys, tmp_path, monkeypatch):
     """Like `python trainer.py`: the trainer's own folder is on the import path, so a helper module next to it loads."""
     monkeypatch.setattr(rc.sys, "path", list(rc.sys.path))
