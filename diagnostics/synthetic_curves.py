@@ -298,9 +298,8 @@ class Curve:
                 out.update({"loss": (cm4 + pmd) / 2, "loss/cm4": cm4, "loss/pmd": pmd})
             else:
                 grad = grad_trend(step) * math.exp(0.1 * gauss(0.0, 1.0))
-                for at, height in grad_spikes:
-                    if 0 <= row - at < 3:
-                        grad *= 1.0 + height * math.exp(-(row - at))  # BUG: a grad-norm spike (a loss spike's, or alone)
+                for at, height in grad_spikes:  # those of the last 3 rows (pruned above)
+                    grad *= 1.0 + height * math.exp(-(row - at))  # BUG: a grad-norm spike (a loss spike's, or alone)
                 out.update({"loss": loss, "grad_norm": grad, "lr": 3e-4 * min(1.0, (step + 1) / 500)})
             yield out
             step += 1
