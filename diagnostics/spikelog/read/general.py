@@ -135,7 +135,7 @@ def _line_records(path, unparsed, parse_line):
             yield box_line, _stepped(box)
             box, box_line, section = {}, 0, ""
         record = None
-        if text.count("|") >= 2 or "  " in text or "\t" in text:
+        if text.count("|") >= 2 or GAP.search(text):  # what table_row splits on: a line with neither is no table row
             header, record = table_row(text, header)
         if record is None:
             record = parse_line(text)
