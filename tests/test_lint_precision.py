@@ -908,7 +908,7 @@ LOOP = """
 import torch.nn.functional as F
 from torch.nn.utils import clip_grad_norm_
 
-def train(model, optimizer, opt_d, loader, k, args):
+def train(model, optimizer, opt_d, loader, k, args, scaler):
     for i, (x, y) in enumerate(loader):
 {body}
 """
@@ -942,6 +942,20 @@ ACCUMULATION = [
         (F.cross_entropy(model(x), y) / k).backward()
         if (i + 1) % k == 0:
             optimizer.step()
+            optimizer.zero_grad()""", set()),
+    ("a GradScaler's scaled undivided loss, named", """
+        scaled = scaler.scale(F.cross_entropy(model(x), y))
+        scaled.backward()
+        if (i + 1) % k == 0:
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad()""", {"accumulated-loss-not-scaled"}),
+    ("a GradScaler's scaled divided loss, named", """
+        scaled = scaler.scale(F.cross_entropy(model(x), y) / k)
+        scaled.backward()
+        if (i + 1) % k == 0:
+            scaler.step(optimizer)
+            scaler.update()
             optimizer.zero_grad()""", set()),
     ("a zero under its own remainder", """
         if i % k == 0:
@@ -1828,3 +1842,27 @@ def test_the_callers_of_a_scaler_step_are_followed_up_to_3_helpers():
     """CALLER_LEVELS: past three helpers between the loop and the step, the update is not looked for (a fourth: found)."""
     code = scaler_helpers(2).format(update="        scaler.update()")
     assert [rule for rule, _ in findings(code)] == ["scaler-without-update"]
+
+
+DETACHED_TERM = """
+import torch
+import torch.nn.functional as F
+
+
+def step(model, x, y, optimizer):
+    logits, aux_logits = model(x)
+    aux_loss = F.cross_entropy(aux_logits, y)
+    loss = F.cross_entropy(logits, y) + 0.4 * {term}
+    loss.backward()
+    optimizer.step()
+"""
+
+
+@pytest.mark.parametrize("term, cut", [("aux_loss.detach()", ".detach()"), ("aux_loss.item()", ".item()"),
+                                       ("aux_loss.data", ".data"), ("float(aux_loss)", "float(...)"),
+                                       ("torch.detach(aux_loss)", "torch.detach(...)"),
+                                       ("torch.tensor(aux_loss.item())", ".item()")])
+def test_a_detached_loss_term_is_found_and_its_cut_named_as_it_is_written(term, cut):
+    [finding] = lint.lint_source(DETACHED_TERM.format(term=term), "<string>")
+    assert (finding.rule, finding.line) == ("detached-loss-term", 9)
+    assert f"through {cut}, which has no autograd history" in finding.message

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ..registry import rule
 from ..source import memo
-from ..syntax import dotted, terminal
+from ..syntax import dotted, method_call, terminal
 from ..torch_names import RESHAPES
 from .step_order import same_object
 
@@ -239,8 +239,7 @@ def scaling(src, expr, depth=0):
         return None
     if isinstance(expr.func, ast.Attribute) and expr.func.attr in RESHAPES | {"mean", "sum"}:
         return scaling(src, expr.func.value, depth + 1)
-    if isinstance(expr.func, ast.Attribute) and expr.func.attr == "scale" and len(expr.args) == 1 and \
-            "scaler" in (dotted(expr.func.value) or "").lower():
+    if method_call(expr, "scale") and src.is_scaler(expr.func.value) and len(expr.args) == 1:
         return scaling(src, expr.args[0], depth + 1)  # GradScaler.scale(loss): fp16's loss scaling, not a division
     if any(isinstance(a, ast.Starred) for a in expr.args) or any("accum" in (dotted(n) or "").lower()
                                                                  for n in ast.walk(expr)):

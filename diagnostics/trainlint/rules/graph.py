@@ -60,7 +60,7 @@ def _flow(src, node, seen, depth):
             combine(flow(src, a, set(seen), depth) for a in node.args) == CONST:
         return LIVE  # a new leaf of numbers that requires grad (torch.tensor(1.0, requires_grad=True)); a re-wrap of a
         # value cut from the model stays cut
-    if method_call(node, *DETACHING_METHODS) and name is None:
+    if detaching_method(src, node) or name == "torch.detach":
         return ("cut", node, "detach")
     if name in REWRAPS or (name or "").startswith("numpy."):
         inner = combine(flow(src, a, seen, depth) for a in args)
@@ -77,11 +77,16 @@ def _flow(src, node, seen, depth):
     return LIVE
 
 
+def detaching_method(src, node):
+    """node is x.detach(), x.item(), x.numpy() or x.tolist() called on a value (not a module's function)."""
+    return method_call(node, *DETACHING_METHODS) and src.qualname(node.func) is None
+
+
 def cut_label(src, node):
     """How a cut is written, for messages: `.item()`, `.data`, `torch.tensor(...)`."""
     if isinstance(node, ast.Attribute):
         return ".data"
-    if method_call(node, *DETACHING_METHODS) and src.qualname(node.func) is None:
+    if detaching_method(src, node):
         return f".{node.func.attr}()"
     return f"{src.qualname(node.func) or terminal(node.func)}(...)"
 
@@ -192,8 +197,8 @@ def check_detached_loss_term(src):
         for term, (state, where, why) in zip(terms, flows):
             if state != "cut" or why != "detach" or where in reported:
                 continue
-            inner = where.func.value if isinstance(where, ast.Call) and isinstance(where.func, ast.Attribute) else \
-                where.value if isinstance(where, ast.Attribute) else where.args[0] if where.args else None
+            inner = where.value if isinstance(where, ast.Attribute) else where.func.value \
+                if detaching_method(src, where) else where.args[0] if where.args else None  # what was cut
             if inner is not None and looks_like_loss(src, inner):
                 reported.add(where)
                 yield where, (f"{ast.unparse(inner)} enters the loss backpropagated at line {call.lineno} through "
