@@ -673,6 +673,18 @@ PSEUDO_FILESYSTEMS = ("/dev", "/proc")  # /dev/null, a terminal, shared memory f
 LANDLOCK_MACHINES = ("x86_64", "aarch64", "riscv64")  # where the landlock syscalls are numbered 444-446
 
 
+def landlock_write_rights(abi):
+    """The Landlock rights that create, change or remove, as the bit mask a kernel of Landlock ABI `abi` knows:
+    WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (2), TRUNCATE (3). A kernel refuses a ruleset that names a right
+    it does not know; REFER, known but left out, would forbid every move of a file to another folder, scratch ones too."""
+    rights = (1 << 1) | sum(1 << bit for bit in range(4, 13))
+    if abi >= 2:
+        rights |= 1 << 13
+    if abi >= 3:
+        rights |= 1 << 14
+    return rights
+
+
 def landlock_writes_only_under(roots):
     """Ask the kernel to refuse every write outside `roots`, for this process and all it starts; True when it holds.
 
@@ -691,8 +703,7 @@ def landlock_writes_only_under(roots):
     abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))  # LANDLOCK_CREATE_RULESET_VERSION
     if abi < 1:
         return False
-    # the rights that create, change or remove: WRITE_FILE and REMOVE_DIR .. MAKE_SYM (ABI 1), REFER (2), TRUNCATE (3)
-    handled = (1 << 1) | sum(1 << bit for bit in range(4, 13)) | (1 << 13 if abi >= 2 else 0) | (1 << 14 if abi >= 3 else 0)
+    handled = landlock_write_rights(abi)
     attr = ctypes.c_uint64(handled)
     ruleset = libc.syscall(444, ctypes.byref(attr), ctypes.c_size_t(8), ctypes.c_uint32(0))
     if ruleset < 0:

@@ -52,6 +52,13 @@ WRITES = {
                               "assert pathlib.Path('logs/v0/config.yaml').parent.exists()\n"
                               "open('logs/v0/config.yaml', 'w').write('x')\n"
                               "assert open('logs/v0/config.yaml').read() == 'x' and os.path.isfile('logs/v0/config.yaml')", 0),
+    "its-own-folder-removed": ("os.makedirs('tmp_out/sub', exist_ok=True)\nopen('tmp_out/sub/a.txt', 'w').write('x')\n"
+                               "fd = os.open('tmp_out/sub', os.O_RDONLY)\nassert os.stat('a.txt', dir_fd=fd).st_size == 1\n"
+                               "os.close(fd)\nshutil.rmtree('tmp_out')\nassert not os.path.exists('tmp_out')", 0),
+    # (os.stat and shutil.rmtree's unlink and rmdir, each given a folder's descriptor: dir_fd=...)
+    "its-own-file-moved-across-folders": ("os.makedirs('a', exist_ok=True)\nos.makedirs('b', exist_ok=True)\n"
+                                          "open('a/x.txt', 'w').write('x')\nos.rename('a/x.txt', 'b/x.txt')\n"
+                                          "assert open('b/x.txt').read() == 'x'", 0),
     "os-remove": ("os.remove('log.txt')", 2),
     "os-rename": ("os.rename('model.pt', 'old.pt')", 2),
     "shutil-move": ("shutil.move('log.txt', 'moved.txt')", 2),
@@ -123,6 +130,15 @@ def _landlock_available():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
+
+
+def test_the_landlock_rights_asked_for_are_those_the_kernels_abi_knows():
+    write_file, refer, truncate = 1 << 1, 1 << 13, 1 << 14  # linux/landlock.h
+    rights = {abi: ml_debug_contract.landlock_write_rights(abi) for abi in (1, 2, 3, 7)}
+    assert all(rights[abi] & write_file for abi in rights)
+    assert [bool(rights[abi] & refer) for abi in rights] == [False, True, True, True]
+    assert [bool(rights[abi] & truncate) for abi in rights] == [False, False, True, True]
+    assert rights[1] == write_file | sum(1 << bit for bit in range(4, 13))  # REMOVE_DIR .. MAKE_SYM
 
 
 def test_a_script_that_never_steps_and_saves_at_its_end(tmp_path, monkeypatch, capfd):
