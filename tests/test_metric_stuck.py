@@ -119,6 +119,27 @@ def test_a_term_with_no_gradient_gets_no_cosine_with_the_metrics_term():
     assert "cosine_with_other_terms" not in result["details"] and "other_to_term_norm_ratio" not in result["details"]
 
 
+class _ThreeScales(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = (torch.nn.Parameter(torch.tensor(1.0)) for _ in range(3))
+
+    def forward(self, x):
+        return torch.stack([self.a * x, self.b * x, self.c * x], dim=-1)
+
+
+def test_the_cosine_compares_the_terms_only_on_the_parameters_both_move():
+    """The metric's term moves a and b, the other term a and c: only a is shared, so the cosine is +-1 exactly. A
+    parameter only one term moves would pull it toward 0 although the terms agree on every parameter they share."""
+    x, y = torch.tensor([1.0, 2.0, -1.0, 0.5]), torch.tensor([3.0, 1.0, 2.0, -1.0])
+    problem = {"model": _ThreeScales(), "batch": (x, y), "target_term": "mine", "goal": "min", "best": 0.0,
+               "terms": {"mine": lambda o, y: ((o[:, 0] + o[:, 1] - y) ** 2).mean(),
+                         "other": lambda o, y: ((o[:, 0] + o[:, 2] - y) ** 2).mean()},
+               "metric": lambda o, y: ((o[:, 0] + o[:, 1] - y) ** 2).mean()}
+    details = metric_stuck.check_metric_stuck(problem)["details"]
+    assert abs(details["cosine_with_other_terms"]) == pytest.approx(1.0)
+
+
 def _problem(**changes):
     return {"model": torch.nn.Linear(2, 1), "batch": (torch.randn(4, 2), torch.randn(4)),
             "terms": {"a": lambda o, y: o.sum()}, "target_term": "a", "metric": lambda o, y: 0.0, "goal": "min", "best": 0,

@@ -112,3 +112,16 @@ def test_each_spike_type_gets_a_marker_in_its_colour_and_a_legend_count(drawn):
     fig = drawn(report(spikes=spikes))
     marked = {c.get_label(): [tuple(p) for p in c.get_offsets()] for c in fig.axes[0].collections}
     assert marked == {"fast_recovery (2)": [(10.0, 3.0), (20.0, 3.0)], "no_recovery (1)": [(30.0, 3.0)]}
+
+
+def test_the_plots_curve_keeps_where_a_tied_extreme_first_appears_when_it_merges_buckets(monkeypatch):
+    """A bucket draws its lowest and highest value at the step each first appears, before and after buckets merge: a
+    flat stretch is one point per bucket, not two."""
+    from spikelog.detect import Curve
+
+    monkeypatch.setattr(Curve, "LIMIT", 4)
+    curve = Curve()
+    for step in range(20):
+        curve.add(0, step, 1.0)
+    steps, values = curve.segments()[0]
+    assert steps == [b[1] for b in curve.buckets] == list(range(0, 20, curve.size)) and set(values) == {1.0}
