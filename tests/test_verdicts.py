@@ -563,6 +563,22 @@ def test_update_ratio_a_lower_arm_that_jumped_is_no_reference_and_the_next_lower
     assert not update_ratio._fell(*result[0.1][:3]), result
 
 
+def test_update_ratio_a_lower_arm_whose_loss_ends_where_it_started_did_not_fall_and_the_next_is_tried():
+    """A lower lr whose loss ends exactly at its start (steps below the loss's float resolution) is no reference that
+    the lr is too high: the experiment goes on to the next lower lr."""
+    import update_ratio
+    arms = [(1.0, [1.0, 1.3, 1.8, 2.2, 2.5, 2.9, 3.1, 3.3, 3.6, 3.9], 4.0),  # the judged lr: rose
+            (1.0, [1.0] * 10, 1.0),  # 0.1x: unchanged
+            (1.0, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3], 0.25)]  # 0.01x: fell
+    script = iter(value for before, seen, after in arms for value in [before, *seen, after])
+    model = torch.nn.Linear(1, 1)
+    case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
+            "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
+    result = update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+    assert list(result) == [1.0, 0.1, 0.01], result
+    assert not update_ratio._fell(*result[0.1][:3]) and update_ratio._rose(*result[0.1][:3]), result
+
+
 class _ReversedGradient(torch.autograd.Function):
     """The identity forward, the gradient negated backward: every step climbs the loss, at any lr."""
 
