@@ -471,6 +471,7 @@ def run_command(main, *args):
 SUPERVISED = sys.platform.startswith("linux") and hasattr(os, "fork")  # fork: the child starts with torch loaded
 # (an exec'd child would import torch again: ~3 s on a 2-core VM, measured). Elsewhere user code runs in-process.
 KILL_GRACE = 10.0  # seconds past a phase's own limit before the parent kills: the child's own timer speaks first
+EXIT_GRACE = 1.0  # seconds a child that answered gets to end on its own (a coverage tool saves its data in os._exit)
 
 
 class SupervisedError(CaseError):
@@ -548,12 +549,20 @@ def _ended(status):
     return f"ended (exit status {os.waitstatus_to_exitcode(status)}: sys.exit or os._exit in the user's code?)"
 
 
+def _await_exit(pid, seconds):
+    """Wait up to `seconds` for the child to end, without reaping it: its pid stays its group's until the kill."""
+    end = time.monotonic() + seconds
+    while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None and time.monotonic() < end:
+        time.sleep(0.005)
+
+
 def supervised(work, phase, limit, stdout_to_stderr=False):
     """Run work(send) in a child process; yield each (kind, payload) it sends, ending with ("done", value) or ("error", line).
 
     `send("phase", [name, seconds])` from the child names what it runs now and sets its time limit (None: no limit);
     the first phase is `phase` with `limit`. When a phase runs KILL_GRACE seconds past its limit, or the child ends
-    without an answer, SupervisedError(one line) is raised. The child's process group is killed on every way out.
+    without an answer, SupervisedError(one line) is raised. The child's process group is killed on every way out (a
+    child that answered first gets EXIT_GRACE to end on its own).
     Without fork (not Linux) work runs here, in this process, unsupervised.
     """
     if not SUPERVISED:
@@ -601,6 +610,7 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
                         deadline = None if not limit else time.monotonic() + limit + KILL_GRACE
                     yield kind, payload
                     if kind in ("done", "error"):
+                        _await_exit(pid, EXIT_GRACE)
                         return
                 if chunk:
                     continue

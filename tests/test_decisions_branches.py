@@ -347,6 +347,26 @@ def test_the_supervised_child_leaves_the_callers_garbage_collector_as_it_was(fro
         gc.unfreeze()
 
 
+def test_a_supervised_child_that_answered_ends_on_its_own_before_the_kill(tmp_path, monkeypatch):
+    """What a coverage tool's os._exit does (save its data first) finishes: the kill comes after the child ended, or
+    after EXIT_GRACE (1 s)."""
+    import os
+    import time
+
+    from ml_debug_contract import supervised
+
+    saved, real_exit = tmp_path / "saved", os._exit
+
+    def exit_after_saving(code):  # in the child: the fork inherits the patch
+        time.sleep(0.3)
+        saved.write_text("data")
+        real_exit(code)
+
+    monkeypatch.setattr(os, "_exit", exit_after_saving)
+    assert list(supervised(lambda send: 42, "work", 30)) == [("done", 42)]
+    assert saved.read_text() == "data"
+
+
 def test_resume_check_marks_the_resume_steps_of_a_resumed_run_and_names_its_column():
     import resume_check
     from ml_debug_contract import CheckResult
