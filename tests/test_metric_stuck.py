@@ -71,6 +71,8 @@ def test_a_nan_metric_or_loss_is_a_fail_that_names_where_it_first_appears(plant,
 @pytest.mark.parametrize("source,says", [
     (None, "problem file not found"),
     ("raise ValueError('broken import')\n", "raised ValueError on import: broken import"),
+    ("def make_other():\n    return {}\n", "has no function make_problem()"),
+    ("def make_problem():\n    raise KeyError('seed')\n", "raised KeyError: 'seed'"),
     ("def make_problem():\n    return {'model': 1}\n", "the problem is missing batch, terms"),
     ("import torch\ndef make_problem():\n    return {'model': torch.nn.Linear(2, 1), 'batch': (torch.randn(4, 2), torch.randn(4)),"
      " 'terms': {'a': lambda o, y: o.sum()}, 'target_term': 'b', 'metric': lambda o, y: 0.0, 'goal': 'min', 'best': 0}\n",

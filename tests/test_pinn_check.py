@@ -43,6 +43,9 @@ def test_coverage_in_two_dimensions_counts_joint_cells():
 @pytest.mark.hostile
 @pytest.mark.parametrize("source,says", [
     (None, "problem file not found"),
+    ("raise ValueError('broken import')\n", "raised ValueError on import: broken import"),
+    ("def make_other():\n    return {}\n", "has no function make_pinn()"),
+    ("def make_pinn():\n    raise KeyError('seed')\n", "raised KeyError: 'seed'"),
     ("def make_pinn():\n    return []\n", "the problem is list, expected a dict"),
     ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m.weight.sum()},"
      " 'collocation': torch.rand(5, 1), 'domain': [(0, 1), (0, 1)]}\n", "domain must be one (low, high) pair per input dimension (1)"),
