@@ -52,10 +52,8 @@ Next step
     describes the patterns (plateaus, shifted minima, NaN regions, scale) with examples.
 """
 import argparse
-import importlib.util
 import math
 import numbers
-import os
 import sys
 
 try:
@@ -66,7 +64,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, output_file, run_command, run_user_code
+from ml_debug_contract import (ArgumentParser, CaseError, call_user_function, json_text, output_file, run_command,
+                               run_user_code, user_function)
 
 GRID = 41  # odd: the centre of a symmetric box is a grid point
 BASIN = 0.01  # our assumption: points within 1% of the loss range above the lowest are the minimum's basin
@@ -239,23 +238,7 @@ def make_demo_surface(bug=None):
 
 
 def load_surface(spec):
-    path, _, name = spec.partition(":")
-    name = name or "make_surface"
-    if not os.path.isfile(path):
-        raise SurfaceError(f"surface file not found: {path}")
-    module_spec = importlib.util.spec_from_file_location("_mld_surface", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: whatever it raises is a bad surface file, in one line
-        raise SurfaceError(f"surface file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise SurfaceError(f"surface file {path} has no function {name}()")
-    try:
-        return factory()
-    except Exception as exc:
-        raise SurfaceError(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return call_user_function(*user_function(spec, "make_surface", "surface file", SurfaceError), SurfaceError)
 
 
 TIMEOUT = 300.0  # seconds the user's code may run: a 41x41 grid of one loss: seconds, unless the loss hangs

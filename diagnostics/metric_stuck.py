@@ -62,9 +62,7 @@ Next step
 """
 import argparse
 import copy
-import importlib.util
 import math
-import os
 import sys
 
 try:
@@ -76,7 +74,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
+from ml_debug_contract import (ArgumentParser, CaseError, call_user_function, json_text, run_command, run_user_code,
+                               user_function)
 
 SATURATED_GRAD = 1e-7  # our assumption: a sample whose gradient norm is below this x its loss passes nothing back
 SATURATED_SHARE = 0.25  # our assumption: more than a quarter of the samples saturated is a fail
@@ -278,23 +277,7 @@ def make_demo_problem(bug=None):
 
 
 def load_problem(spec):
-    path, _, name = spec.partition(":")
-    name = name or "make_problem"
-    if not os.path.isfile(path):
-        raise ProblemError(f"problem file not found: {path}")
-    module_spec = importlib.util.spec_from_file_location("_mld_problem", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: whatever it raises is a bad problem file, in one line
-        raise ProblemError(f"problem file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ProblemError(f"problem file {path} has no function {name}()")
-    try:
-        return factory()
-    except Exception as exc:
-        raise ProblemError(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return call_user_function(*user_function(spec, "make_problem", "problem file", ProblemError), ProblemError)
 
 
 TIMEOUT = 600.0  # seconds the user's code may run: three short training runs of the user's model; minutes on a CPU at most

@@ -11,6 +11,8 @@ What it holds
     json_text                      strict JSON for --json: null for NaN/inf, listed in "non_finite"
     CheckResult, CaseError         a check's verdict, and a case that cannot be used
     load_case, validate_case       DESIGN.md "A case": load the file, check its keys, fill defaults
+    user_function, users_error     a function of the user's file (a case, a problem, a trainer), and what the
+                                   user's code raised that is its own error to report in one line
     to_device, forward             call the model the way the case contract says
     named_tensors, replace_tensor  the tensors of the inputs by name; one of them swapped (an experiment)
     step_optimizer, loss_closure   a training step that gives LBFGS the closure it needs
@@ -115,35 +117,62 @@ class CaseError(Exception):
     """A case that cannot be loaded or used; the CLI prints it as one line and exits 2."""
 
 
-def load_case(spec):
-    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
-    path, _, factory_name = spec.partition(":")
-    factory_name = factory_name or "make_case"
+def users_error(exc):
+    """True when `exc`, raised inside the user's code, is the user's error to report: any Exception, SystemExit, and a
+    KeyboardInterrupt no Ctrl-C sent: in the supervised child, or off the main thread (a real Ctrl-C reaches the main
+    thread of the process the terminal runs; there it stops the command)."""
+    interrupt = isinstance(exc, KeyboardInterrupt) and (
+        in_supervised_child() or threading.current_thread() is not threading.main_thread())
+    return isinstance(exc, (Exception, SystemExit)) or interrupt
+
+
+def user_function(spec, default, what, error=CaseError, arguments=""):
+    """(path, name, function) of the user's file `path/to/file.py[:name]` (name default `default`): the file imported
+    as `python file.py` would (its folder on the import path, after ours, so its labels.py is not our labels), with no
+    __pycache__ written beside it or the modules it imports. Every refusal is `error`, one line naming the file as
+    `what` ("case file"): no such file, not a regular one (a FIFO would block the read), what its import raised
+    (SystemExit too), no function of that name (`arguments` shows what it takes)."""
+    path, _, name = spec.partition(":")
+    name = name or default
     if not os.path.exists(path):
-        raise CaseError(f"case file not found: {path}")
-    if not os.path.isfile(path):  # a FIFO or a device would block the read; a folder is no case
-        raise CaseError(f"case file {path} is not a regular file")
-    case_dir = os.path.dirname(os.path.abspath(path))
-    if case_dir not in sys.path:  # the case may import modules beside it; appended, so its labels.py is not our labels
-        sys.path.append(case_dir)
-    module_spec = importlib.util.spec_from_file_location(f"_mld_case_{abs(hash(path))}", path)
+        raise error(f"{what} not found: {path}")
+    if not os.path.isfile(path):
+        raise error(f"{what} {path} is not a regular file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.append(folder)
+    module_spec = importlib.util.spec_from_file_location(f"_mld_user_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     bytecode = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True  # no __pycache__ written beside the user's case file or the modules it imports
+    sys.dont_write_bytecode = True
     try:
         module_spec.loader.exec_module(module)
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # the user's file: anything it raises is a bad case, in one line
-        raise CaseError(f"case file {path} raised {type(exc).__name__} on import: {exc}") from exc
+    except BaseException as exc:
+        if not users_error(exc):
+            raise
+        raise error(f"{what} {path} raised {type(exc).__name__} on import: {exc}") from exc
     finally:
         sys.dont_write_bytecode = bytecode
-    factory = getattr(module, factory_name, None)
-    if not callable(factory):
-        raise CaseError(f"case file {path} has no function {factory_name}()")
+    function = getattr(module, name, None)
+    if not callable(function):
+        raise error(f"{what} {path} has no function {name}({arguments})")
+    return path, name, function
+
+
+def call_user_function(path, name, function, error=CaseError):
+    """function(), what it raises (see users_error) as `error`: one line naming the function and its file."""
     try:
-        case = factory()
-    except (Exception, SystemExit, KeyboardInterrupt) as exc:
-        raise CaseError(f"{factory_name}() in {path} raised {type(exc).__name__}: {exc}") from exc
-    return validate_case(case, f"{path}:{factory_name}")
+        return function()
+    except BaseException as exc:
+        if not users_error(exc):
+            raise
+        raise error(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+
+
+def load_case(spec):
+    """Load `path/to/file.py[:factory]` and return the validated case dict (factory default `make_case`)."""
+    path, name, factory = user_function(spec, "make_case", "case file")
+    return validate_case(call_user_function(path, name, factory), f"{path}:{name}")
 
 
 def validate_case(case, where="case"):

@@ -52,9 +52,7 @@ Next step
     refs/pinn.md: non-dimensionalisation step by step, term weighting, and curricula.
 """
 import argparse
-import importlib.util
 import math
-import os
 import sys
 
 try:
@@ -65,7 +63,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 import torch.nn as nn
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
+from ml_debug_contract import (ArgumentParser, CaseError, call_user_function, json_text, run_command, run_user_code,
+                               user_function)
 
 IMBALANCE = 100.0  # our assumption: the healthy demo measures 32x, the unscaled twin 3e7x
 INPUT_MAX = 10.0  # our assumption: tanh-like activations saturate on inputs far beyond order 1
@@ -226,23 +225,7 @@ def make_demo_pinn(bug=None):
 
 
 def load_problem(spec):
-    path, _, name = spec.partition(":")
-    name = name or "make_pinn"
-    if not os.path.isfile(path):
-        raise ProblemError(f"problem file not found: {path}")
-    module_spec = importlib.util.spec_from_file_location("_mld_pinn", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: whatever it raises is a bad problem file, in one line
-        raise ProblemError(f"problem file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise ProblemError(f"problem file {path} has no function {name}()")
-    try:
-        return factory()
-    except Exception as exc:
-        raise ProblemError(f"{name}() in {path} raised {type(exc).__name__}: {exc}") from exc
+    return call_user_function(*user_function(spec, "make_pinn", "problem file", ProblemError), ProblemError)
 
 
 TIMEOUT = 300.0  # seconds the user's code may run: one backward pass per loss term: seconds, unless the model hangs

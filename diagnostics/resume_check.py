@@ -141,14 +141,12 @@ import copy
 import ctypes
 import functools
 import hashlib
-import importlib.util
 import io
 import os
 import random
 import shutil
 import sys
 import tempfile
-import threading
 import types
 
 try:
@@ -159,7 +157,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 
 from ml_debug_contract import (SUPERVISED, ArgumentParser, CaseError, CheckResult, CheckTimeout, WriteGuard,
-                               in_supervised_child, json_text, run_user_code)
+                               json_text, run_user_code, user_function, users_error)
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
@@ -185,15 +183,6 @@ class CheckpointError(Exception):
 def method(trainer, name):
     """trainer.name, or trainer[name] for a dict of functions; None when absent."""
     return trainer.get(name) if isinstance(trainer, dict) else getattr(trainer, name, None)
-
-
-def users_error(exc):
-    """True when `exc`, raised inside the user's code, is the user's error to report: any Exception, SystemExit, and a
-    KeyboardInterrupt no Ctrl-C sent: in the supervised child, or off the main thread (a real Ctrl-C reaches the main
-    thread of the process the terminal runs; there it stops the check)."""
-    interrupt = isinstance(exc, KeyboardInterrupt) and (
-        in_supervised_child() or threading.current_thread() is not threading.main_thread())
-    return isinstance(exc, (Exception, SystemExit)) or interrupt
 
 
 progress = {"at": "starting"}  # what the check is waiting on: named when the time limit runs out
@@ -798,27 +787,8 @@ def make_demo_trainer(bug=None):
 
 def load_factory(spec):
     """Load `path/to/file.py[:factory]` (default factory make_trainer) and return the factory."""
-    path, _, name = spec.partition(":")
-    name = name or "make_trainer"
-    if not os.path.isfile(path):  # a FIFO or a device is refused too: reading one could wait forever
-        raise CheckError(f"trainer file not found: {path}" if not os.path.exists(path) else
-                         f"trainer file {path} is not a regular file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if folder not in sys.path:  # like `python file.py`: the file may import modules beside it
-        sys.path.insert(0, folder)
-    module_spec = importlib.util.spec_from_file_location(f"_mld_trainer_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    progress["at"] = f"importing {path}"
-    try:
-        module_spec.loader.exec_module(module)
-    except BaseException as exc:  # the user's file: what it raises (SystemExit too) is reported in one line
-        if not users_error(exc):
-            raise
-        raise CheckError(f"trainer file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise CheckError(f"trainer file {path} has no function {name}()")
-    return factory
+    progress["at"] = f"importing {spec.partition(':')[0]}"
+    return user_function(spec, "make_trainer", "trainer file", CheckError)[2]
 
 
 def report(result):

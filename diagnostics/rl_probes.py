@@ -79,8 +79,6 @@ Next step
     refs/rl.md says what else to check (reward scale, observation normalisation, seeds).
 """
 import argparse
-import importlib.util
-import os
 import sys
 
 try:
@@ -92,7 +90,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code
+from ml_debug_contract import ArgumentParser, CaseError, json_text, run_command, run_user_code, user_function
 
 GAMMA = 0.5  # far from 1, so a missing or doubled discount moves V(0) in probe 3 well past the tolerance
 N_ENVS = 16
@@ -412,21 +410,7 @@ PLANTED = {"no_reset": NoResetAgent, "no_bootstrap": NoBootstrapAgent, "shifted_
 
 
 def load_agent_factory(spec):
-    path, _, name = spec.partition(":")
-    name = name or "make_agent"
-    if not os.path.isfile(path):
-        raise AgentError(f"agent file not found: {path}")
-    module_spec = importlib.util.spec_from_file_location("_mld_agent", path)
-    module = importlib.util.module_from_spec(module_spec)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as exc:  # the user's file: whatever it raises is a bad agent file, in one line
-        raise AgentError(f"agent file {path} raised {type(exc).__name__} on import: {exc}") from exc
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise AgentError(f"agent file {path} has no function {name}(n_actions, gamma)")
-    return factory
+    return user_function(spec, "make_agent", "agent file", AgentError, arguments="n_actions, gamma")[2]
 
 
 TIMEOUT = 600.0  # seconds the user's code may run: five probes train a small agent for seconds on a CPU; a user's agent may be 100x slower

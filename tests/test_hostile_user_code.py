@@ -193,6 +193,26 @@ def test_every_tool_that_runs_a_users_file_survives_it(tool, kind, tmp_path, cap
             assert "--timeout" in lines[0], err
 
 
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_every_tool_imports_a_users_file_without_writing_beside_it_and_refuses_a_folder(tool, tmp_path, capfd,
+                                                                                       monkeypatch):
+    """The file is imported with no __pycache__ written beside it (here a file with no factory: refused after its
+    import), and a folder given as the file is not a regular file: one line, exit 2 each."""
+    import importlib
+    module_name, flag, _, _ = TOOLS[tool]
+    module = importlib.import_module(module_name)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as where PYTHONDONTWRITEBYTECODE is not set
+    path = tmp_path / "user_file.py"
+    path.write_text("import json\nVALUE = 1\n")
+    for target, says in ((path, "has no function"), (tmp_path, "is not a regular file")):
+        argv = [flag, str(target)]
+        exit_code = module.main(argv) if hasattr(module, "main") else module.cli_main(
+            getattr(module, f"check_{module_name}"), module.make_demo_case, module.__doc__, argv)
+        err = capfd.readouterr().err
+        assert exit_code == 2 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["user_file.py"]
+
+
 TRAINER_BODY = """
 import resume_check
 class Trainer(resume_check.DemoTrainer):
