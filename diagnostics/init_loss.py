@@ -110,8 +110,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import (CheckResult, class_dim, cli_main, forward, needs_closure, preserved, replace_tensor,
-                               validate_case)
+from ml_debug_contract import (CheckResult, class_dim, cli_main, forward, main_tensor, needs_closure, preserved,
+                               replace_tensor, validate_case)
 
 HIGH_RATIO = 1.5  # our assumption, tuned on the test zoo: healthy cases measure 0.99-1.23x chance, the scaled-logits twin 2.7x
 LOW_RATIO = 0.75  # our assumption, tuned on the test zoo: a random-init model cannot beat the best constant; the unshifted-LM twin measures 0.6x
@@ -121,17 +121,6 @@ CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
 TRIAL_STEPS = 20  # steps of your optimizer in the too-large trial: the hockey stick shows in the first few dozen (our assumption)
 CALMING = [2.0 ** -k for k in range(1, 9)]  # output scales tried to calm the outputs: 1/2 .. 1/256
 CALM_RATIO = 1.25  # the largest of them that brings the loss within 1.25x chance (the test zoo's healthy inits measure up to 1.23x)
-
-
-def main_tensor(output):
-    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
-        return output["logits"]
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
 
 
 def probabilities_into_nll(out, targets, loss):

@@ -81,7 +81,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, cli_main, forward, loss_closure, preserved, step_optimizer, validate_case
+from ml_debug_contract import (CheckResult, cli_main, forward, loss_closure, main_tensor, preserved, step_optimizer,
+                               validate_case)
 
 ROUNDING = 0.5  # derived: a mean change below half a rounding step of the output's dtype (eps x mean |output|) is no change
 ZERO_INIT_STEPS = 4  # steps to let the input through a chain of zero-initialised layers: DiT's adaLN-Zero needs 2 (measured) — our assumption
@@ -91,18 +92,13 @@ WEAK_STEPS = 20  # optimizer steps before a weak dependence is judged: a decoder
 GROWING = 2.0  # a weak dependence that grew 2x over those steps is being learned: inconclusive, not a warn — our assumption
 
 
-def main_tensor(output):
-    """The prediction tensor inside a model output: the tensor itself, output["logits"] (else a dict's first tensor
-    that is not its loss: CLIP's logits_per_image), or output[0]."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict):
-        if isinstance(output.get("logits"), torch.Tensor):
-            return output["logits"]
-        return next((value for key, value in output.items() if key != "loss" and isinstance(value, torch.Tensor)), None)
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
+def prediction(output):
+    """The contract's main_tensor, else a dict's first tensor that is not its loss (CLIP's logits_per_image): any
+    output that should move with the input will do here."""
+    found = main_tensor(output)
+    if found is None and isinstance(output, dict):
+        found = next((value for key, value in output.items() if key != "loss" and torch.is_tensor(value)), None)
+    return found
 
 
 def leaves(inputs, targets=()):
@@ -155,7 +151,7 @@ def seeded_output(model, inputs):
     """The prediction tensor, with the random stream reset first: a model that samples noise in forward (a VAE, a
     diffusion objective drawing t and the noise) draws the same numbers every pass, so only the input can differ."""
     torch.manual_seed(SEED)
-    return main_tensor(forward(model, inputs))
+    return prediction(forward(model, inputs))
 
 
 def mean_change(model, inputs, paths, base):

@@ -73,23 +73,12 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, class_dim, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, class_dim, cli_main, forward, main_tensor, preserved, validate_case
 
 MATCH = 0.9  # our assumption, tuned on the test zoo: the true alignment matches 100% of the scored positions, a wrong offset about 1/V
 FREQUENT = 0.01  # our assumption: an id holding 1% of the targets is a real class (end-of-text in short rows, background)
 MIN_IGNORED = 2  # our assumption: one unscored occurrence can be a coincidence of where the rows end
 OFFSETS = (-1, 0, 1, 2)  # the target of output t, as the input token at t + k: 1 is next-token prediction
-
-
-def main_tensor(output):
-    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
-        return output["logits"]
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
 
 
 def is_ids(value):

@@ -56,23 +56,12 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, class_dim, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, class_dim, cli_main, forward, main_tensor, preserved, validate_case
 
 MIN_LABELS = 16  # derived: below this, one class filling a balanced batch by chance is too likely (2 classes: 2 * 0.5**16 = 3e-5)
 MAJORITY_WARN = 0.9  # evidence/karpathy-recipe.md#init-well uses a 1:10 imbalance as its example; at 90% the bias alone scores well
 SHOWN = 5  # most-confident wrong predictions listed
 CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
-
-
-def main_tensor(output):
-    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]."""
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict) and isinstance(output.get("logits"), torch.Tensor):
-        return output["logits"]
-    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
-        return output[0]
-    return None
 
 
 def confident_wrong(probs, labels, positions):

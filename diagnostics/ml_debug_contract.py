@@ -15,6 +15,7 @@ What it holds
                                    user's code raised that is its own error to report in one line
     to_device, forward             call the model the way the case contract says
     named_tensors, replace_tensor  the tensors of the inputs by name; one of them swapped (an experiment)
+    main_tensor, class_dim         the prediction tensor of a model's output, and which of its dims holds the classes
     step_optimizer, loss_closure   a training step that gives LBFGS the closure it needs
     preserved                      the user's model, optimizer, RNG, mode and hooks as they were
     time_limit, CheckTimeout       a check that runs past its limit is stopped
@@ -267,6 +268,19 @@ def class_dim(out, targets):
         return out.ndim - 1  # (B, C) or (B, T, V)
     if out.ndim == targets.ndim + 1 and out.ndim >= 3 and out.shape[:1] + out.shape[2:] == targets.shape:
         return 1  # (B, C, H, W) against (B, H, W): the layout cross_entropy expects
+    return None
+
+
+def main_tensor(output):
+    """The prediction tensor inside a model output: the tensor itself, output["logits"], or output[0]; else None."""
+    import torch
+
+    if torch.is_tensor(output):
+        return output
+    if isinstance(output, dict) and torch.is_tensor(output.get("logits")):
+        return output["logits"]
+    if isinstance(output, (tuple, list)) and output and torch.is_tensor(output[0]):
+        return output[0]
     return None
 
 
