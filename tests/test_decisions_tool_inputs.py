@@ -1,0 +1,187 @@
+"""Issue 27: the refusals and branches of lint, spikes, sweeps, spike_guard and check_pack that no test ran, one by one."""
+import errno
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import check_pack
+import lint
+import spike_guard
+import spikes
+import sweeps
+from trainlint import run as lint_run
+
+LONG_NAME = "x" * 300  # longer than any file name may be: every system call on it fails with ENAMETOOLONG
+
+
+def findings(code, path="<string>"):
+    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), path)]
+
+
+def spikes_refusal(capsys, *argv):
+    code = spikes.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    return err
+
+
+# --- lint: its command line and the files it reads ---------------------------------------------------------------
+
+
+def test_lint_run_raises_an_output_error_that_is_not_a_full_disk(monkeypatch):
+    def refused():
+        raise OSError(errno.EACCES, "Permission denied")
+    monkeypatch.setattr(lint, "main", refused)
+    with pytest.raises(OSError):
+        lint.run()
+
+
+def test_lint_refuses_a_path_it_cannot_stat_with_the_system_reason(tmp_path):
+    with pytest.raises(ValueError, match="too long"):
+        lint_run.read_python(tmp_path / LONG_NAME)
+
+
+def test_lint_refuses_a_file_over_its_size_limit(tmp_path, monkeypatch):
+    path = tmp_path / "big.py"
+    path.write_text("x = 1\n" * 10)
+    monkeypatch.setattr(lint_run, "MAX_BYTES", 59)
+    with pytest.raises(ValueError, match="larger than"):
+        lint_run.read_python(path)
+    monkeypatch.setattr(lint_run, "MAX_BYTES", 60)
+    assert lint_run.read_python(path) == "x = 1\n" * 10
+
+
+class _Unreadable:
+    """A regular file of one byte whose read fails (an I/O error, a file gone since its stat)."""
+
+    def stat(self):
+        return Path(__file__).stat()
+
+    def read_bytes(self):
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_lint_refuses_a_file_whose_read_fails_with_the_system_reason():
+    with pytest.raises(ValueError, match="Input/output error"):
+        lint_run.read_python(_Unreadable())
+
+
+@pytest.mark.parametrize("text, reason", [('{"cells": 3}', "no list of cells"),
+                                          ('{"cells": [{"cell_type": "code", "source": 7}]}', "cell 1 has no text")])
+def test_lint_refuses_json_that_is_no_notebook(text, reason):
+    with pytest.raises(ValueError, match=reason):
+        lint_run.notebook_source(text)
+
+
+def test_lint_refuses_an_unreadable_pyproject_naming_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_bytes(b"\0")
+    with pytest.raises(ValueError, match="pyproject.toml: binary file"):
+        lint_run.Config.nearest([tmp_path])
+
+
+def test_lint_without_a_toml_reader_skips_a_pyproject_that_does_not_name_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(lint_run, "tomllib", None)
+    (tmp_path / "pyproject.toml").write_text("[tool.other]\nx = 1\n")
+    assert not lint_run.Config.nearest([tmp_path]).select
+
+
+def test_lint_without_a_toml_reader_refuses_a_pyproject_with_its_settings(tmp_path, monkeypatch):
+    monkeypatch.setattr(lint_run, "tomllib", None)
+    (tmp_path / "pyproject.toml").write_text("[tool.ml-debug.lint]\nselect = []\n")
+    with pytest.raises(ValueError, match="needs Python 3.11 or the tomli package"):
+        lint_run.Config.nearest([tmp_path])
+
+
+def test_lint_refuses_a_lint_setting_that_is_not_a_table(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ml-debug]\nlint = "all"\n')
+    with pytest.raises(ValueError, match="must be a table"):
+        lint_run.Config.nearest([tmp_path])
+
+
+# --- spike_guard -------------------------------------------------------------------------------------------------
+
+
+def test_spike_guard_refuses_clip_z_without_a_model():
+    with pytest.raises(ValueError, match="clip_z needs the model"):
+        spike_guard.SpikeGuard(clip_z=2.0)
+    spike_guard.SpikeGuard(model=torch.nn.Linear(2, 1), clip_z=2.0)
+
+
+@pytest.mark.parametrize("bad", [0, 2.0])
+def test_spike_guard_refuses_max_consecutive_that_is_not_a_positive_integer(bad):
+    with pytest.raises(ValueError, match="max_consecutive"):
+        spike_guard.SpikeGuard(max_consecutive=bad)
+
+
+def test_spike_guard_without_a_model_refuses_a_step_without_grad_norm():
+    guard = spike_guard.SpikeGuard()
+    with pytest.raises(ValueError, match="needs grad_norm="):
+        guard.should_skip(0, 1.0)
+    assert guard.should_skip(0, 1.0, grad_norm=1.0) is False
+
+
+# --- spikes: logs it cannot read ---------------------------------------------------------------------------------
+
+
+def test_spikes_refuses_a_directory_read_as_csv(tmp_path, capsys):
+    assert "a directory, not a csv file" in spikes_refusal(capsys, tmp_path, "--format", "csv")
+
+
+def test_spikes_refuses_an_empty_csv(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    path.write_text("\n  \n")
+    assert "the file is empty" in spikes_refusal(capsys, path, "--format", "csv")
+
+
+def test_spikes_refuses_a_csv_header_it_cannot_parse(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    path.write_text("step,loss," + "x" * 200_000 + "\n1,2.0,3\n")
+    assert "not a readable CSV file" in spikes_refusal(capsys, path, "--format", "csv")
+
+
+def test_spikes_refuses_a_csv_row_it_cannot_parse_naming_its_line(tmp_path, capsys):
+    path = tmp_path / "log.csv"
+    path.write_text("step,loss\n1,2.0\n2,\"" + "x" * 200_000 + "\"\n")
+    assert "line 3: not readable as CSV" in spikes_refusal(capsys, path, "--format", "csv")
+
+
+# --- sweeps ------------------------------------------------------------------------------------------------------
+
+
+def test_sweeps_refuses_a_runs_file_it_cannot_open_with_the_system_reason(tmp_path):
+    with pytest.raises(sweeps.SweepError, match="cannot read: File name too long"):
+        sweeps.read_text(str(tmp_path / LONG_NAME))
+
+
+def test_sweeps_refuses_a_jsonl_line_that_is_not_an_object():
+    with pytest.raises(sweeps.SweepError, match="line 2 is not a JSON object"):
+        sweeps.load_runs('{"lr": 1, "seed": 0, "acc": 0.5}\n[1, 2]\n', "runs.jsonl", "lr", "seed", "acc")
+
+
+def test_sweeps_refuses_a_demo_path_it_cannot_write(tmp_path):
+    with pytest.raises(sweeps.SweepError, match="cannot write"):
+        sweeps.write_demo(str(tmp_path / LONG_NAME), broken=False)
+
+
+# --- check_pack --------------------------------------------------------------------------------------------------
+
+
+def test_check_pack_refuses_a_path_that_is_no_regular_file(tmp_path):
+    with pytest.raises(check_pack.Unreadable, match="not a regular file"):
+        check_pack.read_text(tmp_path)
+
+
+class _FailingRead:
+    def is_file(self):
+        return True
+
+    def read_bytes(self):
+        raise OSError(errno.EIO, "Input/output error")
+
+
+def test_check_pack_refuses_a_file_whose_read_fails_at_line_one():
+    with pytest.raises(check_pack.Unreadable, match="cannot read: Input/output error") as caught:
+        check_pack.read_text(_FailingRead())
+    assert caught.value.line == 1
