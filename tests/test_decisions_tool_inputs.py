@@ -1,5 +1,6 @@
 """Issue 27: the refusals and branches of lint, spikes, sweeps, spike_guard and check_pack that no test ran, one by one."""
 import errno
+import math
 import textwrap
 from pathlib import Path
 
@@ -185,3 +186,52 @@ def test_check_pack_refuses_a_file_whose_read_fails_at_line_one():
     with pytest.raises(check_pack.Unreadable, match="cannot read: Input/output error") as caught:
         check_pack.read_text(_FailingRead())
     assert caught.value.line == 1
+
+
+SKILL = "---\nname: ml-debug\ndescription: x\n---\n# ml-debug\n\n{body}\n"
+
+
+def pack_problems(root, skill_body="Nothing quoted."):
+    (root / "SKILL.md").write_text(SKILL.format(body=skill_body))
+    return [str(p) for p in check_pack.Checker(root, shared=None).run()]
+
+
+def test_check_pack_reports_a_quote_whose_footnote_has_no_evidence_link_once(tmp_path):
+    body = 'As said: "overfit one batch first"[^a].\n\n[^a]: [a talk](https://example.org/talk)'
+    assert pack_problems(tmp_path, body) == [
+        "SKILL.md:7: quote's footnote [^a] has no link to evidence/<file>.md#<excerpt>"]
+
+
+def test_check_pack_reports_a_diagnostic_that_does_not_parse(tmp_path):
+    (tmp_path / "diagnostics").mkdir()
+    (tmp_path / "diagnostics" / "broken.py").write_text('"""Doc."""\ndef f(:\n')
+    assert pack_problems(tmp_path) == ["diagnostics/broken.py:2: cannot parse: invalid syntax"]
+
+
+@pytest.mark.parametrize("evidence, problem", [("# A source\n", "evidence file has no YAML front matter"),
+                                               ("---\n- a list\n---\n# A source\n", "front matter must be a mapping")])
+def test_check_pack_reports_evidence_front_matter_it_cannot_use_once(tmp_path, evidence, problem):
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "s.md").write_text(evidence)
+    assert pack_problems(tmp_path) == [f"evidence/s.md:1: {problem}",
+                                       "evidence/s.md:1: evidence file is not cited by any page of the pack"]
+
+
+def test_sweeps_incomplete_beta_is_zero_at_and_below_zero():
+    assert sweeps.betainc(2, 3, 0.0) == 0.0
+    assert sweeps.betainc(2, 3, -0.5) == 0.0
+
+
+@pytest.mark.parametrize("effect", [0, 0.0, math.inf, math.nan])
+def test_sweeps_needs_no_seed_count_for_no_effect_or_one_that_is_not_finite(effect):
+    assert sweeps.seeds_needed(effect) is None
+
+
+def test_sweeps_gives_no_seed_count_past_its_most_seeds():
+    assert sweeps.seeds_needed(0.008) is None  # the normal approximation alone asks for about 122,600
+    assert sweeps.seeds_needed(0.01) == 78491
+
+
+def test_sweeps_fits_no_trend_on_a_single_seed():
+    assert sweeps.trend({"1": {"a": 1.0}, "2": {"a": 2.0}}, ["1", "2"]) is None
+    assert sweeps.trend({"1": {"a": 1.0, "b": 1.1}, "2": {"a": 2.0, "b": 2.3}}, ["1", "2"])["n_seeds"] == 2
