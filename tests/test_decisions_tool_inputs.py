@@ -235,3 +235,44 @@ def test_sweeps_gives_no_seed_count_past_its_most_seeds():
 def test_sweeps_fits_no_trend_on_a_single_seed():
     assert sweeps.trend({"1": {"a": 1.0}, "2": {"a": 2.0}}, ["1", "2"]) is None
     assert sweeps.trend({"1": {"a": 1.0, "b": 1.1}, "2": {"a": 2.0, "b": 2.3}}, ["1", "2"])["n_seeds"] == 2
+
+
+# --- lint rules --------------------------------------------------------------------------------------------------
+
+ACCUMULATION = """
+    import torch.nn.functional as F
+
+    for i, (x, y) in enumerate(loader):
+    {body}
+        if (i + 1) % accumulation_steps == 0:
+            optimizer.step()
+            optimizer.zero_grad()
+    """
+
+
+def accumulation_findings(*body):
+    return findings(ACCUMULATION.format(body="    " + "\n        ".join(body)))
+
+
+def test_lint_sees_no_accumulation_when_backward_runs_only_sometimes():
+    assert accumulation_findings("loss = F.cross_entropy(model(x), y)", "if i % n_critic == 0:",
+                                 "    loss.backward()") == []
+    assert accumulation_findings("loss = F.cross_entropy(model(x), y)", "loss.backward()") == [
+        ("accumulated-loss-not-scaled", 6)]
+
+
+def test_lint_gives_up_on_a_loss_passed_through_more_than_twelve_names():
+    chain = [f"l{k + 1} = l{k}" for k in range(12)]
+    assert accumulation_findings("l0 = F.cross_entropy(model(x), y)", *chain[:11], "l11.backward()") == [
+        ("accumulated-loss-not-scaled", 17)]
+    assert accumulation_findings("l0 = F.cross_entropy(model(x), y)", *chain, "l12.backward()") == []
+
+
+def test_lint_leaves_a_loss_taken_from_a_list_unjudged():
+    assert accumulation_findings("losses = [F.cross_entropy(model(x), y)]", "losses[0].backward()") == []
+
+
+def test_lint_reads_only_the_loss_attribute_of_a_model_output_as_its_loss():
+    assert accumulation_findings("outputs = model(x, labels=y)", "outputs.loss.backward()") == [
+        ("accumulated-loss-not-scaled", 6)]
+    assert accumulation_findings("outputs = model(x, labels=y)", "outputs.logits.backward()") == []
