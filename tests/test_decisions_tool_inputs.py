@@ -12,6 +12,9 @@ import lint
 import spike_guard
 import spikes
 import sweeps
+from spikelog.read import general
+from spikelog.read.columns import Columns
+from spikelog.report import _describe as describe_event
 from trainlint import run as lint_run
 
 LONG_NAME = "x" * 300  # longer than any file name may be: every system call on it fails with ENAMETOOLONG
@@ -276,3 +279,26 @@ def test_lint_reads_only_the_loss_attribute_of_a_model_output_as_its_loss():
     assert accumulation_findings("outputs = model(x, labels=y)", "outputs.loss.backward()") == [
         ("accumulated-loss-not-scaled", 6)]
     assert accumulation_findings("outputs = model(x, labels=y)", "outputs.logits.backward()") == []
+
+
+# --- spikes: reading and reporting -------------------------------------------------------------------------------
+
+
+def test_spikes_takes_no_parts_for_a_loss_column_of_another_name():
+    assert Columns(["step", "total", "loss_cls", "loss_bbox"], loss_name="total").components() == []
+    assert Columns(["step", "loss", "loss_cls", "loss_bbox"]).components() == ["loss_cls", "loss_bbox"]
+
+
+def test_spikes_reads_no_record_from_a_table_row_with_a_cell_that_is_not_a_number():
+    header = ["epoch", "loss", "acc"]
+    assert general.table_row("| 1 | abc | 3 |", header) == (header, None)
+    assert general.table_row("| 1 | 2.5 | 3 |", header)[1]["loss"] == "2.5"
+
+
+@pytest.mark.parametrize("scope, series, quiet, text", [
+    ("shared", ["a", "b"], ["c"], "Step 5: shared by a, b; quiet: c."),
+    ("confined", ["a"], [], "Step 5: confined to a."),
+])
+def test_spikes_describes_a_series_spike_by_its_scope(scope, series, quiet, text):
+    event = {"kind": "series_spike", "step": 5, "series": series, "quiet": quiet, "scope": scope}
+    assert describe_event(event) == text
