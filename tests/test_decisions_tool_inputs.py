@@ -302,3 +302,17 @@ def test_spikes_reads_no_record_from_a_table_row_with_a_cell_that_is_not_a_numbe
 def test_spikes_describes_a_series_spike_by_its_scope(scope, series, quiet, text):
     event = {"kind": "series_spike", "step": 5, "series": series, "quiet": quiet, "scope": scope}
     assert describe_event(event) == text
+
+
+def test_lint_leaves_a_line_reference_outside_the_notebook_as_written():
+    cells = [(1, 1), (2, 1)]
+    assert lint_run.in_cells("see line 3 and line 0", cells, 1) == "see line 3 and line 0"
+    assert lint_run.in_cells("see line 2", cells, 1) == "see cell 2 line 1"
+
+
+def test_lint_resolves_no_import_for_source_that_is_no_file(tmp_path, monkeypatch):
+    (tmp_path / "model.py").write_text("class Net:\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    project = lint_run.Project([tmp_path / "model.py", tmp_path / "train.py"])
+    assert project.find("<string>", "model.Net") is None
+    assert project.find(str(tmp_path / "train.py"), "model.Net")[1].name == "Net"
