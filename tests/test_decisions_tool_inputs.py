@@ -316,3 +316,51 @@ def test_lint_resolves_no_import_for_source_that_is_no_file(tmp_path, monkeypatc
     project = lint_run.Project([tmp_path / "model.py", tmp_path / "train.py"])
     assert project.find("<string>", "model.Net") is None
     assert project.find(str(tmp_path / "train.py"), "model.Net")[1].name == "Net"
+
+
+def test_lint_follows_a_reshaped_unreduced_loss_into_backward():
+    assert findings("""
+        import torch.nn as nn
+        criterion = nn.CrossEntropyLoss(reduction='none')
+        loss = criterion(model(x), y)
+        loss.view(-1).backward()
+        """) == [("backward-non-scalar", 5)]
+
+
+CAUSAL_BUFFER = """
+    import torch
+    import torch.nn as nn
+    class Attention(nn.Module):
+        def __init__(self, T):
+            super().__init__()
+            self.register_buffer("{name}", torch.tril(torch.ones(T, T), diagonal=1))
+    """
+
+
+@pytest.mark.parametrize("name, found", [("bias", [("causal-mask-offset", 7)]), ("causal", [("causal-mask-offset", 7)]),
+                                         ("weights", [])])
+def test_lint_checks_a_tril_registered_as_a_buffer_named_for_a_mask(name, found):
+    assert findings(CAUSAL_BUFFER.format(name=name)) == found
+
+
+def test_lint_takes_a_loader_returned_by_train_dataloader_for_training():
+    assert findings("""
+        from torch.utils.data import DataLoader
+        import pytorch_lightning as pl
+        class Model(pl.LightningModule):
+            def train_dataloader(self):
+                return DataLoader(self.ds, batch_size=4)
+            def val_dataloader(self):
+                return DataLoader(self.ds, batch_size=4)
+        """) == [("train-loader-no-shuffle", 6)]
+
+
+@pytest.mark.parametrize("first, second, found", [("loss.detach()", "loss.detach()", [("detached-loss", 4)]),
+                                                  ("loss", "loss.detach()", [])])
+def test_lint_calls_a_conditional_loss_detached_only_when_both_branches_are(first, second, found):
+    assert findings(f"""
+        import torch.nn.functional as F
+        loss = F.mse_loss(model(x), y)
+        total = {first} if flag else {second}
+        total.backward()
+        """) == found
