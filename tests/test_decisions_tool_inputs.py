@@ -364,3 +364,23 @@ def test_lint_calls_a_conditional_loss_detached_only_when_both_branches_are(firs
         total = {first} if flag else {second}
         total.backward()
         """) == found
+
+
+LOSS_AVERAGE = """
+    import torch
+    import torch.nn.functional as F
+
+    def test(model, test_loader):
+        test_loss = 0
+        with torch.no_grad():
+            for data, target in test_loader:
+                test_loss += F.nll_loss(model(data), target{reduction}).item()
+        test_loss /= len(test_loader.dataset)
+        return test_loss
+    """
+
+
+@pytest.mark.parametrize("reduction, found", [("", [("loss-average-mismatch", 10)]), (", reduction='sum'", []),
+                                              (", reduction=args.reduction", [])])
+def test_lint_judges_a_loss_average_only_for_a_literal_reduction(reduction, found):
+    assert findings(LOSS_AVERAGE.format(reduction=reduction)) == found
