@@ -384,3 +384,64 @@ LOSS_AVERAGE = """
                                               (", reduction=args.reduction", [])])
 def test_lint_judges_a_loss_average_only_for_a_literal_reduction(reduction, found):
     assert findings(LOSS_AVERAGE.format(reduction=reduction)) == found
+
+
+EVALUATION = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def freeze(m):
+        m.eval()
+
+    {model} = nn.Sequential(nn.Linear(784, 256), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD({model}.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy({model}(x), y).backward()
+            optimizer.step()
+        {before}
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct = ({model}(x).argmax(1) == y).sum().item()
+    """
+
+
+def test_lint_is_unsure_of_the_mode_after_a_helper_of_the_file_switches_some_model():
+    assert findings(EVALUATION.format(model="model", before="pass")) == [("eval-mode-missing", 19)]
+    assert findings(EVALUATION.format(model="model", before="freeze(teacher)")) == []
+
+
+
+FUNCTIONAL_DROPOUT = """
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(784, 10)
+        def forward(self, x):
+            return self.fc(F.dropout(x, 0.5, {training}))
+
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        model.train()
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        with torch.no_grad():
+            for x, y in val_loader:
+                correct = (model(x).argmax(1) == y).sum().item()
+    """
+
+
+@pytest.mark.parametrize("training, found", [("self.training", [("eval-mode-missing", 23)]),
+                                             ("training=self.training", [("eval-mode-missing", 23)]),
+                                             ("self.dropping", []), ("flag", [])])
+def test_lint_takes_functional_dropout_for_a_mode_layer_only_with_training_self_training(training, found):
+    assert findings(FUNCTIONAL_DROPOUT.format(training=training)) == found
