@@ -445,3 +445,9 @@ FUNCTIONAL_DROPOUT = """
                                              ("self.dropping", []), ("flag", [])])
 def test_lint_takes_functional_dropout_for_a_mode_layer_only_with_training_self_training(training, found):
     assert findings(FUNCTIONAL_DROPOUT.format(training=training)) == found
+
+
+def test_lint_does_not_take_a_sequential_of_a_layer_it_cannot_see_for_a_mode_layer():
+    code = EVALUATION.replace("nn.Dropout(0.5), nn.Linear(256, 10)", "nets[0]")
+    assert findings(code.format(model="model", before="pass")) == []
+    assert findings(EVALUATION.format(model="model", before="pass")) == [("eval-mode-missing", 19)]
