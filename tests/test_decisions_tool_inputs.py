@@ -451,3 +451,18 @@ def test_lint_does_not_take_a_sequential_of_a_layer_it_cannot_see_for_a_mode_lay
     code = EVALUATION.replace("nn.Dropout(0.5), nn.Linear(256, 10)", "nets[0]")
     assert findings(code.format(model="model", before="pass")) == []
     assert findings(EVALUATION.format(model="model", before="pass")) == [("eval-mode-missing", 19)]
+
+
+@pytest.mark.parametrize("loss, found", [("F.nll_loss", []), ("F.cross_entropy", [("softmax-into-ce", 3)])])
+def test_lint_reads_the_log_method_of_softmax_output_as_log_probabilities(loss, found):
+    assert findings(f"import torch\nimport torch.nn.functional as F\nloss = {loss}(logits.softmax(-1).log(), y)\n") == found
+
+
+def softmax_renamed(times):
+    names = "".join(f"p{k + 1} = p{k}\n" for k in range(times))
+    return f"import torch.nn.functional as F\np0 = logits.softmax(-1)\n{names}loss = F.nll_loss(p{times}, y)\n"
+
+
+def test_lint_gives_up_on_a_softmax_output_passed_through_more_than_twelve_names():
+    assert findings(softmax_renamed(11)) == [("probs-into-nll", 14)]
+    assert findings(softmax_renamed(12)) == []
