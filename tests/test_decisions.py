@@ -628,7 +628,7 @@ def test_lint_follows_a_tensors_rank_through_the_code(expression, expected):
     code = ("import math\nimport mylib\nimport numpy as np\nimport torch\nimport torch.nn as nn\n"
             "import torch.nn.functional as F\n\n\n"
             f"def f(x, y, a, b, c, d, n, idx, shape):\n{body}    return {returned}\n")
-    src = Source(ast.parse(code), text=code)
+    src = Source(ast.parse(code), "<string>", None, code)
     assert rank(src, src.of_type(ast.Return)[0].value) == expected
 
 
@@ -641,7 +641,7 @@ def test_lint_follows_a_rank_through_an_attribute_set_once_in_its_class(owner, e
 
     code = ("import torch\n\n\nclass M:\n    def __init__(self):\n        self.h = torch.zeros(2, 3, 4)\n\n"
             f"    def f(self, other):\n        return {owner}.h\n")
-    src = Source(ast.parse(code), text=code)
+    src = Source(ast.parse(code), "<string>", None, code)
     assert rank(src, src.of_type(ast.Return)[0].value) == expected
 
 

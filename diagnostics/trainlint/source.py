@@ -49,9 +49,9 @@ def memo(method):
 class Source:
     """A parsed file with the lookups the rules share."""
 
-    def __init__(self, tree, path="<string>", project=None, text=None):
+    def __init__(self, tree, path, project, text):
         self.tree, self.path, self.project = tree, path, project
-        self.lines = text.splitlines() if text is not None else []
+        self.lines = text.splitlines()  # never fewer lines than the parser counted: it splits at \f and \x1c too
         self._memo = collections.defaultdict(dict)  # method name -> {arguments: result}
         self.nodes, self.parent, self.children = [tree], {}, {}
         self.by_type = collections.defaultdict(list)  # node class -> its nodes, breadth first
@@ -92,8 +92,6 @@ class Source:
 
     def comment(self, node):
         """The comment that ends node's last line (`# always on, also at inference`), lowercased, else ''."""
-        if node.end_lineno > len(self.lines):
-            return ""
         rest = self.lines[node.end_lineno - 1].encode()[node.end_col_offset:].decode(errors="ignore")
         return rest.partition("#")[2].lower()
 

@@ -230,7 +230,7 @@ def scaling(src, expr, depth=0):
         if isinstance(expr.op, (ast.Add, ast.Sub)):
             sides = {scaling(src, expr.left, depth + 1), scaling(src, expr.right, depth + 1)}
             return None if None in sides else "scaled" if "scaled" in sides else "unscaled"
-        return None
+        return None  # another operator (a power, a matrix product): unknown
     if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.USub):
         return scaling(src, expr.operand, depth + 1)
     if isinstance(expr, (ast.Attribute, ast.Subscript)) and output_loss(expr):

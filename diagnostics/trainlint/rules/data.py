@@ -156,7 +156,7 @@ def loader_use(src, call):
         return "train"
     targets = {dotted(t) for t in getattr(parent, "targets", [])} - {None}
     if not targets:
-        return None
+        return None  # not assigned to a name: nothing to follow
 
     places = {(src.place(call, t), t) for t in targets}
     if any((src.place(c, dotted(a)), dotted(a)) in places for c in src.calls_by_name.get("fit", []) if method_call(c, "fit")
