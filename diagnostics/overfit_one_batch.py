@@ -179,10 +179,12 @@ def _subgraph(case, model, inputs, targets, n, rows):
             pairs = [_edge_list(e, n) for e in edges]
             keep = torch.zeros(n, dtype=torch.bool, device=read.device)
             keep[read[:rows]] = True
-            for _ in range(GRAPH_HOPS):
+            for _ in range(GRAPH_HOPS):  # each hop from the nodes the hops before reached, either way along an edge
+                reached = keep.clone()
                 for src, dst in pairs:
-                    keep[dst[keep[src]]] = True
-                    keep[src[keep[dst]]] = True
+                    reached[dst[keep[src]]] = True
+                    reached[src[keep[dst]]] = True
+                keep = reached
             if bool(keep.all()):
                 return None
             index = keep.nonzero().squeeze(1)
@@ -306,9 +308,8 @@ def _ran_away(losses, noisy=False):
 def _jumped(losses, noisy=False):
     """The run stood at RUNAWAY x its start at some step (noisy: a window's mean against the first's), or turned
     NaN/inf: unstable, even where it came back down. A retry at RETRY_LR x that jumped is no reference for a slow lr:
-    super_resolution's at 10x jumped past 4x, came back and stalled, and was failed "plateau" (measured)."""
-    if not _finite(losses):
-        return True
+    super_resolution's at 10x jumped past 4x, came back and stalled, and was failed "plateau" (measured). A NaN or inf
+    fails `<`, so it counts as a jump."""
     levels = _window_means(losses) if noisy else losses
     return any(not abs(v) < RUNAWAY * abs(levels[0]) for v in levels)
 

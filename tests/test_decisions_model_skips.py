@@ -243,14 +243,14 @@ def test_overfit_one_batch_cuts_a_sparse_adjacency_by_its_non_zero_entries_only(
 
 def test_overfit_one_batch_keeps_the_targets_when_the_loss_reads_every_node():
     result = overfit_one_batch.check_overfit_one_batch(_graph_case(_chain(10)), rows=2, steps=5)
-    assert result.details["subgraph"] == {"nodes": 4, "of": 10, "read": 4, "hops": 1}
+    assert result.details["subgraph"] == {"nodes": 3, "of": 10, "read": 3, "hops": 1}  # 0, 1 and 1's neighbour 2
 
 
 def test_overfit_one_batch_cuts_a_graph_whose_targets_are_a_dict():
     case = _graph_case(_chain(10), targets={"label": torch.arange(10) % 2},
                        loss_fn=lambda out, t: torch.nn.functional.cross_entropy(out, t["label"]))
     result = overfit_one_batch.check_overfit_one_batch(case, rows=2, steps=5)
-    assert result.details["subgraph"] == {"nodes": 4, "of": 10, "read": 4, "hops": 1}
+    assert result.details["subgraph"] == {"nodes": 3, "of": 10, "read": 3, "hops": 1}
 
 
 def test_overfit_one_batch_trains_whole_a_graph_that_one_hop_covers():
@@ -289,3 +289,10 @@ def test_overfit_one_batch_trains_whole_a_graph_whose_cut_the_loss_reads_no_row_
             "loss_fn": lambda out, y: torch.nn.functional.mse_loss(torch.relu(out), y)}
     result = overfit_one_batch.check_overfit_one_batch(case, rows=1, steps=5)
     assert (result.details["subgraph"], result.details["rows"]) == (None, 8)
+
+
+def test_overfit_one_batch_counts_a_nan_or_inf_in_a_retry_as_a_jump():
+    nan, inf = float("nan"), float("inf")
+    assert all(overfit_one_batch._jumped(losses) for losses in ([1.0, nan], [1.0, inf], [nan, 1.0]))
+    assert overfit_one_batch._jumped([1.0, 0.9, nan, 0.8] * 10, noisy=True)
+    assert not overfit_one_batch._jumped([1.0, 1.2, 0.5])
