@@ -108,6 +108,7 @@ def test_help_exits_0(repo):
 @pytest.mark.parametrize("args, says", [
     (["missing.py"], "not a Python file in the repository"),
     (["calc.py", "--max", "0"], "--max must be 1 or more"),
+    (["calc.py", "--seed", "1"], "give --max N too"),
     (["calc.py", "--timeout", "0"], "--timeout must be more than 0"),
     (["calc.py", "--confirm"], "it needs --map"),
     (["--base", "no-such-branch"], "git merge-base"),
@@ -141,6 +142,17 @@ def test_max_spreads_the_mutants_over_the_file(repo):
     proc = mutate(repo, "calc.py", "--list", "--max", "2")
     assert proc.stdout.splitlines() == ["calc.py: 2 of 4 mutants; tests: tests/test_calc.py", "  calc.py:6: `>` -> `>=`",
                                         "  calc.py:7: 'fail' -> 'warn'"]
+
+
+def test_max_with_a_seed_draws_the_mutants_at_random_and_the_same_seed_draws_the_same():
+    """An even spread picks again much of what an earlier spread picked (--max 3's midpoints, at 1/6, 1/2 and 5/6 of a
+    file, were among session 18's --max 6 picks, and session 21's sample shared 157 of its 212 killed mutants with
+    earlier samples): a measurement draws anew."""
+    mutants = list(range(40))
+    drawn = mutate_tool.spread(mutants, 5, "1:calc.py")
+    assert drawn == mutate_tool.spread(mutants, 5, "1:calc.py") == sorted(set(drawn)) and len(drawn) == 5
+    assert drawn != mutate_tool.spread(mutants, 5, "2:calc.py") and drawn != mutate_tool.spread(mutants, 5)
+    assert mutate_tool.spread(mutants[:4], 5, "1:calc.py") == mutants[:4]
 
 
 def test_lines_changed_keeps_only_the_mutants_on_the_lines_the_change_touched(repo, tmp_path):

@@ -1,6 +1,6 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
-    python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N]
+    python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N [--seed S]]
                            [--timeout S] [--json OUT [--force]] [--map MAP [--confirm]] [--equivalent LIST] [--warm]
     python tools/mutate.py --build-map MAP [-n WORKERS] [--tests TEST ...]
 
@@ -74,7 +74,9 @@ counted as equivalent and not run. A line text that more than one line of the fi
 judged line a text of its own (a comment will do).
 
 Prints, per file: mutants generated, killed, survived (each with file:line and the mutation), timed out and
-equivalent. --list only lists the mutants. --max N runs N per file, spread evenly over the file. --json OUT
+equivalent. --list only lists the mutants. --max N runs N per file, spread evenly over the file, or, with --seed S,
+drawn at random (the same S draws the same mutants; a measurement should draw anew, for an even spread picks many of
+the mutants an earlier spread picked and its survivors got tests). --json OUT
 writes the results (never over a file this tool did not write, unless --force). Exit 0 when no mutant
 survived, 1 when one did, 2 on bad usage (one line on stderr), 130 on Ctrl-C.
 
@@ -95,6 +97,7 @@ import gc
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -291,11 +294,14 @@ def on_lines(mutants, lines):
     return [m for m in mutants if any(n in lines for n in range(m.line, m.last + 1))]
 
 
-def spread(mutants, most):
+def spread(mutants, most, seed=None):
     """At most `most` mutants, evenly spaced over the file: the middle one of each of `most` equal stretches
-    (deterministic; the file's first mutant, often a module constant, is not always among them)."""
+    (deterministic; the file's first mutant, often a module constant, is not always among them). With a `seed` (a
+    string: the run's seed and the file), drawn at random instead, in the file's order."""
     if most is None or len(mutants) <= most:
         return mutants
+    if seed is not None:
+        return [mutants[i] for i in sorted(random.Random(seed).sample(range(len(mutants)), most))]
     return [mutants[(2 * i + 1) * len(mutants) // (2 * most)] for i in range(most)]
 
 
@@ -975,6 +981,7 @@ def main(argv=None):
     parser.add_argument("--tests", nargs="+", help="test files or node ids to run instead of the covering tests")
     parser.add_argument("--list", action="store_true", help="list the mutants (and the covering tests); run nothing")
     parser.add_argument("--max", type=int, help="at most N mutants per file, spread evenly over it")
+    parser.add_argument("--seed", help="--max: draw the N mutants of each file at random, from this seed")
     parser.add_argument("--timeout", type=float, help="seconds per mutant (default: 3x the unmutated run + 30)")
     parser.add_argument("--json", type=Path, help="write the results to this JSON file")
     parser.add_argument("--force", action="store_true", help="let --json replace a file this tool did not write")
@@ -996,6 +1003,8 @@ def main(argv=None):
     try:
         if args.max is not None and args.max < 1:
             raise UsageError("--max must be 1 or more")
+        if args.seed is not None and args.max is None:
+            raise UsageError("--seed draws the mutants --max takes: give --max N too")
         if args.timeout is not None and not args.timeout > 0:
             raise UsageError("--timeout must be more than 0 seconds")
         root = Path(git(Path.cwd(), "rev-parse", "--show-toplevel").strip())
@@ -1028,7 +1037,8 @@ def main(argv=None):
             in_file = len(found)
             if fork is not None:
                 found = on_lines(found, changed_lines(root, fork, rel))
-            plan.append((rel, len(found), in_file, spread(found, args.max),
+            seed = None if args.seed is None else f"{args.seed}:{rel}"
+            plan.append((rel, len(found), in_file, spread(found, args.max, seed),
                          args.tests or covering_tests(root, everything, rel)))
         if args.list:
             for rel, generated, in_file, mutants, tests in plan:
@@ -1039,7 +1049,7 @@ def main(argv=None):
                     print(f"  {mutant.label()}")
             return 0
         results = []
-        settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max,
+        settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max, "seed": args.seed,
                     "timeout": args.timeout, "map": None if args.map is None else str(args.map), "confirm": args.confirm,
                     "warm": args.warm}
         checked = {}  # test id -> it passes without any mutant
