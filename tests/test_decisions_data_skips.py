@@ -296,3 +296,19 @@ def test_dist_check_refuses_a_teardown_a_peer_left(tmp_path, monkeypatch):
             dist_check.run_rank(0, 1, 0, dist_check.dist.HashStore(), tmp_path, 10, "gloo")
     finally:
         destroy()
+
+
+def test_init_loss_skips_targets_that_are_not_a_tensor():
+    case = {"model": torch.nn.Linear(3, 2), "batch": (torch.randn(4, 3), {"label": torch.tensor([0, 1, 0, 1])}),
+            "loss_fn": lambda out, y: torch.nn.functional.cross_entropy(out, y["label"])}
+    result = init_loss.check_init_loss(case)
+    assert result.status == "skip" and "targets are not a tensor" in result.summary
+
+
+def test_labels_reads_float_0_1_targets_as_labels_only_for_a_classification_task():
+    case = {"model": torch.nn.Linear(3, 1), "batch": (torch.randn(8, 3), torch.tensor([[0.0], [1.0]] * 4)),
+            "loss_fn": torch.nn.functional.binary_cross_entropy_with_logits}
+    result = labels.check_labels(case)
+    assert result.status == "skip" and "set task kind classification" in result.summary
+    case["task"] = {"kind": "classification"}
+    assert labels.check_labels(case).status != "skip"

@@ -296,3 +296,8 @@ def test_overfit_one_batch_counts_a_nan_or_inf_in_a_retry_as_a_jump():
     assert all(overfit_one_batch._jumped(losses) for losses in ([1.0, nan], [1.0, inf], [nan, 1.0]))
     assert overfit_one_batch._jumped([1.0, 0.9, nan, 0.8] * 10, noisy=True)
     assert not overfit_one_batch._jumped([1.0, 1.2, 0.5])
+
+
+def test_overfit_one_batch_traces_a_run_without_noise_from_its_first_loss_to_its_last():
+    losses = [4.0] + [2.0] * (2 * overfit_one_batch.NOISE_WINDOW) + [1.0]
+    assert overfit_one_batch._trace(losses) == f"4 -> 1 in {len(losses) - 1} steps"

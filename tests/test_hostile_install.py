@@ -250,3 +250,10 @@ def test_a_folder_in_the_install_that_cannot_be_listed_stops_the_reinstall(tmp_p
     monkeypatch.setattr(install_skill.os, "walk", walk)
     refused(capsys, [str(tmp_path)], source, f"cannot read {private} (Permission denied)")
     assert (private / "secrets.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("files, valid", [({"SKILL.md": "ab12"}, True), ({"SKILL.md": 3}, False), ({"SKILL.md": None}, False)])
+def test_a_manifest_is_ours_only_when_every_entry_maps_a_path_to_a_digest(tmp_path, files, valid):
+    """An entry whose digest is no string is no manifest of ours: the folder is then a stranger's, never replaced."""
+    (tmp_path / install_skill.MANIFEST).write_text(json.dumps({"kind": install_skill.MANIFEST_KIND, "files": files}))
+    assert (install_skill.read_manifest(tmp_path) == files) is valid and (install_skill.read_manifest(tmp_path) is None) is not valid

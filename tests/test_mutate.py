@@ -61,6 +61,7 @@ def files(folder):
 
 
 def test_kills_and_survivors_are_counted_and_the_working_tree_is_left_byte_identical(repo, tmp_path):
+    (repo / "report.py").write_text("import calc\n\nprint(calc.LIMIT)\n")  # a file that imports calc: no map to read it from
     before = files(repo)
     out = tmp_path / "results.json"
     proc = mutate(repo, "calc.py", "--json", out)

@@ -47,6 +47,10 @@ def test_coverage_in_two_dimensions_counts_joint_cells():
     ("def make_other():\n    return {}\n", "has no function make_pinn()"),
     ("def make_pinn():\n    raise KeyError('seed')\n", "raised KeyError: 'seed'"),
     ("def make_pinn():\n    return []\n", "the problem is list, expected a dict"),
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': 1},"
+     " 'collocation': torch.rand(5, 1), 'domain': [(0, 1)]}\n", "terms must be a dict of name -> function"),
+    ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {},"
+     " 'collocation': torch.rand(5, 1), 'domain': [(0, 1)]}\n", "terms must be a dict of name -> function"),
     ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m.weight.sum()},"
      " 'collocation': torch.rand(5, 1), 'domain': [(0, 1), (0, 1)]}\n", "domain must be one (low, high) pair per input dimension (1)"),
     ("import torch\ndef make_pinn():\n    return {'model': torch.nn.Linear(1, 1), 'terms': {'a': lambda m: m(torch.rand(3, 2)).sum()},"

@@ -541,3 +541,10 @@ def test_close_compares_lrs_per_group_and_a_summary_names_3_entries():
     assert not rc.close((0.1,), 0.1, 0.0, 0.0)  # one group against a float
     assert rc.listing(["a", "b", "c"]) == "a, b, c"
     assert rc.listing(["a", "b", "c", "d"]) == "a, b, c, +1 more"
+
+
+def test_a_resume_at_the_first_step_is_a_valid_resume_point():
+    result = rc.check_resume(rc.make_demo_trainer, steps=3, resume_at=(1,))
+    assert (result.status, result.details["resume_at"]) == ("pass", [1])
+    with pytest.raises(rc.CheckError, match="must lie in 1..2"):
+        rc.check_resume(rc.make_demo_trainer, steps=3, resume_at=(0,))
