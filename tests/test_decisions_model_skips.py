@@ -301,3 +301,10 @@ def test_overfit_one_batch_counts_a_nan_or_inf_in_a_retry_as_a_jump():
 def test_overfit_one_batch_traces_a_run_without_noise_from_its_first_loss_to_its_last():
     losses = [4.0] + [2.0] * (2 * overfit_one_batch.NOISE_WINDOW) + [1.0]
     assert overfit_one_batch._trace(losses) == f"4 -> 1 in {len(losses) - 1} steps"
+
+
+def test_input_dependence_takes_a_dicts_logits_and_only_without_them_its_first_tensor_that_is_no_loss():
+    hidden, logits, loss = torch.zeros(2, 3), torch.ones(2, 4), torch.tensor(1.0)
+    assert input_dependence.prediction({"hidden": hidden, "logits": logits}) is logits
+    assert input_dependence.prediction({"loss": loss, "logits_per_image": logits}) is logits
+    assert input_dependence.prediction((hidden, logits)) is hidden and input_dependence.prediction(["text"]) is None
