@@ -1015,3 +1015,23 @@ def test_overfit_one_batch_reads_only_rows_of_two_or_more_values_as_probabilitie
     assert _looks_like_probabilities(torch.full((4, 2), 0.5))
     assert not _looks_like_probabilities(torch.ones(4, 1))  # one sigmoid output at 1.0 sums to 1 as well
     assert not _looks_like_probabilities(torch.tensor([0.5, 0.5]))
+
+
+def test_a_keyboard_interrupt_is_the_users_error_in_the_supervised_child_or_off_the_main_thread(monkeypatch):
+    """A Ctrl-C reaches the main thread of the process the terminal runs: there it stops the command; anywhere else a
+    KeyboardInterrupt was raised by the user's code and is reported like any error."""
+    import os
+    import threading
+
+    import ml_debug_contract
+
+    monkeypatch.setattr(ml_debug_contract, "_child_pid", None)
+    assert not ml_debug_contract.users_error(KeyboardInterrupt())
+    assert ml_debug_contract.users_error(SystemExit(3)) and ml_debug_contract.users_error(ValueError())
+    off_main = []
+    thread = threading.Thread(target=lambda: off_main.append(ml_debug_contract.users_error(KeyboardInterrupt())))
+    thread.start()
+    thread.join()
+    assert off_main == [True]
+    monkeypatch.setattr(ml_debug_contract, "_child_pid", os.getpid())
+    assert ml_debug_contract.users_error(KeyboardInterrupt())
