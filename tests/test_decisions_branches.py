@@ -1035,3 +1035,30 @@ def test_a_keyboard_interrupt_is_the_users_error_in_the_supervised_child_or_off_
     assert off_main == [True]
     monkeypatch.setattr(ml_debug_contract, "_child_pid", os.getpid())
     assert ml_debug_contract.users_error(KeyboardInterrupt())
+
+
+def test_a_ctrl_c_while_a_users_file_loads_or_its_factory_runs_stops_the_command(tmp_path, monkeypatch):
+    """On the main thread of the process the terminal runs, a KeyboardInterrupt is a Ctrl-C: it is not the user's error
+    to report in one line, and it goes through."""
+    import ml_debug_contract
+
+    monkeypatch.setattr(ml_debug_contract, "_child_pid", None)
+    path = tmp_path / "case.py"
+    path.write_text("raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        ml_debug_contract.user_function(str(path), "make_case", "case file")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ml_debug_contract.call_user_function(str(path), "make_case", interrupted)
+
+
+def test_the_prediction_tensor_of_an_output_is_itself_its_logits_or_its_first_element():
+    from ml_debug_contract import main_tensor
+
+    logits = torch.ones(2, 3)
+    assert main_tensor(logits) is logits and main_tensor({"loss": torch.tensor(1.0), "logits": logits}) is logits
+    assert main_tensor((logits, torch.zeros(1))) is logits
+    assert main_tensor({"hidden": logits}) is None and main_tensor(["text"]) is None and main_tensor(()) is None
