@@ -1834,3 +1834,11 @@ def test_golden_values_with_a_step_interval_that_is_no_positive_whole_number_are
     proc = run_cli("spikes.py", write(tmp_path, "golden.json", json.dumps(golden)))
     assert_one_line_error(proc)
     assert "JSON log must be a trainer_state.json (with log_history), Megatron-LM golden values" in proc.stderr
+
+
+@pytest.mark.parametrize("values, said", [(spikes.MIN_POINTS, True), (spikes.MIN_POINTS + 1, False)])
+def test_the_summary_says_when_a_log_is_too_short_to_detect_anything(tmp_path, values, said):
+    """MIN_POINTS values make the baseline; detection needs one more."""
+    log = write(tmp_path, "log.csv", "step,loss\n" + "\n".join(f"{i},{3.0 - 0.01 * i}" for i in range(values)))
+    text = spikes.summary(spikes.analyze(log))
+    assert ("detection needs at least" in text) is said, text
