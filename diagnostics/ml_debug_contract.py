@@ -636,7 +636,7 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
     os.close(write_fd)
     with contextlib.suppress(OSError):
         os.setpgid(pid, pid)  # also here: the kill below must find the group even if the child has not run yet
-    status, buffer, eof = None, b"", False
+    status, buffer, eof, answered = None, b"", False, False
     deadline = None if not limit else time.monotonic() + limit + KILL_GRACE
     try:
         while True:
@@ -651,9 +651,9 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
                     if kind == "phase":
                         phase, limit = payload
                         deadline = None if not limit else time.monotonic() + limit + KILL_GRACE
+                    answered = kind in ("done", "error")
                     yield kind, payload
-                    if kind in ("done", "error"):
-                        _await_exit(pid, EXIT_GRACE)
+                    if answered:
                         return
                 if chunk:
                     continue
@@ -667,6 +667,8 @@ def supervised(work, phase, limit, stdout_to_stderr=False):
             if deadline is not None and time.monotonic() >= deadline:
                 raise SupervisedError(f"{phase} ran past its {limit:g} s time limit and was stopped", phase, timed_out=True)
     finally:
+        if answered and status is None:  # also when the caller stopped at the answer (the generator closed)
+            _await_exit(pid, EXIT_GRACE)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signal.SIGKILL)  # the child and whatever it started: threads, forks, its own children
         if status is None:

@@ -365,6 +365,11 @@ def test_a_supervised_child_that_answered_ends_on_its_own_before_the_kill(tmp_pa
     monkeypatch.setattr(os, "_exit", exit_after_saving)
     assert list(supervised(lambda send: 42, "work", 30)) == [("done", 42)]
     assert saved.read_text() == "data"
+    saved.unlink()
+    answers = supervised(lambda send: 43, "work", 30)
+    assert next(answers) == ("done", 43)
+    answers.close()  # a caller that returns at the answer, as the doctor does
+    assert saved.read_text() == "data"
 
 
 def test_resume_check_marks_the_resume_steps_of_a_resumed_run_and_names_its_column():
