@@ -24,6 +24,7 @@ LOSS_FUNCTIONS = {
 LOSS_MODULES = {"CrossEntropyLoss": "ce", "NLLLoss": "nll", "BCEWithLogitsLoss": "bce_logits", "BCELoss": "bce"}
 # calls that hand back a value with no autograd history
 DETACHING_METHODS = {"detach", "item", "numpy", "tolist"}
+DETACHING_FUNCTIONS = {"torch.detach"}  # the same cut written as a function
 REWRAPS = {"torch.tensor", "torch.Tensor", "torch.FloatTensor", "torch.from_numpy"}
 # tensor methods whose result carries the gradient of their inputs
 TENSOR_METHODS = RESHAPES | {

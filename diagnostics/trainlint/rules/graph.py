@@ -4,7 +4,7 @@ import ast
 
 from ..registry import rule
 from ..syntax import LOOPS, dotted, end_position, keyword, method_call, position, terminal
-from ..torch_names import DETACHING_METHODS, RESHAPES, REWRAPS, TENSOR_METHODS
+from ..torch_names import DETACHING_FUNCTIONS, DETACHING_METHODS, RESHAPES, REWRAPS, TENSOR_METHODS
 
 
 LIVE, CONST = ("live", None, ""), ("const", None, "")
@@ -60,7 +60,7 @@ def _flow(src, node, seen, depth):
             combine(flow(src, a, set(seen), depth) for a in node.args) == CONST:
         return LIVE  # a new leaf of numbers that requires grad (torch.tensor(1.0, requires_grad=True)); a re-wrap of a
         # value cut from the model stays cut
-    if detaching_method(src, node) or name == "torch.detach":
+    if detaching_method(src, node) or name in DETACHING_FUNCTIONS:
         return ("cut", node, "detach")
     if name in REWRAPS or (name or "").startswith("numpy."):
         inner = combine(flow(src, a, seen, depth) for a in args)
