@@ -372,6 +372,20 @@ def test_a_supervised_child_that_answered_ends_on_its_own_before_the_kill(tmp_pa
     assert saved.read_text() == "data"
 
 
+def test_a_supervised_child_that_never_answered_gets_no_exit_grace(monkeypatch):
+    """A child that hangs past its limit is killed then, not EXIT_GRACE later."""
+    import time
+
+    import ml_debug_contract
+
+    monkeypatch.setattr(ml_debug_contract, "KILL_GRACE", 0.1)
+    monkeypatch.setattr(ml_debug_contract, "EXIT_GRACE", 5.0)
+    started = time.monotonic()
+    with pytest.raises(ml_debug_contract.SupervisedError, match="time limit"):
+        list(ml_debug_contract.supervised(lambda send: time.sleep(60), "work", 0.1))
+    assert time.monotonic() - started < 3.0
+
+
 def test_resume_check_marks_the_resume_steps_of_a_resumed_run_and_names_its_column():
     import resume_check
     from ml_debug_contract import CheckResult
