@@ -46,7 +46,8 @@ What it checks
            (the start is a hockey stick: init the final bias to the mean or standardise) while
            20 steps of your optimizer leave the loss above where outputs shifted by the mean
            start (a pass when they take it below); a num_classes hint disagreeing with the output.
-    skip   task kind "other", a task that cannot be inferred, or task["pretrained"] true.
+    skip   task kind "other", a task that cannot be inferred, all-zero regression targets (no chance
+           level), or task["pretrained"] true.
 
 Command
     python diagnostics/init_loss.py                      # embedded demo (planted bug)
@@ -305,11 +306,15 @@ def check_init_loss(case):
         return CheckResult("init_loss", "skip", f"the output has one class: no chance level to compare the loss at init "
                            f"({fmt(loss)}) with", details)
     chance, best = ref["chance"], ref["best_constant"]
-    loss_fn_off = zero_loss is not None and zero_loss > 0 and chance > 0 and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE
+    if chance == 0:  # all-zero regression targets: mean(targets**2) is 0, and every non-zero output scores above it
+        return CheckResult("init_loss", "skip", f"the targets are all zero: no chance level to compare the loss at init "
+                           f"({fmt(loss)}) with", details)
+    loss_fn_off = (zero_loss is not None and zero_loss > 0
+                   and abs(zero_loss / chance - 1) > LOSS_FN_TOLERANCE)  # |r - 1| of a float r is never exactly 0.1
     scale = zero_loss / chance if loss_fn_off else 1.0  # judge the model against its own loss function's chance level
     summed = loss_fn_off and any(abs(scale / n - 1) < 0.01 for n in {targets.shape[0], ref["n_targets"]} if n)
     other_regression_loss = loss_fn_off and not summed and "target_mean" in ref  # L1, Huber: their all-zero score is chance
-    details.update(ratio_to_chance=loss / (scale * chance) if chance > 0 else None,
+    details.update(ratio_to_chance=loss / (scale * chance),
                    ratio_to_best_constant=loss / (scale * best) if best > 0 else None)
     measured = f"loss at init {fmt(loss)} ({mode} mode) vs chance {fmt(scale * chance)}"
     measured += (f" (your loss_fn on an all-zero output; a mean loss would give {ref['chance_formula']} = {fmt(chance)})"

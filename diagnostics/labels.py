@@ -107,7 +107,7 @@ def check_labels(case):
         if dim is None:
             return CheckResult("labels", "skip", f"output {tuple(out.shape)} has no class dimension matching targets {tuple(targets.shape)}")
         n_classes, kept = out.shape[dim], labels != ignore_index
-        probs = out.movedim(dim, -1).softmax(-1).reshape(-1, n_classes)
+        probs = out.movedim(dim, -1).softmax(-1).reshape(labels.numel(), n_classes)  # (B, 0): -1 cannot be inferred
     hint = task.get("num_classes", task.get("vocab_size"))
     n_labels, n_kept = labels.numel(), int(kept.sum())
     details = {"num_classes": n_classes, "num_classes_hint": hint, "ignore_index": None if binary else ignore_index,
