@@ -1,5 +1,7 @@
 """Decisions pinned at their boundaries, found by mutation testing: rl_probes' evaluation interval, spike_lab's easy
-start, spikes.py's creep, repeat-data and plot colour decisions, spike_guard's default skip_z, update_ratio's low gate."""
+start, spikes.py's early trend, fall pace, creep, repeat data and plot colours, spike_guard's default skip_z and
+update_ratio's low gate."""
+import math
 import types
 
 import pytest
@@ -10,6 +12,7 @@ import spike_guard
 import spike_lab
 import update_ratio
 from spikelog.detect.events import Creep, ResumeWatch
+from spikelog.detect.series import Episode, Series
 
 
 class _Probe:
@@ -63,6 +66,27 @@ def _creep_events(levels):
 def test_a_level_10_5_percent_above_the_lowest_is_a_creep():
     # CREEP_REL is 10%: 2.21 is past 2.0's limit of 2.2 (and under the 2.22 that 11% would make it)
     assert [e["kind"] for e in _creep_events([2.0] * 4 + [2.21] * 6)] == ["non_spike_divergence"]
+
+
+@pytest.mark.parametrize("wiggle, slope", [(0.038, -0.01), (0.042, 0.0)])
+def test_an_early_falling_line_is_the_baseline_only_while_its_residuals_spread_under_half_the_values(wiggle, slope):
+    """32 values falling 0.01 a row, alternately `wiggle` above and below the line: the values spread (robust sigma)
+    0.16 / 1.349, the line's residuals 2 x wiggle / 1.349; under half (EARLY_TREND) at 0.038, over it at 0.042."""
+    series = Series("loss")
+    for i in range(32):
+        series.feed(i, i, 3.0 - 0.01 * i + (wiggle if i % 2 else -wiggle))
+    assert series.slope == pytest.approx(slope)
+
+
+@pytest.mark.parametrize("pace, kind", [(-0.0052, "no_recovery"), (-0.0048, "fast_recovery")])
+def test_after_a_spike_in_a_fast_fall_the_fall_goes_on_from_half_its_pre_spike_pace(pace, kind):
+    """Before the spike the loss fell by a factor exp(-0.01) a row; after it, back at 1.0, it falls by exp(pace).
+    At 0.52 of the pre-spike pace (FALL_PACE: 0.5 or more) the fall goes on, and the loss is judged against it: well
+    above where it would have taken the loss, a lasting offset. At 0.48 the fall has flattened, and the loss is judged
+    against the pre-spike level, which it is below: recovered."""
+    episode = Episode(0, 0, 3.0, 1.0, 0.01, 1.06, [], trend=(0.0, 0, -0.01))
+    verdict = next(v for k in range(1, 400) if (v := episode.add(k, k, math.exp(pace * k))))
+    assert verdict[:2] == (kind, 1)
 
 
 @pytest.mark.parametrize("highs, repeat", [(8, False), (9, True)])
