@@ -1,0 +1,155 @@
+"""Decisions of lint's rules (and of the Landlock guard and resume_check's seeding) at their boundaries, each pinned
+by an input on its edge: found by mutation testing."""
+import ctypes
+import os
+import platform
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import lint
+import ml_debug_contract
+import resume_check
+
+
+def findings(code):
+    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), "<string>")]
+
+
+# --- data-write: a call of the file's own (model(x)) is an activation only in code that runs backward() ----------
+
+def test_data_write_on_a_model_output_is_reported_only_where_backward_runs():
+    without_backward = """
+        def run(model, x, mask):
+            h = model(x)
+            h.data.mul_(mask)
+            return h
+        """
+    with_backward = """
+        def run(model, x, mask):
+            h = model(x)
+            h.data.mul_(mask)
+            h.sum().backward()
+        """
+    assert findings(without_backward) == []
+    assert findings(with_backward) == [("data-write", 4)]
+
+
+# --- eval-mode-not-restored: a model the training function reads as a global, not a parameter ---------------------
+
+def test_eval_mode_not_restored_on_a_global_model_of_a_function_with_callers():
+    # built_by follows a parameter to what each caller passes; net is no parameter of fit, so nothing is followed
+    assert findings("""
+        import torch
+        import torch.nn.functional as F
+
+        def fit(loader, val_loader):
+            for epoch in range(10):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(net(x), y).backward()
+                    optimizer.step()
+                net.eval()
+
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        fit(train_loader, val_loader)
+        """) == [("eval-mode-not-restored", 11)]
+
+
+# --- clip-grad-order: a loop that steps but has no backward() of its own is not the one that decides -------------
+
+def test_clipping_in_a_loop_over_optimizers_after_backward_is_clean():
+    # the inner loop clips then steps with no backward in it; the outer loop, where backward() precedes the clip, decides
+    assert findings("""
+        import torch.nn.functional as F
+        from torch.nn.utils import clip_grad_norm_
+
+        for x, y in loader:
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            for optimizer in optimizers:
+                clip_grad_norm_(optimizer.param_groups[0]["params"], 1.0)
+                optimizer.step()
+        """) == []
+
+
+# --- detached-loss: the flow analysis follows 64 steps, and counts anything further as live ----------------------
+
+@pytest.mark.parametrize("minus_signs, expected", [
+    (63, [("detached-loss", 2)]),  # the .detach() is the 64th step from `loss`: still followed
+    (64, []),  # the 65th: past the limit, counted as live
+])
+def test_a_detach_is_followed_up_to_64_steps_from_the_loss(minus_signs, expected):
+    source = "out = model(x)\nloss = " + "-" * minus_signs + "out.detach()\nloss.backward()\n"
+    assert findings(source) == expected
+
+
+# --- loss-accumulated-with-graph: only range(n) or range(a, n) of a literal few passes is left alone ---------------
+
+@pytest.mark.parametrize("loop, expected", [
+    ("range(3)", []),
+    ("range(0, 3)", []),
+    ("range(0, 1000, 2)", [("loss-accumulated-with-graph", 10)]),  # the last argument is a step, not a count
+])
+def test_summing_a_loss_in_a_loop_of_a_few_passes(loop, expected):
+    assert findings(f"""
+        import torch.nn.functional as F
+
+        total_loss = 0.0
+        for i in {loop}:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x[i]), y[i])
+            loss.backward()
+            optimizer.step()
+            total_loss += loss
+        """) == expected
+
+
+# --- Landlock: a ruleset's file descriptor may be 0 ------------------------------------------------------------------
+
+class FakeLandlockLibc:
+    """The libc calls landlock_writes_only_under makes, answered by a Landlock ABI 3 kernel that hands out fd 0 for the
+    ruleset (a process whose stdin was closed)."""
+
+    def __init__(self):
+        self.calls = []
+
+        def syscall(number, *args):
+            self.calls.append(number)
+            if number == 444:  # landlock_create_ruleset: the ABI version when flags is 1, else the ruleset's fd
+                return 3 if args[2].value == 1 else 0
+            return 0
+
+        self.syscall = syscall
+
+    def prctl(self, *args):
+        return 0
+
+
+def test_landlock_accepts_a_ruleset_on_file_descriptor_0(monkeypatch, tmp_path):
+    libc, closed, real_close = FakeLandlockLibc(), [], os.close
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(ctypes, "CDLL", lambda *args, **kwargs: libc)
+    monkeypatch.setattr(os, "close", lambda fd: closed.append(fd) if fd == 0 else real_close(fd))
+    assert ml_debug_contract.landlock_writes_only_under([str(tmp_path)]) is True
+    assert libc.calls == [444, 444, 445, 446]  # version, create, add the rule, restrict self
+    assert closed == [0]
+
+
+# --- resume_check: CUDA is seeded only once initialised ---------------------------------------------------------
+
+@pytest.mark.parametrize("initialised", [False, True])
+def test_seed_all_seeds_cuda_only_once_it_is_initialised(initialised, monkeypatch):
+    seeded = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised)
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", seeded.append)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [])  # for rng_preserved, on a machine without CUDA
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: None)
+    with resume_check.rng_preserved():
+        resume_check.seed_all(7)
+    assert seeded == ([7] if initialised else [])  # a lazy seed would fire later, on the user's first CUDA call
