@@ -12,6 +12,8 @@ import torch
 import lint
 import ml_debug_contract
 import resume_check
+from state_snapshot import differences, snapshot
+from test_hostile_inloop import SharedTrainer
 
 
 def findings(code):
@@ -153,3 +155,23 @@ def test_seed_all_seeds_cuda_only_once_it_is_initialised(initialised, monkeypatc
     with resume_check.rng_preserved():
         resume_check.seed_all(7)
     assert seeded == ([7] if initialised else [])  # a lazy seed would fire later, on the user's first CUDA call
+
+
+# --- resume_check: the objects handed in are those the first two trainers share, put back to the end --------------
+
+def test_a_model_the_first_two_trainers_share_is_put_back_when_a_later_trainer_is_built_without_it():
+    def users_model():
+        torch.manual_seed(1)
+        model = torch.nn.Linear(4, 1)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    shared, spare = users_model(), users_model()
+    before, calls = snapshot(*shared), []
+
+    def make_trainer():  # the third build (the resumed run's first trainer) gets the spare model; the later ones, shared
+        calls.append(1)
+        return SharedTrainer(*(spare if len(calls) == 3 else shared))
+
+    result = resume_check.check_resume(make_trainer)
+    assert (len(calls), result.details["verdict"]) == (5, "ok")
+    assert differences(before, snapshot(*shared)) == []
