@@ -110,6 +110,40 @@ def test_summing_a_loss_in_a_loop_of_a_few_passes(loop, expected):
         """) == expected
 
 
+# --- accumulation: a loop with its own backward() and step() is judged on them, not on what its calls run -----------
+
+def test_unscaled_accumulation_is_found_beside_a_critic_object_that_steps_on_every_pass():
+    # the loop's own events are exactly one backward() and one step() (its zero_grad() is in a helper); critic.update()
+    # runs a backward() and a step() of another model on every pass, which must not make the loop read as not accumulating
+    assert findings("""
+        import torch.nn.functional as F
+
+
+        class Critic:
+            def __init__(self, model, optimizer):
+                self.model, self.optimizer = model, optimizer
+
+            def update(self, x):
+                self.optimizer.zero_grad()
+                self.model(x).mean().backward()
+                self.optimizer.step()
+
+
+        def reset(optimizer):
+            optimizer.zero_grad()
+
+
+        critic = Critic(discriminator, d_optimizer)
+        for i, (x, y) in enumerate(loader):
+            critic.update(x)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            if (i + 1) % accumulation_steps == 0:
+                optimizer.step()
+                reset(optimizer)
+        """) == [("accumulated-loss-not-scaled", 23)]
+
+
 # --- Landlock: a ruleset's file descriptor may be 0 ------------------------------------------------------------------
 
 class FakeLandlockLibc:
