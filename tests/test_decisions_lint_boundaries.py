@@ -1,5 +1,5 @@
-"""Decisions of lint's rules (and of the Landlock guard and resume_check's seeding) at their boundaries, each pinned
-by an input on its edge: found by mutation testing."""
+"""Decisions of lint's rules, of the Landlock guard and of resume_check (its CUDA seeding, the objects it puts back),
+each pinned by an input at its boundary: found by mutation testing."""
 import ctypes
 import os
 import platform
@@ -60,10 +60,74 @@ def test_eval_mode_not_restored_on_a_global_model_of_a_function_with_callers():
         """) == [("eval-mode-not-restored", 11)]
 
 
+# --- eval-mode-missing: the train mode is followed up the callers of the evaluation helper --------------------------
+
+def test_eval_mode_missing_is_found_when_the_helper_called_switches_another_model_to_eval():
+    # evaluate() switches ema_model only; the call of evaluate itself is not a helper run before it that leaves a doubt
+    assert findings("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        def evaluate(model, ema_model, loader):
+            ema_model.eval()
+            with torch.no_grad():
+                for x, y in loader:
+                    print((model(x).argmax(1) == y).sum().item(), (ema_model(x).argmax(1) == y).sum().item())
+
+
+        def main(train_loader, val_loader, ema_model):
+            model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x, y in train_loader:
+                    optimizer.zero_grad()
+                    F.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+                evaluate(model, ema_model, val_loader)
+        """) == [("eval-mode-missing", 11)]
+
+
+def helper_chain(levels):
+    """A training main() that hands its model through levels - 1 helpers to level0(), which evaluates it in train
+    mode."""
+    helpers = "".join(f"def level{i}(model, loader):\n    level{i - 1}(model, loader)\n\n\n" for i in range(1, levels))
+    return f"""import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def level0(model, loader):
+    with torch.no_grad():
+        for x, y in loader:
+            print((model(x).argmax(1) == y).sum().item())
+
+
+{helpers}def main(train_loader, val_loader):
+    model = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(10):
+        for x, y in train_loader:
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        level{levels - 1}(model, val_loader)
+"""
+
+
+@pytest.mark.parametrize("levels, expected", [
+    (3, [("eval-mode-missing", 9)]),  # main is the third caller up from the evaluation loop: still followed
+    (4, []),  # the fourth: past the limit, unsure
+])
+def test_eval_mode_missing_follows_three_callers_up(levels, expected):
+    assert findings(helper_chain(levels)) == expected
+
+
 # --- clip-grad-order: a loop that steps but has no backward() of its own is not the one that decides -------------
 
 def test_clipping_in_a_loop_over_optimizers_after_backward_is_clean():
-    # the inner loop clips then steps with no backward in it; the outer loop, where backward() precedes the clip, decides
+    # the inner loop clips then steps with no backward in it; the outer one, where backward() precedes the clip, decides
     assert findings("""
         import torch.nn.functional as F
         from torch.nn.utils import clip_grad_norm_
@@ -114,7 +178,7 @@ def test_summing_a_loss_in_a_loop_of_a_few_passes(loop, expected):
 
 def test_unscaled_accumulation_is_found_beside_a_critic_object_that_steps_on_every_pass():
     # the loop's own events are exactly one backward() and one step() (its zero_grad() is in a helper); critic.update()
-    # runs a backward() and a step() of another model on every pass, which must not make the loop read as not accumulating
+    # runs a backward() and a step() of another model on every pass: the loop still reads as accumulating
     assert findings("""
         import torch.nn.functional as F
 
@@ -202,10 +266,10 @@ def test_a_model_the_first_two_trainers_share_is_put_back_when_a_later_trainer_i
     shared, spare = users_model(), users_model()
     before, calls = snapshot(*shared), []
 
-    def make_trainer():  # the third build (the resumed run's first trainer) gets the spare model; the later ones, shared
+    def make_trainer():  # the third build (the resumed run's first trainer) gets the spare model, the others shared
         calls.append(1)
         return SharedTrainer(*(spare if len(calls) == 3 else shared))
 
-    result = resume_check.check_resume(make_trainer)
+    result = resume_check.check_resume(make_trainer, steps=3, resume_at=(1, 2))
     assert (len(calls), result.details["verdict"]) == (5, "ok")
     assert differences(before, snapshot(*shared)) == []

@@ -364,7 +364,7 @@ def in_train_mode(src, scope, expr, before, depth=0):
     if isinstance(expr, ast.Name) and expr.id in src.bindings(scope) and src.origin(expr) is not None:
         return trained_between(src, scope, position(src.definition(expr)), before)
     if isinstance(scope, ast.Module):
-        return False
+        return False  # a loop at module level: no caller to follow
     callers = [c for c in src.calls_by_name.get(getattr(scope, "name", ""), []) if scope in src.helpers(c)]
     if not callers or depth > 2 or isinstance(src.parent.get(scope), ast.ClassDef):
         return False
