@@ -129,7 +129,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
 
 from ml_debug_contract import (CHECK_TIMEOUT, SUPERVISED, USER_CODE_LIMIT, ArgumentParser, CaseError, CheckResult,
                                CheckTimeout, SupervisedError, WriteGuard, batch_rows, count_rows, forward, json_text,
-                               load_case, preserved, supervised, time_limit, validate_case)
+                               load_case, preserved, stdout_lost, supervised, time_limit, validate_case)
 
 TASK_HINTS = {  # the hints --task may set: what each value must be
     "kind": "one of classification, regression, causal_lm, seq2seq, other", "num_classes": "an integer",
@@ -469,11 +469,12 @@ def main(argv=None):
             results = run_checks(case, timeout=args.timeout or None)
             title = f"embedded demo ({'healthy twin' if args.healthy else 'planted bug; --healthy for its twin'})"
         text = json_text({"checks": [r.to_dict() for r in results]}) if args.json else report(results, title)
+        code = 1 if any(r.status == "fail" for r in results) else 0
         try:
             print(text, flush=True)
-        except (BrokenPipeError, OSError):  # `| head` closed stdout, or /dev/full: nothing left to say it on
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 1 if any(r.status == "fail" for r in results) else 0
+        except OSError as exc:  # `| head` left: the verdict's code; /dev/full lost the report: 1
+            return stdout_lost(exc, code)
+        return code
     except Interrupted:
         return 130  # Ctrl-C: quietly, as a shell expects
     finally:

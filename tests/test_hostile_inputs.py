@@ -177,9 +177,19 @@ for _ in range(2):
     loss.backward()
     opt.step()
 """
+TINY_CASE = """import torch
+
+
+def make_case():
+    torch.manual_seed(0)
+    return {"model": torch.nn.Linear(4, 3), "batch": (torch.randn(8, 4), torch.randint(0, 3, (8,))),
+            "loss_fn": torch.nn.functional.cross_entropy}
+"""
 # command -> (file, argv): a short run of each command that prints a report (the model checks share cli_main: one
-# stands for them; doctor and the in-loop demos have their own tests)
+# stands for them; the in-loop demos have their own tests)
 PRINTERS = {
+    "doctor --case": ("diagnostics/doctor.py", ["--case", "{case}"]),
+    "doctor --case --json": ("diagnostics/doctor.py", ["--case", "{case}", "--json"]),
     "init_loss (cli_main)": ("diagnostics/init_loss.py", ["--healthy"]),
     "init_loss --json": ("diagnostics/init_loss.py", ["--healthy", "--json"]),
     "sweeps": ("diagnostics/sweeps.py", []),
@@ -202,13 +212,14 @@ STDOUT_CASES = [(name, stdout) for name in PRINTERS for stdout in ("closed", "fu
 
 def stdout_runs_in(tmp):
     """The runs of the stdout kinds, with the files they read and write under tmp."""
-    script, log = tmp / "train.py", tmp / "log.csv"
+    script, log, case = tmp / "train.py", tmp / "log.csv", tmp / "case.py"
     script.write_text(TINY_SCRIPT)
+    case.write_text(TINY_CASE)
     log.write_text("step,loss\n" + "".join(f"{step},{2.0 - step / 1000:.4f}\n" for step in range(300)))
     runs = []
     for index, (name, stdout) in enumerate(STDOUT_CASES):
         file, argv = PRINTERS[name]
-        argv = [a.format(script=script, log=log, out=tmp / f"out{index}") for a in argv]
+        argv = [a.format(script=script, log=log, case=case, out=tmp / f"out{index}") for a in argv]
         runs.append((str(ROOT / file), argv, stdout))
     return runs
 
