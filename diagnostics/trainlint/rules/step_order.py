@@ -324,7 +324,8 @@ def check_clip_before_unscale(src):
         for loop in src.enclosing_loops(call) or [src.function(call) or src.tree]:
             events = [e for e in src.events(loop) if not exclusive(src, e.node, call)]  # not `if amp: ... else: ...`
             if any(e.kind == "step" and e.scaler for e in events):
-                if not any(e.kind == "unscale" and e.pos < position(call) for e in events):
+                # `<=`: an unscale at the clip call itself is this file's own function of that name, unscaling inside
+                if not any(e.kind == "unscale" and e.pos <= position(call) for e in events):
                     yield call, ("the GradScaler's gradients are still multiplied by the loss scale here, so this "
                                  "clips almost every step by a varying factor. Call scaler.unscale_(optimizer) "
                                  "before clipping.")
