@@ -94,4 +94,4 @@ def test_make_test_keeps_the_tests_of_one_file_on_one_worker():
     the module's tests, and again when a worker comes back to the module: --dist load built some twice or three times.
     (--dist loadgroup would not do: xdist 3.8 renames the test ids to group them, and pytest 9.2 ignores the rename.)"""
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^test: .*\n\t\$\(PYTHON\) -m pytest .*-n 2 --dist loadfile\b", makefile, re.M)
+    assert re.search(r"^test: .*\n(?:\t.*\n)*?\t\$\(PYTHON\) -m pytest .*-n 2 --dist loadfile\b", makefile, re.M)
