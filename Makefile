@@ -31,7 +31,7 @@ demo: $(VENV)/.installed  ## run the doctor on its embedded demo case (a model w
 	else echo "make demo: expected the doctor to flag the planted bug (exit 1), got exit $$status" >&2; exit 1; fi
 
 # Our own sources are byte-compiled first: where PYTHONDONTWRITEBYTECODE is set (as on the project's VMs), each of the
-# suite's ~450 processes would compile what it imports again (11 s of CPU over the suite, measured on the 2-core VM).
+# suite's ~470 processes would compile what it imports again (11 s of CPU over the suite, measured on the 2-core VM).
 test: $(VENV)/.installed-test browser  ## the whole test suite, pack checker included, on two workers (one torch thread each)
 	$(PYTHON) -m compileall -q -j 0 diagnostics ml_debug tools
 	$(PYTHON) -m pytest -q -n 2 --dist loadfile

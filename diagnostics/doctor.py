@@ -101,7 +101,8 @@ How to read it
     device-side assert (an index out of range, such as a label >= the number of classes) leaves
     CUDA unusable in the process, so the checks after it are skips that say so. --json prints
     {"checks": [{"id", "status", "summary", "details"}]} with the measurements in details.
-    Exit code: 0 no fail, 1 at least one fail, 2 the case could not be loaded.
+    Exit code: 0 no fail, 1 at least one fail (or a full stdout that lost the report), 2 the case
+    could not be loaded.
 
 Next step
     Fix the first fail, then rerun the doctor. Each check is also a file of its own (e.g.
