@@ -51,3 +51,39 @@ def test_a_cut_is_followed_through_a_tensor_method_called_on_it():
         loss = out.detach().sum()
         loss.backward()
         """) == [("detached-loss", 3)]
+
+
+# --- summands: a loss's terms are followed through at most 16 steps of names -----------------------------------
+
+def renamed_loss(renames, term):
+    """A loss `main + <term>` passed through `renames` plain renames before backward()."""
+    lines = ["import torch.nn.functional as F",
+             "main_loss = F.cross_entropy(model(x), y)",
+             "aux_loss = F.cross_entropy(aux(x), y)",
+             f"l0 = main_loss + {term}"]
+    lines += [f"l{i + 1} = l{i}" for i in range(renames)]
+    lines.append(f"l{renames}.backward()")
+    return "\n".join(lines)
+
+
+def test_a_detached_term_sixteen_steps_down_is_reported_and_one_further_is_not():
+    # the terms of l0 sit at depth renames + 2: 16 is followed, 17 is past the limit
+    assert findings(renamed_loss(14, "aux_loss.item()")) == [("detached-loss-term", 4)]
+    assert findings(renamed_loss(15, "aux_loss.item()")) == []
+
+
+# --- unreduced: a reduction='none' loss is followed through at most 12 steps of names --------------------------
+
+def renamed_unreduced_loss(renames):
+    lines = ["import torch.nn as nn",
+             "criterion = nn.CrossEntropyLoss(reduction='none')",
+             "l0 = criterion(model(x), y)"]
+    lines += [f"l{i + 1} = l{i}" for i in range(renames)]
+    lines.append(f"l{renames}.backward()")
+    return "\n".join(lines)
+
+
+def test_an_unreduced_loss_twelve_steps_down_is_reported_and_one_further_is_not():
+    # the loss call sits at depth renames + 1: 12 is followed, 13 is past the limit
+    assert findings(renamed_unreduced_loss(11)) == [("backward-non-scalar", 15)]
+    assert findings(renamed_unreduced_loss(12)) == []
