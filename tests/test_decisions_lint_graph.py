@@ -87,3 +87,103 @@ def test_an_unreduced_loss_twelve_steps_down_is_reported_and_one_further_is_not(
     # the loss call sits at depth renames + 1: 12 is followed, 13 is past the limit
     assert findings(renamed_unreduced_loss(11)) == [("backward-non-scalar", 15)]
     assert findings(renamed_unreduced_loss(12)) == []
+
+
+# --- loss-accumulated-with-graph ------------------------------------------------------------------------------
+
+def test_a_loss_summed_behind_data_of_an_expression_is_not_reported():
+    # `.data` cuts whatever it hangs on, even when that is no plain name
+    assert findings("""
+        import torch.nn.functional as F
+
+        total = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += (loss * x.size(0)).data
+        """) == []
+
+
+def test_a_loss_that_a_step_function_backpropagates_and_returns_counts_when_summed():
+    # the step's loss is no loss call: it is a loss only because backward() runs on it
+    assert findings("""
+        def train_step(x, y):
+            optimizer.zero_grad()
+            loss = ((model(x) - y) ** 2).mean()
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        total = 0.0
+        for x, y in loader:
+            step_loss = train_step(x, y)
+            total += step_loss
+        """) == [("loss-accumulated-with-graph", 12)]
+
+
+def summed_over(loop_header):
+    return f"""
+        import torch.nn.functional as F
+
+        total = 0.0
+        {loop_header}
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += loss
+        """
+
+
+def test_a_loop_of_exactly_few_passes_is_left_alone_and_one_more_is_reported():
+    assert findings(summed_over("for _ in range(10):")) == []
+    assert findings(summed_over("for _ in range(11):")) == [("loss-accumulated-with-graph", 10)]
+
+
+def test_a_total_reset_as_the_last_statement_of_the_loop_is_not_a_running_total():
+    # the reset's binding ends exactly where the loop ends
+    assert findings("""
+        import torch.nn.functional as F
+
+        total = 0.0
+        for x, y in loader:
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            total += loss
+            total = 0.0
+        """) == []
+
+
+def test_a_parameter_of_training_step_is_bound_where_the_step_begins():
+    # in a training_step method the "loop" is the method itself, and its parameters are bound at its first position
+    assert findings("""
+        import torch.nn.functional as F
+
+        class Module(LightningModule):
+            def training_step(self, batch, batch_idx, total):
+                x, y = batch
+                loss = F.cross_entropy(self(x), y)
+                total += loss
+                return loss
+        """) == []
+
+
+def test_a_self_total_decayed_by_itself_is_still_a_running_total():
+    assert findings("""
+        import torch.nn.functional as F
+
+        class Trainer:
+            def fit(self, loader):
+                self.running_loss = 0.0
+                for x, y in loader:
+                    self.optimizer.zero_grad()
+                    loss = F.cross_entropy(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+                    self.running_loss = self.running_loss * 0.9
+                    self.running_loss += loss
+        """) == [("loss-accumulated-with-graph", 13)]
