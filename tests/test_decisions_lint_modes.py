@@ -122,3 +122,29 @@ def test_a_helper_that_recalibrates_before_it_trains_is_not_evaluation_in_train_
             model.train()
             calibrate_then_fit(model, optimizer, train_loader)
         """) == []
+
+
+def test_a_model_a_helper_builds_and_trains_is_in_train_mode_for_eval_mode_missing():
+    # the training happens inside the call that defines net: it counts as training between the build and the loop
+    assert findings("""
+        import torch
+        import torch.nn as nn
+        import torch.nn.functional as F
+
+
+        def fit(train_loader):
+            net = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Dropout(0.5), nn.Linear(256, 10))
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.cross_entropy(net(x), y).backward()
+                optimizer.step()
+            return net
+
+
+        def main(train_loader, val_loader):
+            net = fit(train_loader)
+            with torch.no_grad():
+                for x, y in val_loader:
+                    print(net(x))
+        """) == [("eval-mode-missing", 21)]

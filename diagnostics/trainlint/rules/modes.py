@@ -343,7 +343,9 @@ def training_dropout(src, call):
 
 
 def trained_between(src, scope, start, end):
-    return any(e.kind in ("backward", "step") and start < e.pos < end for e in src.events(scope))
+    """A backward() or step() of scope from start (a helper that builds the model and trains it, `net = fit(loader)`,
+    counts at its call) to before end."""
+    return any(e.kind in ("backward", "step") and start <= e.pos < end for e in src.events(scope))
 
 
 def in_train_mode(src, scope, expr, before, depth=0):
