@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,12 @@ def run_cli(script, *args, cwd=None, timeout=120):
         [sys.executable, str(DIAGNOSTICS / script), *map(str, args)],
         capture_output=True, text=True, cwd=cwd or ROOT, timeout=timeout, env=env,
     )
+
+
+def findings(code, path="<string>"):
+    """lint's findings on a source snippet (dedented first), as (rule, line) pairs."""
+    import lint
+    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), path)]
 
 
 def assert_one_line_error(proc):

@@ -4,20 +4,15 @@ import ctypes
 import os
 import platform
 import sys
-import textwrap
 
 import pytest
 import torch
 
-import lint
 import ml_debug_contract
 import resume_check
+from conftest import findings
 from state_snapshot import differences, snapshot
 from test_hostile_inloop import SharedTrainer
-
-
-def findings(code):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), "<string>")]
 
 
 # --- data-write: a call of the file's own (model(x)) is an activation only in code that runs backward() ----------
@@ -151,27 +146,6 @@ def test_clipping_in_a_loop_over_optimizers_after_backward_is_clean():
 def test_a_detach_is_followed_up_to_64_steps_from_the_loss(minus_signs, expected):
     source = "out = model(x)\nloss = " + "-" * minus_signs + "out.detach()\nloss.backward()\n"
     assert findings(source) == expected
-
-
-# --- loss-accumulated-with-graph: only range(n) or range(a, n) of a literal few passes is left alone ---------------
-
-@pytest.mark.parametrize("loop, expected", [
-    ("range(3)", []),
-    ("range(0, 3)", []),
-    ("range(0, 1000, 2)", [("loss-accumulated-with-graph", 10)]),  # the last argument is a step, not a count
-])
-def test_summing_a_loss_in_a_loop_of_a_few_passes(loop, expected):
-    assert findings(f"""
-        import torch.nn.functional as F
-
-        total_loss = 0.0
-        for i in {loop}:
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x[i]), y[i])
-            loss.backward()
-            optimizer.step()
-            total_loss += loss
-        """) == expected
 
 
 # --- accumulation: a loop with its own backward() and step() is judged on them, not on what its calls run -----------

@@ -1,15 +1,10 @@
 """Decisions of spikelog's epoch counter and post-mortem and of lint's clip-before-unscale, each pinned by an input
 at its boundary: found by mutation testing."""
-import textwrap
 from types import SimpleNamespace
 
-import lint
+from conftest import findings
 from spikelog import report as postmortem
 from spikelog.read.columns import epoch_steps
-
-
-def findings(code):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), "<string>")]
 
 
 def composed_steps(batches):

@@ -1,12 +1,8 @@
 """Decisions of lint's graph rules (detached losses, unreduced losses, losses summed with their graph), each pinned by
 an input at its boundary: found by mutation testing."""
-import textwrap
+import pytest
 
-import lint
-
-
-def findings(code):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), "<string>")]
+from conftest import findings
 
 
 # --- flow: a cut is followed through attributes, subscripts, lists and calls -----------------------------------
@@ -91,19 +87,23 @@ def test_an_unreduced_loss_twelve_steps_down_is_reported_and_one_further_is_not(
 
 # --- loss-accumulated-with-graph ------------------------------------------------------------------------------
 
-def test_a_loss_summed_behind_data_of_an_expression_is_not_reported():
-    # `.data` cuts whatever it hangs on, even when that is no plain name
-    assert findings("""
+def summed_over(loop_header, summing="total += loss"):
+    return f"""
         import torch.nn.functional as F
 
         total = 0.0
-        for x, y in loader:
+        {loop_header}
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x), y)
             loss.backward()
             optimizer.step()
-            total += (loss * x.size(0)).data
-        """) == []
+            {summing}
+        """
+
+
+def test_a_loss_summed_behind_data_of_an_expression_is_not_reported():
+    # `.data` cuts whatever it hangs on, even when that is no plain name
+    assert findings(summed_over("for x, y in loader:", "total += (loss * x.size(0)).data")) == []
 
 
 def test_a_loss_that_a_step_function_backpropagates_and_returns_counts_when_summed():
@@ -123,23 +123,16 @@ def test_a_loss_that_a_step_function_backpropagates_and_returns_counts_when_summ
         """) == [("loss-accumulated-with-graph", 12)]
 
 
-def summed_over(loop_header):
-    return f"""
-        import torch.nn.functional as F
 
-        total = 0.0
-        {loop_header}
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x), y)
-            loss.backward()
-            optimizer.step()
-            total += loss
-        """
-
-
-def test_a_loop_of_exactly_few_passes_is_left_alone_and_one_more_is_reported():
-    assert findings(summed_over("for _ in range(10):")) == []
-    assert findings(summed_over("for _ in range(11):")) == [("loss-accumulated-with-graph", 10)]
+@pytest.mark.parametrize("loop_header, expected", [
+    ("for _ in range(3):", []),
+    ("for _ in range(0, 3):", []),
+    ("for _ in range(10):", []),  # exactly few passes: left alone
+    ("for _ in range(11):", [("loss-accumulated-with-graph", 10)]),
+    ("for _ in range(0, 1000, 2):", [("loss-accumulated-with-graph", 10)]),  # the last argument is a step, not a count
+])
+def test_only_range_n_or_range_a_n_of_a_literal_few_passes_is_left_alone(loop_header, expected):
+    assert findings(summed_over(loop_header)) == expected
 
 
 def test_a_total_reset_as_the_last_statement_of_the_loop_is_not_a_running_total():

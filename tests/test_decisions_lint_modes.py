@@ -1,14 +1,9 @@
 """lint's train/eval mode rules (diagnostics/trainlint/rules/modes.py): decisions at their boundaries, found by
 mutation testing."""
-import textwrap
 
 import pytest
 
-import lint
-
-
-def findings(code):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), "<string>")]
+from conftest import findings
 
 
 def nested_model(levels):

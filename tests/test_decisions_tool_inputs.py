@@ -1,7 +1,6 @@
 """Issue 27: the refusals and branches of lint, spikes, sweeps, spike_guard and check_pack that no test ran, one by one."""
 import errno
 import math
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,13 @@ import lint
 import spike_guard
 import spikes
 import sweeps
+from conftest import findings
 from spikelog.read import general
 from spikelog.read.columns import Columns
 from spikelog.report import _describe as describe_event
 from trainlint import run as lint_run
 
 LONG_NAME = "x" * 300  # longer than any file name may be: every system call on it fails with ENAMETOOLONG
-
-
-def findings(code, path="<string>"):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), path)]
 
 
 def spikes_refusal(capsys, *argv):

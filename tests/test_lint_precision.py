@@ -6,10 +6,7 @@ import textwrap
 import pytest
 
 import lint
-
-
-def findings(code, path="<string>"):
-    return [(f.rule, f.line) for f in lint.lint_source(textwrap.dedent(code), path)]
+from conftest import findings
 
 
 # --- false findings of issue 24, each fixed at its cause: the look-alike lints clean ----------------------------
