@@ -98,21 +98,25 @@ def curve(kind, count, seed=0):
         return [(0.004 + 5.0 * math.exp(-k / 150)) * math.exp(0.8 * rng.gauss(0, 1)) for k in range(count)]
     if kind == "noisy":  # a detection batch loss: 8% noise a row, where a level shift can stay under the threshold
         return [(1 + 2 * (1 + k / 500) ** -0.5) * (1 + 0.08 * rng.gauss(0, 1)) for k in range(count)]
+    if kind == "flat":  # a flat batch loss, log-normal 15% a row
+        return [math.exp(0.15 * rng.gauss(0, 1)) for k in range(count)]
     return [0.004 + 5.0 * math.exp(-k / 150) + 0.0002 * rng.gauss(0, 1) for k in range(count)]
 
 
 def state(series):
     return (list(series.window), series.med, series.sigma, series.slope, series.threshold, series.scale,
             list(series.blocks), series.falling, series.refreshes, series.until_refresh, series.last_step,
-            series.episode is None, series.shift_limit, series.shift_base, series.period, list(series.at))
+            series.episode is None, series.shift_limit, series.shift_base, series.period, list(series.at),
+            series.block_limit, series.block_latest, list(series.window_limits))
 
 
-@pytest.mark.parametrize("kind", ["power_law", "near_zero", "heavy_tail", "noisy"])
+@pytest.mark.parametrize("kind", ["power_law", "near_zero", "heavy_tail", "noisy", "flat"])
 @pytest.mark.parametrize("spike_at", [None, 5003])
 def test_the_screen_leaves_a_series_exactly_as_feeding_it_in_python(kind, spike_at):
     values = curve(kind, 12000)
-    if spike_at and kind == "noisy":  # a lasting 1.25x offset, 3 sigma: a level shift, no row past the threshold
-        values[spike_at:] = [x * 1.25 for x in values[spike_at:]]
+    if spike_at and kind in ("noisy", "flat"):  # a lasting offset, 3 sigma (1.25x): a level shift no row
+        factor = 1.25 if kind == "noisy" else 1.16  # shows; 1.1 sigma (1.16x): one that only the window's median shows
+        values[spike_at:] = [x * factor for x in values[spike_at:]]
     elif spike_at:
         values[spike_at] += 5.0 if kind == "heavy_tail" else 0.5  # beyond a log-normal tail: 1000x its median
     steps = list(range(10, 10 + 10 * len(values), 10))
@@ -137,14 +141,16 @@ def test_the_screen_leaves_a_series_exactly_as_feeding_it_in_python(kind, spike_
     for i in range(stop_python, min(len(values), stop_python + 40)):  # the spike, value by value
         python.feed(steps[i], i, values[i])
         fast.feed(steps[i], i, values[i])
-    if spike_at:  # the spike opened where it was planted (a shift: within a row or two, by its noise), in both
-        near = steps[spike_at - 2:spike_at + 3] if kind == "noisy" else [steps[spike_at]]
+    if spike_at:  # the spike opened where it was planted (a shift: within a row or two, by its noise; one the window
+        # median shows: within a block or two), in both
+        near = {"noisy": steps[spike_at - 2:spike_at + 3], "flat": steps[spike_at - 32:spike_at + 65]}.get(
+            kind, [steps[spike_at]])
         assert python.episode is not None and python.episode.start in near
     assert state(fast) == state(python)
     assert calls["numpy"] == calls["python"] and len(calls["python"]) > 100
     if kind == "heavy_tail":  # the log-normal tail widened the threshold (series.tail_distance), in both
         assert python.threshold - python.med > 2 * SPIKE_Z * python.sigma
-    elif kind == "noisy":  # no fast fall: the screen took the healthy stretches up to the shift
+    elif kind in ("noisy", "flat"):  # no fast fall: the screen took the healthy stretches up to the shift
         assert stop_python > (spike_at or len(values)) - 2 * 64
     else:
         assert any(falling for *_, falling in calls["python"])  # the fast fall was met, and handed over

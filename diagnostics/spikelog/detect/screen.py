@@ -4,10 +4,11 @@ Series.feed_run takes a healthy stretch a refresh at a time in Python. Here many
 once, with exactly the same arithmetic: for each stretch of REFRESH values the threshold it is held to
 (the previous refresh's), the window after it (its sorted order statistics: median, interquartile range),
 the block median and spread for the falling test, the running scale, the next threshold and the level-shift
-limits (rows above the band; a block median above its limit, Series._block_shift). The leading
-stretches that are finite, under their threshold and whose refresh does not find the loss falling fast are
-taken in one go; the series is left exactly as feed_run would leave it (window, thresholds, block medians,
-scale, on_block calls), and the first stretch that is not plain healthy goes to the scalar path. Only
+limits (rows above the band; a block median above its limit, Series._block_shift; the window's median above
+its limit, Series._window_shift). The leading stretches that are finite, under their threshold and whose refresh
+does not find the loss falling fast are taken in one go; the series is left exactly as feed_run would leave it
+(window, thresholds, block medians, scale, on_block calls), and the first stretch that is not plain healthy goes
+to the scalar path. Only
 order statistics, one halving, one division and the threshold's sums and products are computed, each a
 single IEEE operation on the same doubles as in Python, so the verdicts and the numbers reported are the same
 (tests/test_spikes.py compares both paths on every test log).
@@ -20,7 +21,8 @@ import numpy as np
 
 from .series import log_spread, tail_distance
 from .thresholds import (BAND_Z, BLOCK, BLOCK_SIGMAS, FALLING_Z, HEAVY_SPREAD, IQR_PER_SIGMA, REFRESH,
-                         SETTLED_REFRESHES, SHIFT_ROWS, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW)
+                         SETTLED_REFRESHES, SHIFT_ROWS, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, WINDOW,
+                         WINDOW_SIGMAS)
 
 FIRST_SPAN = 1024  # values screened at the first try; each success quadruples it, so a stretch that ends
 # soon (the next spike) costs little, and a long healthy one is screened in a few large numpy calls (ours)
@@ -109,12 +111,14 @@ def _screen(series, steps, values, row, start, stop):
     level = (blocks[:, B_MID - 1] + blocks[:, B_MID]) / 2
     base = np.minimum(med, level)  # the level a shift is measured from (Series._refresh)
     distance, shift, block_shift = SPIKE_Z * sigma, BAND_Z * sigma, BLOCK_SIGMAS * sigma
+    window_shift = WINDOW_SIGMAS * sigma
     low, high = windows[:, W_LOW], windows[:, W_HIGH]
     for i in np.flatnonzero((low > 0) & (high > low * HEAVY_RATIO)).tolist():  # the few heavy-tailed windows,
         spread = log_spread(float(high[i]), float(low[i]))  # (in Python's math, as Series._refresh)
         distance[i] = tail_distance(float(med[i]), float(distance[i]), spread)
         shift[i] = tail_distance(float(base[i]), float(shift[i]), spread, BAND_Z)
         block_shift[i] = tail_distance(float(base[i]), float(block_shift[i]), spread, BLOCK_SIGMAS)
+        window_shift[i] = tail_distance(float(med[i]), float(window_shift[i]), spread, WINDOW_SIGMAS)
     local = (blocks[:, B_HIGH] - blocks[:, B_LOW]) / IQR_PER_SIGMA
     # Falling: the block median two blocks back is far above this one (the scalar path then fits a line); -inf
     # where there is none. Only the stretches up to the first that fails count: there, all of this is finite.
@@ -131,13 +135,20 @@ def _screen(series, steps, values, row, start, stop):
     block_latest = base + np.maximum(block_shift, floor)  # a stretch's median above the limit it was held to: a
     block_after = np.minimum(block_latest, np.concatenate(((series.block_latest,), block_latest[:-1])))  # level shift
     block_held = np.concatenate(((series.block_limit,), block_after[:-1]))  # (Series._block_shift, _refresh)
+    # The window's median above the lower limit of the two refreshes before the latest (Series._window_shift), once
+    # three are known; none after a divergence (the scalar path's inf)
+    window_latest = np.full(count, np.inf) if series.diverged else med + np.maximum(window_shift, floor)
+    known = [limit for limit, _ in series.window_limits]
+    limits = np.concatenate((np.full(3 - len(known), np.inf), known, window_latest))
+    window_held = np.minimum(limits[:count], limits[1:count + 1])
+    window_held[:3 - len(known)] = np.inf
     # A stretch with more than half of SHIFT_ROWS values above the shift limit it was held to may hold a level
     # shift: it goes to Series._shifted (which needs them in a row).
     steady = (blocks > shift_held[:, None]).sum(axis=1) <= SHIFT_ROWS >> 1
     finite = blocks[:, -1] - blocks[:, 0] < np.inf  # (NaN sorts last, -inf first)
     settled = np.arange(series.refreshes + 1, series.refreshes + 1 + count) >= SETTLED_REFRESHES  # (else a line)
     healthy = (finite & (blocks[:, -1] <= held_to) & (two_back - level <= FALLING_Z * local) & settled & steady
-               & (level <= block_held))
+               & (level <= block_held) & (med <= window_held))
     first_bad = int(healthy.argmin())
     taken = count if healthy[first_bad] else first_bad
     if taken == 0:
@@ -148,6 +159,7 @@ def _screen(series, steps, values, row, start, stop):
     series.threshold, series.scale = float(threshold_after[last]), float(scale[last])
     series.shift_limit, series.shift_base = float(shift_after[last]), float(base[last])
     series.block_limit, series.block_latest = float(block_after[last]), float(block_latest[last])
+    series.window_limits.extend(zip(window_latest[:taken].tolist(), med[:taken].tolist()))
     series.falling = False
     series.refreshes += taken
     series.until_refresh = series.period = REFRESH

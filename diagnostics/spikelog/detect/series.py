@@ -9,7 +9,7 @@ from .thresholds import (BAND_REL, BAND_Z, BLOCK, BLOCK_SIGMAS, CONFIRM, DIVERGE
                          HEAVY_SPREAD, FALLING_Z, FALL_PACE, FALL_REFRESH, FALL_Z, FAST_STEPS, IQR_PER_SIGMA, MAX_FOLLOW,
                          MEDIAN_SE, MIN_POINTS, MIN_SETTLE_BLOCKS, OFFSET_REL, OFFSET_Z, REFRESH, SETTLE_FACTOR,
                          SETTLE_TOL, SETTLED_REFRESHES, SHIFT_ROWS, SPIKE_ABS, SPIKE_REL, SPIKE_Z, TREND_BLOCKS, VERIFY,
-                         WINDOW)
+                         WINDOW, WINDOW_SIGMAS)
 
 
 class Spike:
@@ -279,22 +279,25 @@ class Episode:
             rate = descent / max(first_step - earlier_step, 1)
             if (level - self.band) / rate <= SETTLE_FACTOR * max(step - self.peak_step, 1):
                 return None  # still coming down at a pace that brings it back: keep following
-        if descent < -tol or self._diverged(level):
-            return "divergence", None, level, "settled"
-        return "no_recovery", first_step, level, "settled"
+        if descent < -tol or self._diverged(statistics.median(median for _, median in self._at_level(level))):
+            return "divergence", None, level, "settled"  # (a multiple of the baseline where it settled: by every
+        return "no_recovery", first_step, level, "settled"  # block at that level, not by the latest alone)
 
     def _diverged(self, level):
         return self.baseline > 0 and level >= DIVERGE_RATIO * self.baseline
 
+    def _at_level(self, level):
+        """The trailing blocks (first step, median) whose medians are at `level`, within SETTLE_TOL noise sigma (the
+        latest block at least)."""
+        tol = SETTLE_TOL * self.noise
+        count = next((k for k, (_, median) in enumerate(reversed(self.blocks)) if abs(median - level) > tol),
+                     len(self.blocks))
+        return self.blocks[-max(count, 1):]
+
     def settled_rows(self, level):
         """The values at the settled `level`, where a spike of their own was never looked for: those of the trailing
-        blocks whose medians are at it (within SETTLE_TOL noise sigma), the start's value aside."""
-        tol = SETTLE_TOL * self.noise
-        first = self.blocks[-1][0]
-        for step, median in reversed(self.blocks):
-            if abs(median - level) > tol:
-                break
-            first = step
+        blocks at it (_at_level), the start's value aside."""
+        first = self._at_level(level)[0][0]
         return [value for value in self.rows if value[0] >= first and value[1] > self.start_row]
 
     def by_level(self, ended_by):
@@ -388,6 +391,8 @@ class Series:
         self.shift_base = None  # ...from this level: the baseline of the spike it opens
         self.block_limit = math.inf  # the median of the next block above this: a level shift (_block_shift)
         self.block_latest = math.inf  # ...the limit of the latest block refresh alone
+        self.window_limits = deque(maxlen=3)  # (limit, base) of the last three settled block refreshes: the window's
+        # median above the lower of the two older ones is a level shift too small for one block (_window_shift)
         self.diverged = False  # re-based at the level of a divergence: its further climb is no level shift (until a
         # resume or another run; the creep watch keeps quiet the same way)
         self.until_refresh = self.period = 1  # healthy values to the next refresh; and between the last two
@@ -412,6 +417,7 @@ class Series:
             self.med = self.sigma = None
             self.threshold, self.shift_limit, self.until_refresh = math.inf, math.inf, 1
             self.block_limit = self.block_latest = math.inf
+            self.window_limits.clear()
             return
         block = not self.minis  # (else a refresh between two blocks, in a fast fall)
         if block:
@@ -456,6 +462,10 @@ class Series:
                                                        floor)  # limit a block before holds when lower: a shift
             self.block_limit = math.inf if slope or self.diverged else min(latest, self.block_latest)  # from the
             self.block_latest = latest  # middle of a block lifts the next limit by half of it before it is seen
+            if self.refreshes >= SETTLED_REFRESHES:  # (a start's early line is no level to measure a shift from)
+                self.window_limits.append((math.inf if slope or self.diverged else
+                                           med + max(tail_distance(med, WINDOW_SIGMAS * sigma, spread, WINDOW_SIGMAS),
+                                                     floor), med))
         if not block:
             self.minis -= 1
         elif self.falling:
@@ -509,6 +519,11 @@ class Series:
             if count:  # followed by its block medians: back in their band, half-way to the limit (3 standard
                 self._open_shift(count, (self.shift_base + self.block_limit) / 2)  # errors, as the row band is
                 return  # half-way to the threshold)
+            shift = self._window_shift()
+            if shift:  # followed by its block medians too, back in the band half-way to the window's limit
+                count, base, limit = shift
+                self._open_shift(count, (base + limit) / 2, base)
+                return
         self._refresh(step, row)
 
     def _block_shift(self):
@@ -524,6 +539,21 @@ class Series:
         if (b[(BLOCK >> 1) - 1] + b[BLOCK >> 1]) / 2 <= limit:  # (the median as _refresh takes it)
             return 0
         return k - _onset(values, k - 1, (self.shift_base + limit) / 2)
+
+    def _window_shift(self):
+        """A level shift seen in the median of the whole window (its two blocks), too small for one block: above
+        WINDOW_SIGMAS (0.94 sigma, the same 6 standard errors as a block median's 1.33) over the window median of a
+        refresh before both blocks, the lower limit of the two before them (a shift that began in the older block
+        lifted the refresh after it). (count, base, limit): how many of the latest values belong to it, from its
+        onset (see _onset) on, and the level and limit it was measured by; None for none."""
+        if len(self.window_limits) < 3:  # (three refreshes since the baseline settled, a resume or a slow recovery)
+            return None
+        limit, base = min(self.window_limits[0], self.window_limits[1])
+        values = self._latest(WINDOW)
+        k = len(values)
+        if k < WINDOW or sorted(values)[k >> 1] <= limit:  # (the median as _refresh takes it)
+            return None
+        return k - _onset(values, k - 1, (base + limit) / 2), base, limit
 
     def _shifted(self):
         """How many of the latest values belong to a level shift: the median of SHIFT_ROWS values in a row above
@@ -561,15 +591,16 @@ class Series:
         self._open_shift(count)
         self.feed(step, row, x)
 
-    def _open_shift(self, count, block_band=None):
+    def _open_shift(self, count, block_band=None, base=None):
         """Open a spike at the first of the latest `count` values of the window, and feed it the rest of them; one
-        seen in a block median (block_band: the noise band of a block median) is followed by its block medians."""
+        seen in a block median (block_band: the noise band of a block median) is followed by its block medians.
+        `base`: the level it is measured from, when not the latest refresh's."""
         values = [self.window.pop() for _ in range(count)][::-1]  # out of the baseline: they are the spike
         at = [self.at.pop() for _ in range(count)][::-1]
         self.until_refresh += count  # the window refreshes once it is as full again
         (first_step, first_row), first = at[0], values[0]
-        self.episode = Episode(first_step, first_row, first, self.shift_base, self.sigma, self.threshold,
-                               list(self.window), self.trend(), block_band)
+        self.episode = Episode(first_step, first_row, first, self.shift_base if base is None else base, self.sigma,
+                               self.threshold, list(self.window), self.trend(), block_band)
         self.last_step = first_step
         for (s, r), x in zip(at[1:], values[1:]):
             self.feed(s, r, x)
@@ -657,6 +688,8 @@ class Series:
         spike = Spike(episode, kind, end, level, ended_by, row)
         self.spikes.append(spike)
         self.episode = None
+        if kind == "slow_recovery":  # back by a block median's margin while its tail still comes down: that tail is
+            self.window_limits.clear()  # no shift from the pre-spike level (the window test starts afresh)
         if kind in ("no_recovery", "divergence") and ended_by in ("settled", "horizon"):
             self.snapshot = (episode.start, episode.snapshot)  # the level moved: rebuild the baseline there
             settled = (episode.settled_rows(level) if ended_by == "settled" and episode.pending is None and episode.blocks
@@ -688,6 +721,7 @@ class Series:
         self.window = deque(values, maxlen=WINDOW)
         self.at.clear()
         self.blocks.clear()
+        self.window_limits.clear()
         self.falling = False
         self.refreshes = 0
         self.minis = 0
@@ -721,6 +755,7 @@ class Series:
         self.last_step = -math.inf
         self.diverged = False
         self.blocks.clear()  # the trend before a resume is another run's; a drop right after it is a step
+        self.window_limits.clear()  # (and so is the level a shift would be measured from)
         self.at.clear()  # (a level shift starts after the resume)
         self.falling = False
         self.minis = 0
@@ -743,6 +778,7 @@ class Series:
         self.falling = False
         self.threshold, self.shift_limit, self.until_refresh, self.refreshes, self.minis = math.inf, math.inf, 1, 0, 0
         self.block_limit = self.block_latest = math.inf
+        self.window_limits.clear()
         self.diverged = False
         self.snapshot = None
         self.last_step = -math.inf

@@ -58,6 +58,9 @@ CREEP_SMOOTH = 4  # block medians whose median is the level the creep watch comp
 # lowest of those is no extreme of a single block's noise; ours)
 MEDIAN_SE = 1.2533 / BLOCK ** 0.5  # the standard error of a block median, in sigmas (sqrt(pi/2) / sqrt(n))
 BLOCK_SIGMAS = BLOCK_SHIFT_Z * MEDIAN_SE  # 1.33 noise sigma: a block median this far off is off (BLOCK_SHIFT_Z)
+WINDOW_SIGMAS = BLOCK_SHIFT_Z * MEDIAN_SE * (BLOCK / WINDOW) ** 0.5  # 0.94 sigma: ...and so is the median of a
+# window, two blocks (a lasting 1.3x offset at 1.0-1.5 sigma a row stays under a block's line: issue 23's Fast-SCNN
+# plants)
 CREEP_Z = 3.0  # ...and more than 3 of those above the lowest, in logs: a heavy-tailed batch loss near zero (its logs
 # spread by ~1.5) has block medians 1.5x apart by chance, no creep (issue 23's OCR log; ours)
 DROP_Z = 2.0  # after a resume, the first block median this many sigma below the last one before it
