@@ -14,9 +14,12 @@ is written to a `step,loss` CSV three more times, each with one shape planted, a
 offset (a no_recovery). They go at two thirds of the log (`calm`; earlier where a resume or a new run would fall
 inside the shape's rows: a spike open at a resume is judged by its level there), and once more where the log falls
 fastest (`fall`) when it has a fast fall: its loss down by 20% or more over 48 rows (the medians of 16 rows at
-either end). A plant is found when a spike that the unplanted CSV does not have starts within 5 rows of it, typed when that
-spike has the shape's type. A log too short for a shape (the spike needs 40 rows before it, the bump and the offset
-96 before and 240 after) is not planted with it, nor is a loss whose median is 0 or less (3x is a dip there).
+either end). A plant is found when a spike that the unplanted CSV does not have starts within 5 rows after it (an
+offset: from a block before it to 160 rows after, or a new creep event there, see plant_all), typed when that spike
+has the shape's type; but an offset whose planted curve comes back under the pre-plant trend (a log whose fall
+speeds up after it) is a recovery by DESIGN.md's types, and is typed right as a slow_recovery (see back_on_trend).
+A log too short for a shape (the spike needs 40 rows before it, the bump and the offset 96 before and 240 after) is
+not planted with it, nor is a loss whose median is 0 or less (3x is a dip there).
 `--no-plants` leaves the plants out.
 
 A missing mirror is one line saying which fetch to run (fetch github:OWNER/NAME). The look-alikes of each shape
@@ -116,7 +119,12 @@ SHAPES = {"spike": ("one row at 3x", "fast_recovery", 40, 6),
           "offset": ("1.3x from there on", "no_recovery", 96, 240)}
 BUMP_ROWS = 100
 NEAR = 5  # rows between a plant and the start of the spike that finds it (spikes_scores.py: 5 steps)
+OFFSET_EARLY, OFFSET_LATE = 32, 160  # ...but for an offset, from a block before it to 160 rows after: one under a
+# block median's line is seen in the median of two blocks (or by the creep watch, blocks later), and the change
+# point of a 1-1.5 sigma shift in a heavy-tailed batch loss lands up to a block early (tests/test_spikes.py's
+# look-alike)
 FALL_ROWS, FALL_EDGE, FAST_FALL = 48, 16, 0.8  # a fast fall: the median of 16 rows 48 rows later <= 0.8x
+TREND_BLOCK = 32  # rows whose median is compared with the pre-plant trend (spikes.py's block)
 
 
 class HarnessError(Exception):
@@ -192,6 +200,24 @@ def noise_sigmas(losses, at, shape):
     return height / sigma if sigma > 0 else math.inf
 
 
+def back_on_trend(losses, planted_losses, at):
+    """The first row from which a block (32 rows) of the planted curve has its median at or under the pre-plant
+    trend, None when none does: then a lasting offset is what the curve shows. The trend is a line in logs through
+    the medians of the two halves of the 96 rows before the plant (flat when it rises). A 1.3x offset on a log whose
+    fall speeds up after the plant comes back under that trend: by DESIGN.md's types a recovery (slow, past 20
+    steps), and no reader of the planted log alone could call it an offset."""
+    _, _, before, after = SHAPES["offset"]
+    half = before // 2
+    logs = [math.log(x) for x in losses[at - before:at]]
+    early, late = statistics.median(logs[:half]), statistics.median(logs[half:])
+    slope = min((late - early) / half, 0.0)
+    for j in range(at, at + after - TREND_BLOCK + 1):
+        trend = late + slope * (j + TREND_BLOCK / 2 - (at - half / 2))
+        if math.log(statistics.median(planted_losses[j:j + TREND_BLOCK])) <= trend:
+            return j
+    return None
+
+
 def clear_of_resumes(steps, rows_before, rows_after):
     """Whether the span of a plant at a row (rows_before before it, rows_after from it) holds no resume or new run:
     a plant across one would test how a spike open at a resume is judged (by its level there), not the shape."""
@@ -232,9 +258,11 @@ def analyzed(steps, losses, path):
 
 
 def plant_all(log, folder):
-    """[(place, shape, step, sigmas, found, the type given or None, typed)] for each plant that fits in the log.
-    Found: a new spike starting within NEAR rows of the plant; for the offset, which may stay inside the noise of
-    every row, also a new non_spike_divergence event (the creep watch) within the 160 rows after it."""
+    """[(place, shape, step, sigmas, found, the type given or None, typed, the type expected, the step the planted
+    curve is back on its pre-plant trend or None)] for each plant that fits in the log.
+    Found: a new spike starting within NEAR rows after the plant (the nearest, if several); for the offset, which
+    may stay inside the noise of every row, from OFFSET_EARLY rows before it to OFFSET_LATE after, or else a new
+    non_spike_divergence event (the creep watch) within the OFFSET_LATE rows after it."""
     steps, losses = loss_series(log)
     n = len(losses)
     if statistics.median(losses) <= 0:  # the shapes are factors of a positive loss: 3x a negative one is a dip
@@ -253,14 +281,19 @@ def plant_all(log, folder):
             row = calm_row(steps, rows_before, rows_after) if at is None else at
             if row is None or row < rows_before or row + rows_after > n:
                 continue
-            found, events = analyzed(steps, planted(steps, losses, row, shape), path)
-            new = [s.type for s in found if s.start_row not in starts and row <= s.start_row <= row + NEAR]
+            planted_losses = planted(steps, losses, row, shape)
+            back = back_on_trend(losses, planted_losses, row) if shape == "offset" else None
+            expected = want if back is None else "slow_recovery"  # (see back_on_trend)
+            found, events = analyzed(steps, planted_losses, path)
+            first, last = (row - OFFSET_EARLY, row + OFFSET_LATE) if shape == "offset" else (row, row + NEAR)
+            new = [kind for _, kind in sorted((abs(s.start_row - row), s.type) for s in found
+                                              if s.start_row not in starts and first <= s.start_row <= last)]
             if not new and shape == "offset":
                 new = [e["kind"] for e in events if e["kind"] == "non_spike_divergence" and e["step"] not in creeps
-                       and steps[row] <= e["step"] <= steps[min(row + 160, n - 1)]]
+                       and steps[row] <= e["step"] <= steps[min(row + OFFSET_LATE, n - 1)]]
             given = new[0] if new else None
             results.append((place, shape, steps[row], noise_sigmas(losses, row, shape), bool(new), given,
-                            given == want))
+                            given == expected, expected, None if back is None else steps[back]))
     path.unlink()
     return results
 
@@ -290,8 +323,9 @@ def main():
                 print(json.dumps({"log": name, "source": f"{repo}@{commit[:12]}:{path}", "producer": producer,
                                   **summary, "expected": expected, "judged": judged, "verdict": verdict,
                                   "plants": [{"place": place, "shape": shape, "step": step, "sigmas": round(sigmas, 1),
-                                              "found": hit, "type": given, "typed": typed}
-                                             for place, shape, step, sigmas, hit, given, typed in plants]}))
+                                              "found": hit, "type": given, "typed": typed, "type_expected": want,
+                                              "back_on_trend_step": back}
+                                             for place, shape, step, sigmas, hit, given, typed, want, back in plants]}))
                 continue
             if found is None:
                 read = f"refused: {summary['refused'][:110]}"
@@ -304,9 +338,10 @@ def main():
             if plants:
                 print(f"    planted: {sum(p[4] for p in plants)}/{len(plants)} found, "
                       f"{sum(p[6] for p in plants)} typed right")
-            for place, shape, step, sigmas, hit, given, typed in plants:
-                print(f"      {place}, step {step}: {shape} ({SHAPES[shape][0]}, {sigmas:.1f} sigma) "
-                      + (f"found, {given}" + ("" if typed else f" (should be {SHAPES[shape][1]})") if hit else "missed"))
+            for place, shape, step, sigmas, hit, given, typed, expected, back in plants:
+                print(f"      {place}, step {step}: {shape} ({SHAPES[shape][0]}, {sigmas:.1f} sigma"
+                      + ("" if back is None else f"; back on the pre-plant trend at step {back}: a recovery") + ") "
+                      + (f"found, {given}" + ("" if typed else f" (should be {expected})") if hit else "missed"))
     return 1 if differs else 0
 
 
