@@ -205,8 +205,11 @@ def back_on_trend(losses, planted_losses, at):
     trend, None when none does: then a lasting offset is what the curve shows. The trend is a line in logs through
     the medians of the two halves of the 96 rows before the plant (flat when it rises). A 1.3x offset on a log whose
     fall speeds up after the plant comes back under that trend: by DESIGN.md's types a recovery (slow, past 20
-    steps), and no reader of the planted log alone could call it an offset."""
+    steps), and no reader of the planted log alone could call it an offset. (A loss at or under 0 there: not judged,
+    None.)"""
     _, _, before, after = SHAPES["offset"]
+    if min(planted_losses[at - before:at + after]) <= 0:
+        return None
     half = before // 2
     logs = [math.log(x) for x in losses[at - before:at]]
     early, late = statistics.median(logs[:half]), statistics.median(logs[half:])
