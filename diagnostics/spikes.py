@@ -44,9 +44,10 @@ above the noise band (measured from the lower of the baseline and the latest blo
 up) opens a spike where the shift began (a CUSUM change point: the start of the run of values that sum the
 most above half-way to the band), also when a later row of it passes the threshold. And so does a shift too small
 for any row test (a 1.3x offset at 1.5 sigma a row): the median of a block of 32 values 6 of its standard
-errors (1.33 sigma, and 5%) over that base, a block earlier or two when lower, on a flat stretch; it opens at its
-change point and is followed by its block medians (back when one is in their noise band, half-way to that
-limit). Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
+errors (1.33 sigma, and 5%) over that base, a block earlier or two when lower, on a flat stretch; or, smaller still
+(1.0 sigma), the median of the whole window, two blocks, 6 of its standard errors (0.94 sigma) over the window
+median of a refresh before both blocks. Such a shift opens at its change point and is followed by its block medians
+(back when one is in their noise band, half-way to that limit). Values inside a spike never enter the window, as in llm.c's outlier detector and ZClip, so a
 burst of spikes cannot raise the bar for the next one. The spike is followed until it can be
 classified, against the trend the run was on before it (DESIGN.md; the noise band is baseline +
 max(3 sigma, 1%)):
@@ -64,8 +65,9 @@ max(3 sigma, 1%)):
                   and have stopped coming down (a lasting offset, however noisy the run); in a fast fall
                   that goes on after the spike (by half its pace or more), the trend is that fall, by a
                   factor per row, and the offset may sit below the pre-spike level
-  divergence      levels off at 1.5x the baseline or more, keeps rising, turns NaN/inf, or the log
-                  ends (or rolls back) at the peak
+  divergence      levels off at 1.5x the baseline or more (the median of the block medians at that
+                  level, not the latest alone), keeps rising, turns NaN/inf, or the log ends (or rolls
+                  back) at the peak
 
 Each spike in --json: step (of the peak), start, end, type, baseline, peak, recovery_steps,
 grad_norm_lead (steps from the start of a grad-norm spike, found the same way at most 10 steps or one
