@@ -1,7 +1,8 @@
-"""spikelog/read/columns.py: a text log's preview of loss lines, a value counted as a number, the lagging writer's
+"""spikelog/read/columns.py: a text log's preview of loss lines, a number past the float range, the lagging writer's
 reach and an epoch counter's interval, each decision at its boundary (found by mutation testing)."""
 import pytest
 
+import spikes
 from spikelog.read.columns import PREVIEW_ROWS, Unparsed, epoch_steps, from_records, repeated_rows
 
 TRAINING = [{"step": k, "loss": 3.0, "grad_norm": 0.5} for k in range(1, 21)]
@@ -46,3 +47,14 @@ def test_a_step_logged_twice_in_an_epoch_is_no_logging_interval():
     records = [{"iter": i, "epoch": e} for e, i in [(0, 0), (0, 10), (0, 10), (1, 0), (1, 10)]]
     batches = epoch_steps([([0] * len(records), records)], "iter", "epoch")
     assert [record["iter"] for _, batch in batches for record in batch] == [0, 10, 10, 20, 30]
+
+
+def test_a_step_past_the_float_range_beside_an_epoch_column_is_read_as_written(tmp_path):
+    """A JSONL log whose integer steps pass the float range (10**400) reads the same with an epoch column as without:
+    the epoch counter is not composed with a step no float holds (it raised OverflowError before)."""
+    big = 10 ** 400
+    for epoch in ("", ', "epoch": 0'):
+        path = tmp_path / "big.jsonl"
+        path.write_text("".join(f'{{"step": {big + k}, "loss": 3.0{epoch}}}\n' for k in range(20)))
+        report = spikes.analyze(path)
+        assert (report.values, report.first_step, report.last_step) == (20, big, big + 19)

@@ -417,18 +417,21 @@ def epoch_steps(batches, step, epoch):
         raw = _column(records, step)
         if (offset == 0 and records and NUMBER.issuperset(map(type, raw))
                 and NUMBER.issuperset(map(type, _column(records, epoch)))):
-            steps = [*map(float, raw)] if last is None else [last, *map(float, raw)]
-            if _rising(steps):
+            try:  # (a step or an epoch past the float range, 10**400: record by record, below)
+                steps = [*map(float, raw)] if last is None else [last, *map(float, raw)]
+                final_epoch = float(records[-1][epoch])
+            except OverflowError:
+                steps = None
+            if steps is not None and _rising(steps):
                 if len(steps) > 1:
                     interval = steps[-1] - steps[-2]
-                last, last_epoch = steps[-1], float(records[-1][epoch])
+                last, last_epoch = steps[-1], final_epoch
                 yield lines, records
                 continue
         changed = []
         for record in records:
-            s, e = record.get(step), record.get(epoch)
-            if _numeric(s) and _numeric(e):
-                s, e = float(s), float(e)
+            s, e = _float(record.get(step)), _float(record.get(epoch))
+            if s is not None and e is not None:
                 if last is not None and e > last_epoch and s + offset <= last:
                     offset = last + interval - s
                 if offset:
@@ -438,3 +441,12 @@ def epoch_steps(batches, step, epoch):
                 last, last_epoch = s + offset, e
             changed.append(record)
         yield lines, changed
+
+
+def _float(value):
+    """A number as a float; None for no number, or for one past the float range (a step of 10**400 stays as the
+    log wrote it)."""
+    try:
+        return float(value) if _numeric(value) else None
+    except OverflowError:
+        return None
