@@ -189,7 +189,7 @@ def task_reference(out, targets, task, zero_loss):
                 "num_classes_hint": task.get("num_classes", task.get("vocab_size")),
                 "chance": ln(n_classes), "chance_formula": f"ln {n_classes}",
                 "best_constant": entropy(counts) if kept.numel() else 0.0, "n_targets": kept.numel()}
-    if kind != "regression" and same_shape and out.shape[-1] > 1 and bool((targets >= 0).all()) \
+    if kind != "regression" and same_shape and out.shape[-1] >= 1 and bool((targets >= 0).all()) \
             and float((targets.sum(-1) - 1).abs().max()) < 1e-3 and loss_says(ln(out.shape[-1])):
         n_classes = out.shape[-1]  # soft labels (probability rows) under a cross-entropy loss
         return {"kind": kind or "classification (inferred: soft labels)", "num_classes": n_classes,
@@ -202,6 +202,8 @@ def task_reference(out, targets, task, zero_loss):
                 "best_constant": entropy(torch.tensor([rate, 1 - rate])), "n_targets": targets.numel()}
     if kind in CLASS_KINDS:
         return f"task kind {kind} but the targets are neither class indices, probability rows nor 0/1 per output element"
+    if targets.ndim == 0:  # one number: no batch to take the targets' mean and variance over
+        return "the targets are one number (a 0-dim tensor), not a batch: give them a batch dimension"
     if targets.is_floating_point():
         flat = targets.double().reshape(targets.shape[0], -1)
         return {"kind": kind or "regression (inferred)", "chance": float((flat ** 2).mean()), "chance_formula": "mean(targets**2)",
