@@ -215,7 +215,7 @@ def task_reference(out, targets, task, zero_loss):
 def _scaled(output, factor):
     """The model's output with its prediction tensor multiplied by factor (a fixed temperature), the structure kept."""
     main = main_tensor(output)
-    return output if factor == 1 else replace_tensor(output, main, main * factor)
+    return replace_tensor(output, main, main * factor)
 
 
 def _calming_factor(case, output, calm):
