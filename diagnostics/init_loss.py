@@ -34,7 +34,9 @@ What it checks
            still at or above where the scaled-down model starts: those steps only undo the init.
            Also a NaN loss, a negative loss (a flipped sign; or probability outputs fed to
            NLLLoss, named as such when the loss is exactly -mean(p[target])), or regression
-           outputs whose shape differs from the targets' (MSE broadcasts).
+           outputs whose shape differs from the targets' and that your loss_fn broadcasts (an
+           output of as many elements that it scores as if put in the targets' shape, as a
+           loss_fn that squeezes it, is judged in that shape).
     warn   loss > 1.5x chance of a classifier that the 20 steps take below the scaled-down
            start (a threshold alone shows no harm; for a regression net it is a pass: its own
            output variance adds to the all-zero score, 1.5-2x at a default init); loss < 0.75x
@@ -212,6 +214,20 @@ def task_reference(out, targets, task, zero_loss):
     return f"cannot infer the task from output {tuple(out.shape)} and {targets.dtype} targets {tuple(targets.shape)}: pass task={{'kind': ...}}"
 
 
+def scores_as_shaped(loss_fn, out, targets):
+    """Whether loss_fn scores an output of another shape than the targets, with as many elements, exactly as it scores
+    that output put in the targets' shape (it squeezes or views it itself): then nothing is broadcast. Probed with
+    distinct values, so a broadcast that pairs every output with every target shows; a loss_fn that refuses the
+    reshaped output tells nothing (False)."""
+    probe = torch.linspace(-1.0, 1.0, out.numel(), dtype=out.dtype, device=out.device).reshape(out.shape)
+    try:
+        with torch.no_grad():
+            as_given, as_shaped = float(loss_fn(probe, targets)), float(loss_fn(probe.reshape(targets.shape), targets))
+    except Exception:  # (a loss_fn written for the output's own shape)
+        return False
+    return as_given == as_shaped
+
+
 def _scaled(output, factor):
     """The model's output with its prediction tensor multiplied by factor (a fixed temperature), the structure kept."""
     main = main_tensor(output)
@@ -282,6 +298,9 @@ def check_init_loss(case):
                            "run nan_watch to find the first module that produces NaN/inf")
         return CheckResult("init_loss", "fail", f"loss at init is {loss}{' (every target is ignore_index)' if all_ignored else ''}: "
                            "nothing can be learned from it", details)
+    if isinstance(output, torch.Tensor) and targets.is_floating_point() and out.shape != targets.shape \
+            and out.numel() == targets.numel() and scores_as_shaped(loss_fn, out, targets):
+        out = out.reshape(targets.shape)  # the loss_fn puts the output in the targets' shape itself
     ref = task_reference(out.detach(), targets, task, zero_loss)
     if isinstance(ref, str):
         return CheckResult("init_loss", "skip", ref, details)

@@ -57,6 +57,31 @@ def test_0_1_targets_beside_a_column_output_fail_on_the_broadcast_even_when_mse_
     assert result.status == "fail" and result.details["shapes_differ"]
 
 
+def _squeezed(loss_fn):
+    return lambda out, targets: loss_fn(out.squeeze(-1), targets)
+
+
+@pytest.mark.parametrize("loss_fn", [F.binary_cross_entropy_with_logits, F.mse_loss])
+def test_a_column_output_the_loss_fn_squeezes_is_judged_as_if_it_had_the_targets_shape(loss_fn):
+    # a binary classifier's (N, 1) logits and (N,) 0/1 targets, its loss_fn squeezing them: nothing is broadcast (a
+    # probe of distinct values scores the same either way), so the verdict is the one of a (N,) output, not a shape fail
+    targets = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    output = torch.tensor([[0.3], [-0.2], [0.1], [0.4], [-0.5]])
+    squeezed = _check(output, targets, _squeezed(loss_fn))
+    flat = _check(output.squeeze(-1), targets, loss_fn)
+    assert not squeezed.details.get("shapes_differ") and squeezed.details["kind"] == flat.details["kind"]
+    assert (squeezed.status, squeezed.summary) == (flat.status, flat.summary)
+
+
+def test_a_loss_fn_that_refuses_the_output_in_the_targets_shape_keeps_the_shape_fail():
+    def column_only(out, targets):  # written for (N, 1): broadcasts a (N,) target against it
+        assert out.ndim == 2
+        return F.mse_loss(out, targets)
+    with pytest.warns(UserWarning):  # torch's own warning about the broadcast
+        result = _check(torch.zeros(5, 1), torch.tensor([1.0, 0.0, 2.0, 1.0, 3.0]), column_only)
+    assert result.status == "fail" and result.details["shapes_differ"]
+
+
 def test_a_scalar_output_of_a_classification_task_is_a_skip():
     result = _check(torch.tensor(0.0), torch.tensor([1.0]).squeeze(), F.binary_cross_entropy_with_logits,
                     kind="classification")
