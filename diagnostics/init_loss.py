@@ -114,7 +114,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 
 from ml_debug_contract import (CheckResult, class_dim, cli_main, forward, main_tensor, needs_closure, preserved,
-                               replace_tensor, validate_case)
+                               replace_tensor, rng_preserved, validate_case)
 
 HIGH_RATIO = 1.5  # our assumption, tuned on the test zoo: healthy cases measure 0.99-1.23x chance, the scaled-logits twin 2.7x
 LOW_RATIO = 0.75  # our assumption, tuned on the test zoo: a random-init model cannot beat the best constant; the unshifted-LM twin measures 0.6x
@@ -275,6 +275,11 @@ def _trained(case, steps):
 def check_init_loss(case):
     """Compare the loss at initialisation with chance and with the best input-blind constant."""
     case = validate_case(case)
+    with rng_preserved():  # the loss_fn is the user's, called outside the model's preserved() too (the calming scales,
+        return _judged(case)  # the shape probe): it may draw random numbers
+
+
+def _judged(case):
     model, loss_fn, task = case["model"], case["loss_fn"], case["task"]
     if task.get("pretrained"):
         return CheckResult("init_loss", "skip", "task says the weights are pretrained: the loss is not at chance by design")

@@ -386,12 +386,9 @@ def preserved(model, optimizer=None):
     hook_attrs = [name for name, value in vars(torch.nn.Module()).items() if "hook" in name and isinstance(value, dict)]
     saved_hooks = [{name: dict(getattr(m, name)) for name in hook_attrs} for m in modules]
     saved_optimizer = copy.deepcopy(optimizer.state_dict()) if optimizer is not None else None
-    saved_python_rng = random.getstate()
-    saved_torch_rng = torch.get_rng_state()
-    cuda_live = torch.cuda.is_available() and torch.cuda.is_initialized()
-    saved_cuda_rng = torch.cuda.get_rng_state_all() if cuda_live else None
     try:
-        yield
+        with rng_preserved():
+            yield
     finally:
         with torch.no_grad():
             for tensor, value in zip(tensors, saved_values):
@@ -407,10 +404,28 @@ def preserved(model, optimizer=None):
                 live.update(saved)
         if optimizer is not None:
             optimizer.load_state_dict(saved_optimizer)
-        random.setstate(saved_python_rng)
-        torch.set_rng_state(saved_torch_rng)
-        if saved_cuda_rng is not None:
-            torch.cuda.set_rng_state_all(saved_cuda_rng)
+
+
+@contextlib.contextmanager
+def rng_preserved():
+    """Give back the global RNG streams as they were, also when the code inside raises: Python's, torch's (CPU, plus
+    every CUDA device once CUDA is initialised) and numpy's when the user's code imported numpy (the check never
+    does). Alone: around a user's function called with no model to restore (a loss_fn may draw random numbers)."""
+    import torch
+
+    numpy = sys.modules.get("numpy")
+    python_state, torch_state = random.getstate(), torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    numpy_state = numpy.random.get_state() if numpy is not None else None
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
 
 
 CHECK_TIMEOUT = 120.0  # seconds per check: the slowest healthy real-model case's slowest check takes ~10 s on one busy CPU thread (measured)

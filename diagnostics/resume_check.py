@@ -136,7 +136,6 @@ Next step
     run that already happened, run diagnostics/spikes.py on it.
 """
 import argparse
-import contextlib
 import copy
 import ctypes
 import functools
@@ -157,7 +156,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 
 from ml_debug_contract import (SUPERVISED, ArgumentParser, CaseError, CheckResult, CheckTimeout, WriteGuard,
-                               json_text, run_user_code, user_function, users_error)
+                               json_text, rng_preserved, run_user_code, user_function, users_error)
 
 STEPS = 9  # three trainer lives of 3 steps: Adam moments, part of the demo's 4-step warmup and a second resume
 RESUME_AT = (3, 6)  # Bekman: "a couple of resumes early on"; the second catches state that is restored but not saved again
@@ -266,24 +265,6 @@ def seed_all(seed):
     numpy = sys.modules.get("numpy")  # only if the user's code imported it: the check never does
     if numpy is not None:
         numpy.random.seed(seed)
-
-
-@contextlib.contextmanager
-def rng_preserved():
-    """Give back the global RNG states as they were, also when the check raises."""
-    numpy = sys.modules.get("numpy")
-    python_state, torch_state = random.getstate(), torch.get_rng_state()
-    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
-    numpy_state = numpy.random.get_state() if numpy is not None else None
-    try:
-        yield
-    finally:
-        random.setstate(python_state)
-        torch.set_rng_state(torch_state)
-        if cuda_states is not None:
-            torch.cuda.set_rng_state_all(cuda_states)
-        if numpy_state is not None:
-            numpy.random.set_state(numpy_state)
 
 
 # --- the user's own objects: what a factory hands to more than one trainer --------------------------

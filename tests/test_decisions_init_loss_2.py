@@ -73,6 +73,20 @@ def test_a_column_output_the_loss_fn_squeezes_is_judged_as_if_it_had_the_targets
     assert (squeezed.status, squeezed.summary) == (flat.status, flat.summary)
 
 
+@pytest.mark.parametrize("output, targets, loss_fn", [
+    (torch.zeros(4, 1), torch.tensor([1.0, 0.0, 0.0, 1.0]), _squeezed(F.binary_cross_entropy_with_logits)),  # probe
+    (torch.full((4, 3), 30.0) * torch.tensor([0.0, 1.0, 2.0]), torch.tensor([0, 1, 2, 0]), F.cross_entropy),  # calming
+])
+def test_a_loss_fn_that_draws_random_numbers_leaves_the_rng_as_found(output, targets, loss_fn):
+    # the shape probe and the calming scales call the user's loss_fn outside the model's preserved(): the RNG streams
+    # must come back all the same
+    def drawing(out, y):
+        return loss_fn(out, y) + 0.0 * torch.rand(())
+    before = torch.get_rng_state()
+    _check(output, targets, drawing)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_a_loss_fn_that_refuses_the_output_in_the_targets_shape_keeps_the_shape_fail():
     def column_only(out, targets):  # written for (N, 1): broadcasts a (N,) target against it
         assert out.ndim == 2

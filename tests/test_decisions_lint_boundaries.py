@@ -229,6 +229,21 @@ def test_seed_all_seeds_cuda_only_once_it_is_initialised(initialised, monkeypatc
     assert seeded == ([7] if initialised else [])  # a lazy seed would fire later, on the user's first CUDA call
 
 
+@pytest.mark.parametrize("available, initialised, read", [(True, True, True), (True, False, False), (False, True, False)])
+def test_rng_preserved_reads_and_restores_the_cuda_streams_only_once_cuda_is_initialised(available, initialised, read,
+                                                                                       monkeypatch):
+    # the contract's rng_preserved (resume_check's and every preserved()'s): a CUDA stream read on a machine where the
+    # user never started CUDA would start it
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: initialised)
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: calls.append("get") or [])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", lambda states: calls.append("set"))
+    with ml_debug_contract.rng_preserved():
+        pass
+    assert calls == (["get", "set"] if read else [])
+
+
 # --- resume_check: the objects handed in are those the first two trainers share, put back to the end --------------
 
 def test_a_model_the_first_two_trainers_share_is_put_back_when_a_later_trainer_is_built_without_it():
