@@ -17,6 +17,14 @@ import torch
 from torch.nn.modules import module as module_globals
 
 
+def drawing(loss_fn):
+    """The user's loss_fn, drawing a random number first (a loss with noise or sampling): the RNG must come back too."""
+    def loss(output, targets):
+        torch.rand(1)
+        return loss_fn(output, targets)
+    return loss
+
+
 def _hook_dicts(obj):
     return {name: value for name, value in vars(obj).items() if "hook" in name and isinstance(value, dict)}
 

@@ -11,7 +11,7 @@ import input_dependence
 import labels
 from conftest import ROOT
 from ml_debug_contract import load_case
-from state_snapshot import assert_unchanged, differences, snapshot
+from state_snapshot import assert_unchanged, differences, drawing, snapshot
 
 MODULES = {"data_sanity": data_sanity, "init_scale": init_scale, "labels": labels, "init_loss": init_loss,
            "input_dependence": input_dependence}
@@ -41,7 +41,8 @@ def test_healthy_demo_passes_and_broken_demo_fails(check_id):
 
 def lived_in(case):
     """Give the model the state a user's model has mid-training: grads, an optimizer with state,
-    mixed train/eval modes, a hook. Returns the user's optimizer."""
+    mixed train/eval modes, a hook; and a loss_fn that draws random numbers. Returns the user's optimizer."""
+    case["loss_fn"] = drawing(case["loss_fn"])
     model = case["model"]
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)

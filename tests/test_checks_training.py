@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import DIAGNOSTICS, ROOT
-from state_snapshot import assert_unchanged, snapshot
+from state_snapshot import assert_unchanged, drawing, snapshot
 
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 import broken_training  # noqa: E402  (needs tests/zoo on sys.path)
@@ -93,7 +93,9 @@ def test_nan_watch_names_origin_and_frames():
 
 
 def _dirty(case):
-    """Give the model state a careless check would lose: grads, mixed train/eval modes, a hook."""
+    """Give the model state a careless check would lose: grads, mixed train/eval modes, a hook; and a loss_fn that
+    draws random numbers."""
+    case["loss_fn"] = drawing(case["loss_fn"])
     model = case["model"]
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.5)
