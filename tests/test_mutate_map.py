@@ -185,6 +185,36 @@ def test_a_file_changed_since_the_map_was_built_falls_back_to_the_tests_that_imp
     assert result["map"] == "it changed since the line map was built: import-level tests"
 
 
+# a screen the map never saw: it pins the boundary (10 passes) and what unused(-1) says, and misses LIMIT's nudge (10 is
+# "pass" under 10 and 11 alike), which the mapped test_verdict (11) kills; one of its tests fails without any mutant
+SCREEN = '''import calc
+
+
+def test_boundary_and_unused():
+    assert calc.verdict(10) == "pass"
+    assert calc.unused(-1) == "skip"
+
+
+def test_broken():
+    assert calc.verdict(3) == "broken"
+'''
+
+
+def test_a_screen_runs_first_and_what_it_lets_through_runs_its_mapped_tests(repo, tmp_path):
+    root, line_map = repo
+    (root / "tests" / "test_screen.py").write_text(SCREEN)
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out)
+    assert proc.returncode == 1, proc.stderr
+    (result,) = json.loads(out.read_text())["files"]
+    gate, test, skip, limit = (f"diagnostics/calc.py:{line_of(text)}" for text in (
+        "    if x > LIMIT:", "    if x < 0:", '        return "skip"', "LIMIT = 10"))
+    assert {f"{gate}: `>` -> `>=`", f"{skip}: drop the `return` that ends this if-branch", f"{skip}: 'skip' -> 'pass'",
+            f"{limit}: 10 -> 11"} <= set(result["killed"])
+    assert result["survived"] == [f"{test}: `<` -> `<=` (no test runs this line)", f"{test}: 0 -> 1 (no test runs this line)"]
+    assert result["note"] == "--screen: 1 test(s) fail without any mutant, left out: tests/test_screen.py::test_broken"
+
+
 def test_a_listed_equivalent_mutant_is_counted_and_not_run(repo, tmp_path):
     root, line_map = repo
     listed = tmp_path / "equivalent.txt"
@@ -263,6 +293,7 @@ def test_a_test_that_fails_without_any_mutant_kills_none(repo, tmp_path, warm):
     (["--build-map", "new.json", "diagnostics/calc.py"], "--build-map takes no FILE"),
     (["diagnostics/calc.py", "--equivalent", "bad.txt"], "want four tab-separated fields"),
     (["diagnostics/calc.py", "--equivalent", "missing.txt"], "cannot read it"),
+    (["diagnostics/calc.py", "--screen", "tests/test_calc.py"], "--screen runs before each mutant's mapped tests: it needs --map"),
 ])
 def test_bad_map_or_list_exits_2_with_one_line_and_writes_nothing(repo, args, says):
     root = repo[0]

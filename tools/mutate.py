@@ -1,7 +1,8 @@
 """Mutation testing of the decision lines a change touched: would the tests notice a wrong decision?
 
     python tools/mutate.py [FILE ...] [--base main] [--lines changed|all] [--tests TEST ...] [--list] [--max N [--seed S]]
-                           [--timeout S] [--json OUT [--force]] [--map MAP [--confirm]] [--equivalent LIST] [--warm]
+                           [--timeout S] [--json OUT [--force]] [--map MAP [--confirm] [--screen TEST ...]]
+                           [--equivalent LIST] [--warm]
     python tools/mutate.py --build-map MAP [-n WORKERS] [--tests TEST ...]
 
 Without FILE it takes the Python files under diagnostics/, ml_debug/ and tools/ that differ from where
@@ -66,6 +67,12 @@ times their seconds in the map plus 30 s, the tests that failed while the map wa
 counts as killed or timed out, and is also listed under "outside_map" and printed ("caught outside the map"). Read
 that list: a test that reads the source itself (a digest, a docstring it compares) fails on any edit, and catches
 mutants that change no behaviour.
+
+--screen TEST ... (with --map) runs each mutant against those tests first: one they kill costs that one short run,
+and only one they let through runs its mapped tests (and --confirm's). It is for a census of a file whose lines many
+slow tests run (a module constant runs every test of its file): name the file's own fast tests, as node ids or files,
+and most mutants never reach the slow ones. The screen runs once without any mutant first; a screen test that fails
+there is left out of it, and a screen that times out or fails whole is not used (the file's line says so).
 
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
@@ -760,7 +767,7 @@ def stages(ids):
 
 
 def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=None, equivalent=None, warm=False,
-                checked=None, importers=(), confirm=None):
+                checked=None, importers=(), confirm=None, screen=None):
     """Run each mutant of one file; the file in the copy is restored after each. Returns the file's result.
 
     `tests` are the file's import-level covering tests. With `line_map` (a LineMap) each mutant runs only the tests
@@ -770,7 +777,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
     that survives its mapped tests, or that no mapped test runs, then runs them; one they catch is also listed under
     "outside_map". A mutant `equivalent` lists is counted as such and not run. A test that fails with a mutant is run
     once without any (`checked`, test id -> it passes then, shared between files): one that fails there too kills
-    nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest."""
+    nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest. `screen` (test ids, with
+    `line_map`): a mutant runs them first, and its mapped tests only when they pass."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
     if confirm is not None:
@@ -791,7 +799,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
             continue
         chosen, seconds, whole = line_map.tests_for(lines, mutant, importer_lines)
         wholes += whole
-        if chosen or confirm is not None:
+        if chosen or confirm is not None or screen:
             plan.append((mutant, chosen, timeout if timeout is not None else 3 * seconds + GRACE))
         else:
             result["survived"].append(mutant.label() + UNRUN)
@@ -821,6 +829,31 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         file_run["limit"] = timeout if timeout is not None else 3 * seconds + GRACE
         file_run["left_out"] = failed
         return True
+
+    screen_run = {}  # the screen, run once without any mutant when first needed: "limit" and "left_out", or "unusable"
+
+    def screen_stage():
+        """(the screen as a first run: [] when there is none or it is unusable, its time limit, its tests to leave out)."""
+        if not screen:
+            return [], 0.0, []
+        if not screen_run:
+            state, seconds, failed = run_tests(copy, screen, timeout, every=True, warm=warm)
+            if state == "timeout" or state == "failed" and not failed:
+                add_note(result, f"--screen: its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: "
+                                 "not used")
+                screen_run["unusable"] = True
+            else:
+                if failed:
+                    add_note(result, f"--screen: {len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}")
+                    checked.update((test, False) for test in failed)
+                    try:
+                        run_tests(copy, screen, timeout, failed, every=True, warm=warm)
+                    except UsageError:  # every screen test failed: nothing is left to run
+                        screen_run["unusable"] = True
+                screen_run.update(limit=timeout if timeout is not None else 3 * seconds + GRACE, left_out=failed)
+        if "unusable" in screen_run:
+            return [], 0.0, []
+        return [screen], screen_run["limit"], screen_run["left_out"]
 
     target = copy / rel
     original = target.read_bytes()
@@ -862,9 +895,12 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
                 if not tests:
                     result["survived"].append(label)
                 continue
-            state = attempt(mutant, [tests], file_run["limit"], file_run["left_out"])
+            first, first_limit, first_out = screen_stage()
+            state = attempt(mutant, first + [tests], max(file_run["limit"], first_limit), file_run["left_out"] + first_out)
         else:
-            state = attempt(mutant, stages(chosen), own_limit) if chosen else "passed"
+            first, first_limit, first_out = screen_stage()
+            runs = first + (stages(chosen) if chosen else [])
+            state = attempt(mutant, runs, max(own_limit, first_limit), first_out) if runs else "passed"
             if state == "passed" and confirm is not None:
                 confirm_files, confirm_limit, confirm_left_out = confirm
                 state = attempt(mutant, [confirm_files], confirm_limit, confirm_left_out)
@@ -993,6 +1029,8 @@ def main(argv=None):
     parser.add_argument("--confirm", action="store_true",
                         help="--map: a mutant its mapped tests let through (or that none runs) then runs the test files "
                              "nearest its file; those it is caught by are listed apart")
+    parser.add_argument("--screen", nargs="+", metavar="TEST",
+                        help="--map: run each mutant against these tests first, and its mapped tests only when they pass")
     parser.add_argument("--warm", action="store_true",
                         help="run each mutant's pytest in a child forked from this process, torch already imported, "
                              "not in a fresh interpreter")
@@ -1018,6 +1056,8 @@ def main(argv=None):
             return 0
         if args.confirm and args.map is None:
             raise UsageError("--confirm checks what survives the line map's tests: it needs --map")
+        if args.screen and args.map is None:
+            raise UsageError("--screen runs before each mutant's mapped tests: it needs --map")
         line_map = LineMap(args.map) if args.map is not None else None
         equivalent = Equivalents(args.equivalent) if args.equivalent.exists() or args.equivalent != EQUIVALENT else None
         files = [os.path.relpath(Path(f).resolve(), root) for f in args.files] if args.files else changed_files(root, args.base)
@@ -1051,7 +1091,7 @@ def main(argv=None):
         results = []
         settings = {"base": None if args.files and fork is None else args.base, "lines": lines, "max": args.max, "seed": args.seed,
                     "timeout": args.timeout, "map": None if args.map is None else str(args.map), "confirm": args.confirm,
-                    "warm": args.warm}
+                    "screen": args.screen, "warm": args.warm}
         checked = {}  # test id -> it passes without any mutant
         users = reference_graph(root, tuple(rel for rel in everything if rel.endswith(".py")))
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
@@ -1066,7 +1106,7 @@ def main(argv=None):
                     if known is not None:
                         confirm = (nearest, args.timeout if args.timeout is not None else 3 * known[0] + GRACE, known[1])
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
-                                     args.warm, checked, importers, confirm)
+                                     args.warm, checked, importers, confirm, args.screen)
                 if fork is not None:
                     result["in_file"] = in_file
                 if args.confirm and confirm is None:
