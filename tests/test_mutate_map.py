@@ -186,17 +186,13 @@ def test_a_file_changed_since_the_map_was_built_falls_back_to_the_tests_that_imp
 
 
 # a screen the map never saw: it pins the boundary (10 passes) and what unused(-1) says, and misses LIMIT's nudge (10 is
-# "pass" under 10 and 11 alike), which the mapped test_verdict (11) kills; one of its tests fails without any mutant
+# "pass" under 10 and 11 alike), which the mapped test_verdict (11) kills
 SCREEN = '''import calc
 
 
 def test_boundary_and_unused():
     assert calc.verdict(10) == "pass"
     assert calc.unused(-1) == "skip"
-
-
-def test_broken():
-    assert calc.verdict(3) == "broken"
 '''
 
 
@@ -212,7 +208,16 @@ def test_a_screen_runs_first_and_what_it_lets_through_runs_its_mapped_tests(repo
     assert {f"{gate}: `>` -> `>=`", f"{skip}: drop the `return` that ends this if-branch", f"{skip}: 'skip' -> 'pass'",
             f"{limit}: 10 -> 11"} <= set(result["killed"])
     assert result["survived"] == [f"{test}: `<` -> `<=` (no test runs this line)", f"{test}: 0 -> 1 (no test runs this line)"]
-    assert result["note"] == "--screen: 1 test(s) fail without any mutant, left out: tests/test_screen.py::test_broken"
+
+
+def test_a_screen_that_fails_without_any_mutant_is_refused_before_any_runs(repo, tmp_path):
+    root, line_map = repo
+    (root / "tests" / "test_screen.py").write_text(SCREEN + '\n\ndef test_broken():\n    assert calc.verdict(3) == "broken"\n')
+    out = tmp_path / "results.json"
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out)
+    assert proc.returncode == 2 and not out.exists(), proc.stdout
+    assert proc.stderr.splitlines() == ["mutate.py: error: --screen: tests/test_screen.py::test_broken failed without any "
+                                        "mutant: name tests that pass"]
 
 
 def test_a_listed_equivalent_mutant_is_counted_and_not_run(repo, tmp_path):

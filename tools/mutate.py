@@ -71,8 +71,8 @@ mutants that change no behaviour.
 --screen TEST ... (with --map) runs each mutant against those tests first: one they kill costs that one short run,
 and only one they let through runs its mapped tests (and --confirm's). It is for a census of a file whose lines many
 slow tests run (a module constant runs every test of its file): name the file's own fast tests, as node ids or files,
-and most mutants never reach the slow ones. The screen runs once without any mutant first; a screen test that fails
-there is left out of it, and a screen that times out or fails whole is not used (the file's line says so).
+and most mutants never reach the slow ones. The screen runs once without any mutant first: it must pass there (one
+line and exit 2 when it does not), and a mutant's screen run has three times that run's seconds plus 30 s.
 
 The mutants judged equivalent (no output changes: a comparison that cannot see the boundary, a threshold no input
 can tell from its neighbour) are listed in tools/mutate_equivalent.txt (--equivalent names another list), with the
@@ -777,8 +777,8 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
     that survives its mapped tests, or that no mapped test runs, then runs them; one they catch is also listed under
     "outside_map". A mutant `equivalent` lists is counted as such and not run. A test that fails with a mutant is run
     once without any (`checked`, test id -> it passes then, shared between files): one that fails there too kills
-    nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest. `screen` (test ids, with
-    `line_map`): a mutant runs them first, and its mapped tests only when they pass."""
+    nothing, and the mutant's tests run again without it. `warm`: run_tests forks its pytest. `screen` (test ids, their time
+    limit): a mutant runs them first, and its other tests only when they pass."""
     result = {"file": rel, "tests": tests, "generated": generated, "run": len(mutants), "killed": [], "survived": [],
               "timed_out": [], "equivalent": []}
     if confirm is not None:
@@ -807,6 +807,7 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         result["map"] = (f"{wholes} mutant(s) on module constants or lines also run outside any test: the tests that run "
                          "any line of the file")
     checked = {} if checked is None else checked
+    first, first_limit = ([screen[0]], screen[1]) if screen else ([], 0.0)
     file_run = {}  # the file's tests, run once without any mutant when first needed: "limit", or "unusable"
 
     def file_tests_usable():
@@ -829,31 +830,6 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
         file_run["limit"] = timeout if timeout is not None else 3 * seconds + GRACE
         file_run["left_out"] = failed
         return True
-
-    screen_run = {}  # the screen, run once without any mutant when first needed: "limit" and "left_out", or "unusable"
-
-    def screen_stage():
-        """(the screen as a first run: [] when there is none or it is unusable, its time limit, its tests to leave out)."""
-        if not screen:
-            return [], 0.0, []
-        if not screen_run:
-            state, seconds, failed = run_tests(copy, screen, timeout, every=True, warm=warm)
-            if state == "timeout" or state == "failed" and not failed:
-                add_note(result, f"--screen: its tests {'time out' if state == 'timeout' else 'fail'} without any mutant: "
-                                 "not used")
-                screen_run["unusable"] = True
-            else:
-                if failed:
-                    add_note(result, f"--screen: {len(failed)} test(s) fail without any mutant, left out: {', '.join(failed)}")
-                    checked.update((test, False) for test in failed)
-                    try:
-                        run_tests(copy, screen, timeout, failed, every=True, warm=warm)
-                    except UsageError:  # every screen test failed: nothing is left to run
-                        screen_run["unusable"] = True
-                screen_run.update(limit=timeout if timeout is not None else 3 * seconds + GRACE, left_out=failed)
-        if "unusable" in screen_run:
-            return [], 0.0, []
-        return [screen], screen_run["limit"], screen_run["left_out"]
 
     target = copy / rel
     original = target.read_bytes()
@@ -895,12 +871,10 @@ def mutate_file(copy, rel, generated, mutants, tests, timeout, out, line_map=Non
                 if not tests:
                     result["survived"].append(label)
                 continue
-            first, first_limit, first_out = screen_stage()
-            state = attempt(mutant, first + [tests], max(file_run["limit"], first_limit), file_run["left_out"] + first_out)
+            state = attempt(mutant, first + [tests], max(file_run["limit"], first_limit), file_run["left_out"])
         else:
-            first, first_limit, first_out = screen_stage()
             runs = first + (stages(chosen) if chosen else [])
-            state = attempt(mutant, runs, max(own_limit, first_limit), first_out) if runs else "passed"
+            state = attempt(mutant, runs, max(own_limit, first_limit)) if runs else "passed"
             if state == "passed" and confirm is not None:
                 confirm_files, confirm_limit, confirm_left_out = confirm
                 state = attempt(mutant, [confirm_files], confirm_limit, confirm_left_out)
@@ -1096,6 +1070,13 @@ def main(argv=None):
         users = reference_graph(root, tuple(rel for rel in everything if rel.endswith(".py")))
         with tempfile.TemporaryDirectory(prefix="mutate-") as scratch:
             copy = make_copy(root, everything, Path(scratch))
+            screen = None
+            if args.screen:
+                state, seconds, failed = run_tests(copy, args.screen, args.timeout, every=True, warm=args.warm)
+                if state != "passed":
+                    said = "it timed out" if state == "timeout" else f"{', '.join(failed) or 'it'} failed"
+                    raise UsageError(f"--screen: {said} without any mutant: name tests that pass")
+                screen = (args.screen, args.timeout if args.timeout is not None else 3 * seconds + GRACE)
             for rel, generated, in_file, mutants, tests in plan:
                 print(f"{rel}: {len(mutants)} mutants to run, tests: {' '.join(tests) or 'none'}", flush=True)
                 importers = sorted(user for user in users.get(rel, ()) if not Path(user).name.startswith("test_"))
@@ -1106,7 +1087,7 @@ def main(argv=None):
                     if known is not None:
                         confirm = (nearest, args.timeout if args.timeout is not None else 3 * known[0] + GRACE, known[1])
                 result = mutate_file(copy, rel, generated, mutants, tests, args.timeout, sys.stdout, line_map, equivalent,
-                                     args.warm, checked, importers, confirm, args.screen)
+                                     args.warm, checked, importers, confirm, screen)
                 if fork is not None:
                     result["in_file"] = in_file
                 if args.confirm and confirm is None:
