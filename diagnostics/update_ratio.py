@@ -341,7 +341,7 @@ def _overshoot(case, model, trainable, lr_factor, start):
         after = _seeded_loss(case, model)
         highest = max(seen[1:] + [after], key=lambda v: v if v == v else float("inf"))
         arms[multiple] = (before, highest, after, taken)
-        if multiple == 1.0 and not _rose(before, highest, after) or multiple != 1.0 and _fell(before, highest, after):
+        if _fell(before, highest, after):  # the judged lr did not rise (no lower arm needed), or a lower arm fell
             break
     return arms
 
