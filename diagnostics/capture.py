@@ -247,8 +247,9 @@ def _selected_rows(pred):
     """The rows of `pred = whole[rows]` (a mask or an index list on dim 0: node classification's
     `output[idx_train]`, token classification's `logits.view(-1, V)[active]`) as unique indices, or None."""
     fn = pred.grad_fn
-    if type(fn).__name__ == "LogSoftmaxBackward0" and fn._saved_dim in (-1, pred.dim() - 1):
-        fn = fn.next_functions[0][0]  # log_softmax over each row: the same rows selected before or after it
+    # log_softmax over each row: the same rows selected before or after it (torch may hand dim -1 back as 2 ** 64 - 1)
+    if type(fn).__name__ == "LogSoftmaxBackward0" and fn._saved_dim % 2 ** 64 in (2 ** 64 - 1, pred.dim() - 1):
+        fn = fn.next_functions[0][0]
     if type(fn).__name__ == "IndexSelectBackward0" and fn._saved_dim == 0:
         rows = fn._saved_index
     elif type(fn).__name__ == "IndexBackward0" and len(fn._saved_indices) >= 1 \
