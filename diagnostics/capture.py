@@ -243,14 +243,20 @@ def _recipes(out, pred, shift):
                 yield prefix, cut + suffix, shifted, (lambda t, first=first, sliced=sliced, then=then: then(sliced(first(t))))
 
 
+def _saved_dim(fn, ndim):
+    """The dim a backward node saved, counted from 0: torch hands a negative dim back as an unsigned 64-bit number
+    (log_softmax's dim=-1 reads 2 ** 64 - 1)."""
+    dim = fn._saved_dim
+    return (dim - 2 ** 64 if dim >= 2 ** 63 else dim) % ndim
+
+
 def _selected_rows(pred):
     """The rows of `pred = whole[rows]` (a mask or an index list on dim 0: node classification's
     `output[idx_train]`, token classification's `logits.view(-1, V)[active]`) as unique indices, or None."""
     fn = pred.grad_fn
-    # log_softmax over each row: the same rows selected before or after it (torch may hand dim -1 back as 2 ** 64 - 1)
-    if type(fn).__name__ == "LogSoftmaxBackward0" and fn._saved_dim % 2 ** 64 in (2 ** 64 - 1, pred.dim() - 1):
-        fn = fn.next_functions[0][0]
-    if type(fn).__name__ == "IndexSelectBackward0" and fn._saved_dim == 0:
+    if type(fn).__name__ == "LogSoftmaxBackward0" and _saved_dim(fn, pred.dim()) == pred.dim() - 1:
+        fn = fn.next_functions[0][0]  # log_softmax over each row: the same rows selected before or after it
+    if type(fn).__name__ == "IndexSelectBackward0" and _saved_dim(fn, pred.dim()) == 0:
         rows = fn._saved_index
     elif type(fn).__name__ == "IndexBackward0" and len(fn._saved_indices) >= 1 \
             and all(index is None for index in fn._saved_indices[1:]) and torch.is_tensor(fn._saved_indices[0]):

@@ -100,7 +100,9 @@ def test_selected_rows_of_an_index_select_on_dim_0_only():
     whole = torch.randn(6, 3, requires_grad=True)
     rows = torch.tensor([4, 1])
     assert capture._selected_rows(whole.index_select(0, rows)).tolist() == [4, 1]
+    assert capture._selected_rows(whole.index_select(-2, rows)).tolist() == [4, 1]  # dim -2 comes back as 2 ** 64 - 2
     assert capture._selected_rows(whole.index_select(1, torch.tensor([2, 0]))) is None
+    assert capture._selected_rows(whole.index_select(-1, torch.tensor([2, 0]))) is None
 
 
 def test_selected_rows_are_none_for_single_elements_picked_by_two_index_lists():
