@@ -100,7 +100,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
         sys.exit(130)
     raise
 
-from ml_debug_contract import CheckResult, validate_case, forward, preserved, cli_main
+from ml_debug_contract import CheckResult, validate_case, forward, map_tensors, preserved, cli_main
 
 TOLERANCE = 1e-5  # relative change allowed in other rows' outputs; independent rows are bitwise equal on the zoo — our assumption
 GRAD_TOLERANCE = 1e-6  # gradient on other rows relative to row i's own; independent rows get exact zeros — our assumption
@@ -130,17 +130,6 @@ def _prediction(output):
             return output["logits"]
         return _first_tensor([value for key, value in output.items() if key != "loss"])
     return _first_tensor(output)
-
-
-def _map(obj, fn):
-    """Apply fn to every tensor in a tensor / tuple / list / dict, keeping the structure."""
-    if torch.is_tensor(obj):
-        return fn(obj)
-    if isinstance(obj, dict):
-        return {key: _map(value, fn) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_map(value, fn) for value in obj)
-    return obj
 
 
 def _poison_row(n, i, bdim):
@@ -189,7 +178,7 @@ def _carries_a_sequence(model, inputs, clean, dim):
         return None
     with torch.no_grad():
         torch.manual_seed(SEED)
-        poisoned = _prediction(forward(model, _map(inputs, _poison_row(m, m // 2, dim))))
+        poisoned = _prediction(forward(model, map_tensors(inputs, _poison_row(m, m // 2, dim))))
     return bool(_outputs_changed(clean, poisoned, [k for k in range(m) if k != m // 2], dim))
 
 
@@ -204,7 +193,7 @@ def _gradient_leaks(model, inputs, n, i, bdim, score_dim=None):
             leaves.append(t)
         return t
 
-    inputs = _map(inputs, as_leaf)
+    inputs = map_tensors(inputs, as_leaf)
     id_tensors = [] if leaves else [t for t in _flat(inputs) if t.dim() > bdim and t.shape[bdim] == n and not t.is_floating_point()]
 
     def embedding_leaf(module, args, output):  # replace the token embeddings by a leaf we can differentiate against
@@ -260,7 +249,7 @@ def check_batch_independence(case):
             torch.manual_seed(SEED)  # every pass draws the same noise (preserved() restores the caller's RNG)
             clean = _prediction(forward(model, inputs))
             torch.manual_seed(SEED)
-            poisoned = _prediction(forward(model, _map(inputs, _poison_row(n, i, bdim))))
+            poisoned = _prediction(forward(model, map_tensors(inputs, _poison_row(n, i, bdim))))
         if clean is None or clean.dim() <= bdim or clean.shape[bdim] != n:
             return CheckResult("batch_independence", "skip", f"the model's output does not have the batch in dim {bdim} "
                                "(task['batch_dim'] says where it is)", details)

@@ -91,7 +91,7 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from ml_debug_contract import ArgumentParser, run_command, single_line
+from ml_debug_contract import ArgumentParser, map_tensors, run_command, single_line
 
 TIME_LIMIT = 300.0  # seconds a script gets to reach its first step; our assumption: a small-model script steps within a minute
 KEPT_CALLS = 8  # model and loss calls remembered between two backward() calls (a validation pass without no_grad)
@@ -146,15 +146,11 @@ def _pick(obj, path):
 
 def _copy(obj, memo):
     """A detached copy of every tensor in obj (structure kept); a tensor seen twice is copied once."""
-    if torch.is_tensor(obj):
-        if id(obj) not in memo:
-            memo[id(obj)] = obj.detach().clone()
-        return memo[id(obj)]
-    if isinstance(obj, dict):
-        return {key: _copy(value, memo) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_copy(value, memo) for value in obj)
-    return obj
+    def copied(tensor):
+        if id(tensor) not in memo:
+            memo[id(tensor)] = tensor.detach().clone()
+        return memo[id(tensor)]
+    return map_tensors(obj, copied)
 
 
 def _mode_dependent(module):

@@ -237,17 +237,24 @@ def one_graph(inputs):
     return bool(graph_edges(inputs)[1])
 
 
-def to_device(obj, device):
-    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+def map_tensors(obj, fn):
+    """obj with fn applied to every tensor in it: a tensor, or tuples, lists and dicts of them, nested, the structure
+    kept (a namedtuple is rebuilt from its fields); anything else as it is."""
     import torch
 
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        return fn(obj)
     if isinstance(obj, dict):
-        return {key: to_device(value, device) for key, value in obj.items()}
+        return {key: map_tensors(value, fn) for key, value in obj.items()}
     if isinstance(obj, (tuple, list)):
-        return type(obj)(to_device(value, device) for value in obj)
+        items = [map_tensors(value, fn) for value in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
     return obj
+
+
+def to_device(obj, device):
+    """Move a tensor, or the tensors inside a tuple/list/dict, to `device` (no copy when already there)."""
+    return map_tensors(obj, lambda tensor: tensor.to(device))
 
 
 def named_tensors(obj, name="inputs"):
@@ -307,31 +314,19 @@ def batch_rows(obj, n, start, count, bdim=0, flattened=False):
     flattened (for the targets): a tensor of B*T rows that a model flattening (B, T) to B*T itself scores against
     (the Lightning demo's transformer) gives the matching T rows per batch row, batch-first.
     """
-    import torch
-
-    if torch.is_tensor(obj):
-        if obj.dim() > bdim and obj.shape[bdim] == n:
-            return obj.narrow(bdim, start, count)
-        if flattened and bdim == 0 and obj.dim() >= 1 and obj.shape[0] % n == 0:
-            per_row = obj.shape[0] // n
-            return obj.narrow(0, start * per_row, count * per_row)
-        return obj  # another size: not a tensor of the batch
-    if isinstance(obj, dict):
-        return {key: batch_rows(value, n, start, count, bdim, flattened) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(batch_rows(value, n, start, count, bdim, flattened) for value in obj)
-    return obj
+    def rows(tensor):
+        if tensor.dim() > bdim and tensor.shape[bdim] == n:
+            return tensor.narrow(bdim, start, count)
+        if flattened and bdim == 0 and tensor.dim() >= 1 and tensor.shape[0] % n == 0:
+            per_row = tensor.shape[0] // n
+            return tensor.narrow(0, start * per_row, count * per_row)
+        return tensor  # another size: not a tensor of the batch
+    return map_tensors(obj, rows)
 
 
 def replace_tensor(obj, old, new):
     """obj (a tensor, or a tuple / list / dict of them) with the tensor `old` swapped for `new`, the structure kept."""
-    if obj is old:
-        return new
-    if isinstance(obj, dict):
-        return {key: replace_tensor(value, old, new) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(replace_tensor(value, old, new) for value in obj)
-    return obj
+    return map_tensors(obj, lambda tensor: new if tensor is old else tensor)
 
 
 def needs_closure(optimizer):

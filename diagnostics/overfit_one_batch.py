@@ -107,8 +107,8 @@ except KeyboardInterrupt:  # Ctrl-C while torch loads (a second or two): as a co
     raise
 
 from ml_debug_contract import (CheckResult, batch_rows, count_rows, cli_main, first_tensor, forward, graph_edges,
-                               loss_closure, named_tensors, needs_closure, preserved, replace_tensor, step_optimizer,
-                               validate_case)
+                               loss_closure, map_tensors, named_tensors, needs_closure, preserved, replace_tensor,
+                               step_optimizer, validate_case)
 
 # Karpathy overfits "as little as two" examples (evidence karpathy-recipe#overfit-one-batch), cs231n "e.g. 20"
 # (cs231n-nn3#overfit-tiny-subset); 8 rows keep BatchNorm's batch statistics usable — our assumption.
@@ -226,14 +226,8 @@ def _unread_beyond(targets, n, read, rows):
 
 def _rows_to(obj, n, index, skip):
     """Every tensor in obj with n rows (dim 0), kept at `index`, except the tensors in skip (the edge inputs)."""
-    if torch.is_tensor(obj):
-        return obj.index_select(0, index) if obj.dim() > 0 and obj.shape[0] == n and not any(obj is e for e in skip) \
-            else obj
-    if isinstance(obj, dict):
-        return {key: _rows_to(value, n, index, skip) for key, value in obj.items()}
-    if isinstance(obj, (tuple, list)):
-        return type(obj)(_rows_to(value, n, index, skip) for value in obj)
-    return obj
+    return map_tensors(obj, lambda tensor: tensor.index_select(0, index)
+                       if tensor.dim() > 0 and tensor.shape[0] == n and not any(tensor is e for e in skip) else tensor)
 
 
 def _looks_like_probabilities(output):

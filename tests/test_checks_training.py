@@ -6,6 +6,7 @@ gets no `fail`; each broken twin in tests/zoo/broken_training.py gets its expect
 right check; the model's state is unchanged after the check, also when the check raises mid-way;
 `--help` exits 0 and the CLI exits 1 on the broken demo.
 """
+import collections
 import importlib
 import json
 import runpy
@@ -19,7 +20,10 @@ from state_snapshot import assert_unchanged, drawing, snapshot
 
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 import broken_training  # noqa: E402  (needs tests/zoo on sys.path)
+import capture  # noqa: E402
 import healthy  # noqa: E402
+import ml_debug_contract  # noqa: E402
+import overfit_one_batch  # noqa: E402
 import update_ratio  # noqa: E402
 
 CHECKS = ["overfit_one_batch", "gradient_flow", "update_ratio", "nan_watch", "batch_independence", "causal_dependency"]
@@ -205,3 +209,24 @@ def test_update_ratio_in_bf16_with_lr_0_is_not_called_rounding():
 def test_update_ratio_tells_an_overshooting_lr_to_come_down_by_the_multiple_that_worked():
     result = run("update_ratio", broken_training.make_lr_too_high())
     assert result.status == "fail" and result.details["next"].startswith("lower the lr to about 0.1x")
+
+
+Pair = collections.namedtuple("Pair", "y weight")
+
+
+def test_a_namedtuple_in_the_batch_keeps_its_type_through_the_checks():
+    """A batch's tuples are rebuilt by every walker (moving to a device, taking rows, copying): a namedtuple cannot be
+    built from one iterable, and a case with its targets in one crashed validate_case before map_tensors."""
+    model = torch.nn.Linear(3, 2)
+    targets = Pair(torch.randn(8, 2), torch.rand(8, 2))
+    case = {"model": model, "batch": (torch.randn(8, 3), targets),
+            "loss_fn": lambda out, t: (t.weight * (out - t.y) ** 2).mean()}
+    case = update_ratio.validate_case(case, "update_ratio")
+    assert type(case["batch"][1]) is Pair
+    assert update_ratio.check_update_ratio(case).status == "pass"
+    rows = ml_debug_contract.batch_rows(targets, 8, 2, 3)
+    assert type(rows) is Pair and rows.y.shape == (3, 2)
+    swapped = ml_debug_contract.replace_tensor(targets, targets.weight, None)
+    assert type(swapped) is Pair and swapped.weight is None and swapped.y is targets.y
+    assert type(capture._copy(targets, {})) is Pair
+    assert type(overfit_one_batch._rows_to(targets, 8, torch.tensor([1, 0]), skip=[])) is Pair
