@@ -81,6 +81,9 @@ def test_selected_rows_are_read_through_a_log_softmax_over_each_row():
     rows = torch.tensor([4, 1])
     assert capture._selected_rows(torch.log_softmax(whole[rows], -1)).tolist() == [4, 1]
     assert capture._selected_rows(torch.log_softmax(whole[rows], 0)) is None  # over the rows: they mix
+    tokens = torch.randn(6, 4, 3, requires_grad=True)  # 3 dims: 2 ** 64 - 1 is 0 mod 3, where -1 is the last dim
+    assert capture._selected_rows(torch.log_softmax(tokens[rows], -1)).tolist() == [4, 1]
+    assert capture._selected_rows(torch.log_softmax(tokens[rows], -3)) is None
 
 
 def _step_on_selected_rows_log_softmaxed(model):
