@@ -230,3 +230,9 @@ def test_a_namedtuple_in_the_batch_keeps_its_type_through_the_checks():
     assert type(swapped) is Pair and swapped.weight is None and swapped.y is targets.y
     assert type(capture._copy(targets, {})) is Pair
     assert type(overfit_one_batch._rows_to(targets, 8, torch.tensor([1, 0]), skip=[])) is Pair
+
+
+def test_rows_to_cuts_only_the_tensors_with_the_batchs_rows():
+    rows, other, scalar = torch.arange(8.0), torch.arange(5.0), torch.tensor(3.0)
+    cut = overfit_one_batch._rows_to((rows, other, scalar), 8, torch.tensor([6, 1]), skip=[])
+    assert cut[0].tolist() == [6.0, 1.0] and cut[1] is other and cut[2] is scalar  # 5 rows, and none: not the batch's
