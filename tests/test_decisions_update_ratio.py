@@ -1,5 +1,7 @@
 """update_ratio's decisions at their boundaries, found by mutation testing: its bands and constants (schedule horizon,
 zero-init steps, warm-up, payoff, replacement, bf16 rounding, Adadelta's lr, rise, seed) and the CUDA random stream."""
+import itertools
+
 import torch
 
 import update_ratio
@@ -143,16 +145,21 @@ def test_adadelta_above_lr_1_is_judged_high_like_adam():
     assert result.status == "warn", result.summary
 
 
-def test_a_rise_to_1_6x_on_the_way_sends_the_experiment_to_the_next_lower_lr():
-    """The judged lr's loss goes to 1.6x its start (over RISE, 1.5x) and ends at 0.9x: it rose, so the tenth of the lr
-    is tried."""
-    arms = [(1.0, [1.0, 1.6, 1.2, 1.0, 0.95, 0.9, 0.9, 0.9, 0.9, 0.9], 0.9),
-            (1.0, [1.0, 0.9, 0.8, 0.7, 0.6, 0.55, 0.5, 0.5, 0.5, 0.5], 0.5)]
-    script = iter(value for before, seen, after in arms for value in [before, *seen, after])  # each arm: before, steps, after
+def scripted_overshoot(losses):
+    """update_ratio._overshoot over a loss that reads its values from `losses` (each arm: before, one per step, after), 0.5 once
+    they run out; the loss's gradient is 0, so the steps change nothing but the count."""
+    script = itertools.chain(losses, itertools.repeat(0.5))
     model = torch.nn.Linear(1, 1)
     case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
             "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
-    result = update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+    return update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+
+
+def test_a_rise_to_1_6x_on_the_way_sends_the_experiment_to_the_next_lower_lr():
+    """The judged lr's loss goes to 1.6x its start (over RISE, 1.5x) and ends at 0.9x: it rose, so the tenth of the lr
+    is tried."""
+    result = scripted_overshoot([1.0, 1.0, 1.6, 1.2, 1.0, 0.95, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9,  # each arm: before, steps, after
+                                 1.0, 1.0, 0.9, 0.8, 0.7, 0.6, 0.55, 0.5, 0.5, 0.5, 0.5, 0.5])
     assert list(result) == [1.0, 0.1], result
 
 

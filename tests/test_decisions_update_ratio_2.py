@@ -1,12 +1,10 @@
 """update_ratio's decisions at their boundaries, found by mutation testing (second set): which tensors are judged, the
 warm-up's slices, Adadelta at lr 1, the steady-state gate at HIGH_FAIL, and the overshoot experiment's rise and end."""
-import itertools
-
 import torch
 
 import update_ratio
 from test_decisions_log_boundaries import _two_by_one_case
-from test_decisions_update_ratio import _check
+from test_decisions_update_ratio import _check, scripted_overshoot
 
 
 class _BesideAMatrix(torch.nn.Module):
@@ -72,24 +70,14 @@ def test_adam_moving_a_weight_by_exactly_0_1_of_its_norm_is_not_measured_again_a
     assert result.status == "pass", result.summary
 
 
-def _scripted_overshoot(losses):
-    """_overshoot over a loss that reads its values from `losses` (each arm: before, one per step, after), 0.5 once
-    they run out; the loss's gradient is 0, so the steps change nothing but the count."""
-    script = itertools.chain(losses, itertools.repeat(0.5))
-    model = torch.nn.Linear(1, 1)
-    case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
-            "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
-    return update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
-
-
 def test_an_arm_whose_loss_reaches_inf_stops_at_that_step():
     inf = float("inf")
-    arms = _scripted_overshoot([1.0, 0.9, inf, inf] + [1.0] + [0.9] * 10 + [0.5])  # the judged arm, then 0.1x
+    arms = scripted_overshoot([1.0, 0.9, inf, inf] + [1.0] + [0.9] * 10 + [0.5])  # the judged arm, then 0.1x
     assert arms[1.0] == (1.0, inf, inf, 1)  # one step taken: the second forward's inf ends the arm
     assert list(arms) == [1.0, 0.1]
 
 
 def test_a_loss_exactly_half_again_above_its_start_has_not_jumped():
     # RISE is 1.5: a peak at 1.5x that ends below the start is no rise, so no lower lr is tried
-    arms = _scripted_overshoot([1.0, 1.0, 1.5] + [0.75] * 8 + [0.75])  # float32 holds 1.5 and 0.75 exactly
+    arms = scripted_overshoot([1.0, 1.0, 1.5] + [0.75] * 8 + [0.75])  # float32 holds 1.5 and 0.75 exactly
     assert arms == {1.0: (1.0, 1.5, 0.75, 10)}

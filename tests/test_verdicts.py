@@ -17,6 +17,7 @@ from conftest import ROOT
 sys.path.insert(0, str(ROOT / "tests" / "zoo"))
 import healthy  # noqa: E402
 import overfit_one_batch  # noqa: E402
+from test_decisions_update_ratio import scripted_overshoot  # noqa: E402
 
 
 def overfit(case, **kwargs):
@@ -550,14 +551,9 @@ def test_update_ratio_a_lower_arm_that_jumped_is_no_reference_and_the_next_lower
     0.001x. Stopping at 0.1x (it ended below its start) compared the lr with a chance end, and the verdict flipped
     between inits; the experiment goes on to 0.01x."""
     import update_ratio
-    arms = [(6.989, [6.989, 3.047, 146.24, 75.321, 5.148, 4.049, 3.47, 2.727, 2.019, 1.629], 1.4489),
-            (6.989, [6.989, 1.243, 6.163, 14.83, 9.356, 1.319, 8.958, 32.05, 12.681, 10.748], 2.5142),
-            (6.989, [6.989, 4.468, 1.542, 0.23, 0.119, 0.101, 0.07, 0.04, 0.022, 0.013], 0.0079)]
-    script = iter(value for before, seen, after in arms for value in [before, *seen, after])  # each arm: before, steps, after
-    model = torch.nn.Linear(1, 1)
-    case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
-            "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
-    result = update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+    result = scripted_overshoot([6.989, 6.989, 3.047, 146.24, 75.321, 5.148, 4.049, 3.47, 2.727, 2.019, 1.629, 1.4489,
+                                 6.989, 6.989, 1.243, 6.163, 14.83, 9.356, 1.319, 8.958, 32.05, 12.681, 10.748, 2.5142,
+                                 6.989, 6.989, 4.468, 1.542, 0.23, 0.119, 0.101, 0.07, 0.04, 0.022, 0.013, 0.0079])
     assert list(result) == [1.0, 0.1, 0.01], result
     assert update_ratio._rose(*result[1.0][:3]) and update_ratio._fell(*result[0.01][:3]), result
     assert not update_ratio._fell(*result[0.1][:3]), result
@@ -567,14 +563,9 @@ def test_update_ratio_a_lower_arm_whose_loss_ends_where_it_started_did_not_fall_
     """A lower lr whose loss ends exactly at its start (steps below the loss's float resolution) is no reference that
     the lr is too high: the experiment goes on to the next lower lr."""
     import update_ratio
-    arms = [(1.0, [1.0, 1.3, 1.8, 2.2, 2.5, 2.9, 3.1, 3.3, 3.6, 3.9], 4.0),  # the judged lr: rose
-            (1.0, [1.0] * 10, 1.0),  # 0.1x: unchanged
-            (1.0, [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3], 0.25)]  # 0.01x: fell
-    script = iter(value for before, seen, after in arms for value in [before, *seen, after])
-    model = torch.nn.Linear(1, 1)
-    case = {"model": model, "batch": (torch.ones(1, 1), torch.ones(1, 1)), "task": {},
-            "loss_fn": lambda out, y: out.sum() * 0 + next(script), "optimizer": lambda params: torch.optim.SGD(params, lr=1.0)}
-    result = update_ratio._overshoot(case, model, list(model.named_parameters()), 1.0, model.state_dict())
+    result = scripted_overshoot([1.0, 1.0, 1.3, 1.8, 2.2, 2.5, 2.9, 3.1, 3.3, 3.6, 3.9, 4.0]  # the judged lr: rose
+                                + [1.0] * 12  # 0.1x: unchanged
+                                + [1.0, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.45, 0.4, 0.35, 0.3, 0.25])  # 0.01x: fell
     assert list(result) == [1.0, 0.1, 0.01], result
     assert not update_ratio._fell(*result[0.1][:3]) and update_ratio._rose(*result[0.1][:3]), result
 
