@@ -342,3 +342,16 @@ def test_a_module_constant_also_runs_the_tests_of_the_files_that_import_it():
     assert line_map.tests_for(constants, constant) == ([], 0, True)
     outside = mutate_tool.Mutant("diagnostics/t.py", 5, 0, 1, b"2", "1 -> 2", 5)
     assert line_map.tests_for(constants, outside, [importer]) == ([], 0, True)
+
+
+def test_every_mutant_listed_as_equivalent_is_one_the_tool_still_makes():
+    """An entry whose line was rewritten since matches nothing: it hides no mutant, but it says a judgement holds that
+    nobody made of the new line (three such stood in the list in session 24). Delete it, or judge the new line."""
+    from conftest import ROOT
+    listed = mutate_tool.Equivalents(mutate_tool.EQUIVALENT)
+    held = set()
+    for path in sorted({entry[0] for entry in listed.entries}):
+        for mutant in mutate_tool.candidate_mutants(ROOT, path):  # (not compiled: 24 s for the 37 files)
+            if listed.holds(ROOT, mutant):
+                held.add((mutant.path, mutant.what, listed.sources[mutant.path][mutant.line - 1].strip()))
+    assert sorted(listed.entries - held) == []
