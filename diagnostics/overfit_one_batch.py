@@ -175,7 +175,7 @@ def _subgraph(case, model, inputs, targets, n, rows):
         with preserved(model):
             read = _rows_read(case, model, inputs, targets, n)
             if read is None or read.numel() == 0:
-                return None
+                return None  # (no row read: the cut below keeps no node and ends in None too)
             pairs = [_edge_list(e, n) for e in edges]
             keep = torch.zeros(n, dtype=torch.bool, device=read.device)
             keep[read[:rows]] = True
