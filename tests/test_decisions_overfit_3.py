@@ -1,0 +1,79 @@
+"""overfit_one_batch's classification of a missed target, its settled-noise pass, its relabelling with the model's own
+predictions and the loss floor's size gate, pinned at their boundaries: decisions found by mutation testing."""
+import torch
+
+import overfit_one_batch
+from overfit_one_batch import _classify, _loss_floor, _own_targets, _settled, _settled_low, _trace, _train
+from test_decisions_overfit import _linear_case
+
+NOISE = overfit_one_batch.NOISE_WINDOW
+
+
+def test_the_sprint_switches_the_optimizers_weight_decay_off():
+    case = _linear_case(torch.nn.functional.mse_loss,
+                        optimizer=lambda params: torch.optim.SGD(params, lr=0.1, weight_decay=0.1))
+    inputs, targets = case["batch"]
+    _, optimizer, _ = _train(case, case["model"], inputs, targets, 1.0, 0, -1.0)
+    assert optimizer.param_groups[0]["weight_decay"] == 0.0
+
+
+def test_a_noisy_run_whose_mean_moved_exactly_flat_of_its_start_is_flat():
+    # first window's mean 100 (FLAT of it is 1.0), last window's 99 with no spread: a move of exactly the band
+    assert _classify([100.0] * NOISE + [99.0] * NOISE, noisy=True) == "flat"
+
+
+def test_a_noisy_run_whose_last_mean_stands_exactly_the_band_above_its_lowest_is_a_plateau():
+    # band 1.0 (FLAT of a start of 100, no spread in the last window): lowest mean 98, last mean 99
+    assert _classify([100.0] * NOISE + [98.0] * NOISE + [99.0] * NOISE, noisy=True) == "plateau"
+
+
+def test_a_loss_ending_exactly_flat_above_its_start_is_flat_not_diverging():
+    # (1 + FLAT) x 100 is exactly 101.0, and a move of 1.0 is exactly FLAT of the start
+    assert _classify([100.0, 101.0]) == "flat"
+
+
+def test_a_loss_that_moved_exactly_flat_of_its_start_is_flat():
+    assert _classify([100.0, 99.0]) == "flat"
+
+
+def test_a_noisy_run_whose_recent_mean_is_exactly_zero_settled_low():
+    assert _settled_low([1.0] * NOISE + [0.0] * NOISE, "stalled")
+
+
+def test_a_noisy_run_whose_recent_mean_is_exactly_floor_times_its_start_did_not_settle_low():
+    assert not _settled_low([1.0] * NOISE + [overfit_one_batch.FLOOR] * NOISE, "stalled")
+
+
+def test_a_noisy_trace_runs_between_window_means_not_single_draws():
+    # draws alternate 2, 0: every window's mean is 1, while the first draw is 2 and the last 0
+    assert _trace([2.0, 0.0] * NOISE, noisy=True).startswith("1 -> 1 ")
+
+
+def test_a_settled_noisy_run_with_parameters_missing_from_the_optimizer_warns():
+    result = _settled([1.0] * NOISE + [0.1] * NOISE, "", {}, "", ["fc.weight"])
+    assert result.status == "warn"
+
+
+def _own_targets_of(extra_input):
+    case = {"task": {}}
+    targets = torch.tensor([0, 1])
+    scores = torch.tensor([[0.0, 1.0], [1.0, 0.0]])  # the model's own predictions: 1, 0
+    (_, given), own = _own_targets(case, (torch.zeros(2, 3), extra_input(targets)), targets, scores)
+    return given, own
+
+
+def test_the_targets_the_model_is_given_are_replaced_by_its_own_predictions():
+    given, own = _own_targets_of(lambda targets: targets.clone())
+    assert torch.equal(own, torch.tensor([1, 0])) and torch.equal(given, own)
+
+
+def test_an_input_of_the_targets_shape_with_other_values_is_not_replaced():
+    given, _ = _own_targets_of(lambda targets: torch.tensor([5, 7]))
+    assert torch.equal(given, torch.tensor([5, 7]))
+
+
+def test_outputs_of_exactly_free_numel_numbers_still_get_a_floor(monkeypatch):
+    settled = [1.0] + [0.0] * overfit_one_batch.FREE_STEPS
+    monkeypatch.setattr(overfit_one_batch, "_free_descent", lambda *args: settled)
+    output = torch.zeros(overfit_one_batch.FREE_NUMEL)
+    assert _loss_floor({}, output, torch.zeros(1)) == 0.0
