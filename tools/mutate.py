@@ -39,10 +39,11 @@ is killed with its whole process group and counted as timed out. A test that fai
 without any mutant (once per run): when it fails there too it proves nothing, so it kills no mutant, the mutant's
 tests run again without it, and the file's line names it.
 
---warm runs each pytest in a child forked from this process after it has imported torch and pytest once, instead
-of a fresh `python -m pytest`: the child starts in well under a second where a fresh interpreter spends seconds
-importing torch (the machine and the numbers: CONTRIBUTING.md, "Tests"). The child is otherwise what the fresh run
-would be (its own process group, killed past the time limit; the copy's modules, none of the working tree's).
+--warm runs each pytest in a child forked from this process after it has imported torch (with torch._dynamo, which
+a process's first optimizer imports) and pytest once, instead of a fresh `python -m pytest`: the child starts in well
+under a second where a fresh interpreter spends seconds importing torch (the machine and the numbers: CONTRIBUTING.md,
+"Tests"). The child is otherwise what the fresh run would be (its own process group, killed past the time limit;
+the copy's modules, none of the working tree's).
 
 With --map MAP each mutant runs only the tests that ran its lines, fastest first, in two runs (those in the first
 three test files, then, when they pass, the rest: most mutants die in the first, without collecting the others).
@@ -673,7 +674,10 @@ def fresh_pytest(copy, args, timeout):
     return proc.returncode, output
 
 
-WARM_MODULES = ("torch", "pytest")  # imported once here, before the first fork: what every test run would import again
+# imported once here, before the first fork: what every test run would import again. torch._dynamo is what the first
+# torch.optim optimizer of a process imports (1.2 s on the 2-core VM): a forked run of overfit_one_batch's three
+# decision files took 1.9-2.1 s without it here, 0.8-1.0 s with it
+WARM_MODULES = ("torch", "torch._dynamo", "pytest")
 
 
 def fork_pytest(copy, args, timeout):
