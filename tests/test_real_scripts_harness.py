@@ -168,3 +168,16 @@ def test_the_cpu_seconds_count_the_doctors_child_and_not_the_wait(tmp_path):
     result = run.run_doctor(fake, tmp_path, tmp_path / "t.py", [], 60, None)
     assert result["checks"] == {"a": "pass"} and result["seconds"] >= 0.9, result
     assert 0.4 <= result["cpu_seconds"] < result["seconds"] - 0.4, result
+
+
+def test_a_run_of_every_entry_leaves_out_those_without_a_mirror_and_a_named_one_is_refused(tmp_path):
+    first, second, *rest = run.manifest.ENTRIES
+    (tmp_path / second["repo"].replace("/", "+") / "repo" / ".git").mkdir(parents=True)
+    (tmp_path / second["repo"].replace("/", "+") / "repo" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    present, missing = run.with_mirrors([first, second, *rest], tmp_path, None)
+    assert [entry["name"] for entry, _ in present] == [second["name"]] + [e["name"] for e in rest if e["repo"] == second["repo"]]
+    assert first["name"] in missing and second["name"] not in missing
+    with pytest.raises(run.HarnessError, match=f"github:{first['repo']}"):
+        run.with_mirrors([first, second], tmp_path, first["name"])
+    with pytest.raises(run.HarnessError, match="no entry has a mirror"):
+        run.with_mirrors([first], tmp_path, None)

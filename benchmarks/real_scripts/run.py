@@ -168,6 +168,24 @@ def run_one(entry, files, doctor, timeout, env, twin=None):
     return run
 
 
+def with_mirrors(entries, mirrors, only):
+    """(entries to run, each with its git directory; names of those left out for want of a mirror). A run of the whole
+    manifest goes on with the mirrors present; a named entry (--only), or a manifest with no mirror at all, is a
+    HarnessError saying which fetch to run."""
+    present, missing = [], []
+    for entry in entries:
+        try:
+            present.append((entry, git_dir(mirrors, entry["repo"])))
+        except HarnessError:
+            if only:
+                raise
+            missing.append(entry["name"])
+    if not present:
+        raise HarnessError(f"no entry has a mirror under {mirrors}: call the fetch tool with github:OWNER/NAME for the "
+                           f"repositories in manifest.py")
+    return present, missing
+
+
 def counts(run):
     if run["checks"] is None:
         return f"exit {run['rc']}" if run["rc"] is not None else "timeout"
@@ -219,8 +237,9 @@ def main(argv=None):
             raise HarnessError(f"no doctor at {args.doctor}")
         if args.out and args.out.exists() and not args.force:
             raise HarnessError(f"{args.out} exists: name another file or pass --force to overwrite it")
-        sources = {e["name"]: read_files(git_dir(args.mirrors, e["repo"]), e["repo"], e["commit"], e["files"])
-                   for e in entries}
+        present, missing = with_mirrors(entries, args.mirrors, args.only)
+        entries = [entry for entry, _ in present]
+        sources = {e["name"]: read_files(where, e["repo"], e["commit"], e["files"]) for e, where in present}
         for e in entries:  # every twin applies once and compiles before anything runs
             for twin in e.get("twins", []):
                 apply_twin(sources[e["name"]][twin["file"]].decode(), twin["find"], twin["replace"])
@@ -229,6 +248,8 @@ def main(argv=None):
         return 2
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE / "shim"), str(args.site)]), MPLBACKEND="Agg")
     print(f"doctor {args.doctor}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    if missing:
+        print(f"left out, no mirror under {args.mirrors} (the fetch tool makes one): {', '.join(missing)}")
     print(f"{'script':24} {'verdicts':13} twins {'s':>5} {'cpu s':>5} touch/new safety false FAIL | false WARN")
     results = []
     for entry in entries:
@@ -251,9 +272,9 @@ def main(argv=None):
         results.append({"name": entry["name"], "repo": entry["repo"], "commit": entry["commit"],
                         "script": entry["script"], "args": entry["args"], "healthy": healthy, "verdict": verdict,
                         "twins": twins})
-    print(totals(results))
+    print(totals(results) + (f"; left out (no mirror): {len(missing)}" if missing else ""))
     if args.out:
-        write_results(args.out, {"doctor": str(args.doctor), "results": results}, args.force)
+        write_results(args.out, {"doctor": str(args.doctor), "results": results, "no_mirror": missing}, args.force)
     return 0
 
 
