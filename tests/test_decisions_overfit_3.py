@@ -77,3 +77,58 @@ def test_outputs_of_exactly_free_numel_numbers_still_get_a_floor(monkeypatch):
     monkeypatch.setattr(overfit_one_batch, "_free_descent", lambda *args: settled)
     output = torch.zeros(overfit_one_batch.FREE_NUMEL)
     assert _loss_floor({}, output, torch.zeros(1)) == 0.0
+
+
+def _blocked(inputs, target):
+    # loss = w * x with w = 1: each row's loss and its gradient's norm are both its x
+    model = torch.nn.Linear(1, 1, bias=False)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    case = {"loss_fn": lambda output, targets: output.sum()}
+    return overfit_one_batch._blocked_rows(case, model, inputs, torch.zeros(len(inputs), 1), len(inputs), 0, target)
+
+
+def test_a_row_with_a_tiny_gradient_whose_loss_is_exactly_the_target_is_not_blocked():
+    inputs = torch.tensor([[1.0], [1.0], [1.0], [0.00095], [1.0]])
+    assert _blocked(inputs, float(inputs[3, 0])) == []  # at the target: memorised, whatever its gradient
+    assert _blocked(inputs, 0.0) == [3]
+
+
+def test_a_row_whose_gradient_is_exactly_blocked_times_the_median_is_not_blocked():
+    # the median row's norm is 1000, and BLOCKED x 1000 is exactly 1.0: row 3's norm
+    assert _blocked(torch.tensor([[1000.0], [1000.0], [1000.0], [1.0], [1000.0]]), 0.0) == []
+    assert _blocked(torch.tensor([[1000.0], [1000.0], [1000.0], [0.999], [1000.0]]), 0.0) == [3]
+
+
+class _IgnoresTheGraph(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 1)
+
+    def forward(self, x, adjacency):
+        return self.fc(x)
+
+
+def test_a_batch_shaped_like_a_graph_that_the_user_says_is_none_is_sliced_not_cut():
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = _IgnoresTheGraph()
+        x = torch.randn(16, 4)
+    case = overfit_one_batch.validate_case({"model": model, "batch": ((x, torch.zeros(16, 16)), torch.zeros(16, 1)),
+                                            "loss_fn": torch.nn.functional.mse_loss, "task": {"graph": False}})
+    result = overfit_one_batch.check_overfit_one_batch(case)
+    assert result.details["subgraph"] is None and result.details["rows"] == 8
+
+
+def test_a_loss_that_starts_at_exactly_zero_samples_no_noise():
+    result = overfit_one_batch.check_overfit_one_batch(_linear_case(lambda output, targets: (output * 0).sum()))
+    assert result.details["start_loss"] == 0.0 and result.details["samples_noise"] is False
+
+
+def test_a_noisy_objectives_target_is_taken_from_the_mean_of_its_two_draws():
+    # 1.0 under seed 0, 1.5 under seed 1: the reference is 1.25, not the first draw
+    def drawing(output, targets):
+        return torch.tensor(1.0 + 0.5 * torch.initial_seed(), dtype=torch.float64)
+    result = overfit_one_batch.check_overfit_one_batch(_linear_case(drawing))
+    assert result.details["samples_noise"] is True
+    assert abs(result.details["target"] - overfit_one_batch.TARGET * 1.25) < 1e-12
