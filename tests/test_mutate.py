@@ -210,6 +210,21 @@ def test_warm_runs_fork_pytest_and_reach_the_same_verdicts(repo, tmp_path):
     assert (result["survived"], result["timed_out"]) == (["calc.py:2: 10 -> 11", "calc.py:6: `>` -> `>=`"], [])
 
 
+def test_a_warm_child_leaves_the_warm_modules_it_imported_imported_for_the_next(tmp_path):
+    """What the first child imported of WARM_MODULES, this process imports before the next fork; what no child imports
+    (torch, for tests that never use it) it never pays for. Two stand-ins for torch here, one imported by the test."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_c.py").write_text("import colorsys\n\n\ndef test_c():\n    assert colorsys.rgb_to_hsv(0, 0, 0)\n")
+    probe = (f"import sys; sys.path.insert(0, {str(MUTATE.parent)!r}); import mutate\n"
+             "mutate.WARM_MODULES = ('colorsys', 'wave')\n"
+             "before = [m in sys.modules for m in mutate.WARM_MODULES]\n"
+             f"code, _ = mutate.fork_pytest({str(tmp_path)!r}, ['-q', '-p', 'no:cacheprovider', 'tests/test_c.py'], 60)\n"
+             "print(before, code, [m in sys.modules for m in mutate.WARM_MODULES])\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD="1"))
+    assert proc.stdout.split("\n")[0] == "[False, False] 0 [True, False]", (proc.stdout, proc.stderr)
+
+
 SLEEPER = '''import subprocess
 import sys
 

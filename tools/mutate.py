@@ -39,11 +39,11 @@ is killed with its whole process group and counted as timed out. A test that fai
 without any mutant (once per run): when it fails there too it proves nothing, so it kills no mutant, the mutant's
 tests run again without it, and the file's line names it.
 
---warm runs each pytest in a child forked from this process after it has imported torch (with torch._dynamo, which
-a process's first optimizer imports) and pytest once, instead of a fresh `python -m pytest`: the child starts in well
-under a second where a fresh interpreter spends seconds importing torch (the machine and the numbers: CONTRIBUTING.md,
-"Tests"). The child is otherwise what the fresh run would be (its own process group, killed past the time limit;
-the copy's modules, none of the working tree's).
+--warm runs each pytest in a child forked from this process instead of a fresh `python -m pytest`. What the first
+child imported of torch and torch._dynamo (which a process's first optimizer imports), this process then imports
+once: a later child starts in well under a second where a fresh interpreter spends seconds importing torch (the
+machine and the numbers: CONTRIBUTING.md, "Tests"). The child is otherwise what the fresh run would be (its own
+process group, killed past the time limit; the copy's modules, none of the working tree's).
 
 With --map MAP each mutant runs only the tests that ran its lines, fastest first, in two runs (those in the first
 three test files, then, when they pass, the rest: most mutants die in the first, without collecting the others).
@@ -674,22 +674,23 @@ def fresh_pytest(copy, args, timeout):
     return proc.returncode, output
 
 
-# imported once here, before the first fork: what every test run would import again. torch._dynamo is what the first
-# torch.optim optimizer of a process imports (1.2 s on the 2-core VM): a forked run of overfit_one_batch's three
-# decision files took 1.9-2.1 s without it here, 0.8-1.0 s with it
-WARM_MODULES = ("torch", "torch._dynamo", "pytest")
+# what a test run may import at a cost of seconds: a child that imported one leaves it imported here, before the next
+# fork, and every later run inherits it. torch._dynamo is what the first torch.optim optimizer of a process imports
+# (1.2 s on the 2-core VM): a forked run of overfit_one_batch's three decision files took 1.9-2.1 s with torch alone
+# inherited, 0.8-1.0 s with both. Tests that never import torch (this tool's own, on a tiny repository) never pay it.
+WARM_MODULES = ("torch", "torch._dynamo")
 
 
 def fork_pytest(copy, args, timeout):
-    """fresh_pytest's answer from pytest.main(args) in a child forked from this process, which has imported
-    WARM_MODULES once: a run starts in well under a second instead of paying the interpreter's and torch's start-up.
+    """fresh_pytest's answer from pytest.main(args) in a child forked from this process, which has imported pytest and
+    the WARM_MODULES an earlier child imported: a run starts in well under a second instead of paying the
+    interpreter's and torch's start-up again.
 
     The child is what a fresh `python -m pytest` in the copy would be: its own session (killed as a group past the
     timeout), stdin from /dev/null, its output to a file, no .pyc written, and none of this repository's own modules
     or folders (the contract module this tool imports): the tests import the copy's, mutant included. Nothing has run
     a model here, so no torch thread pool crosses the fork."""
-    for name in WARM_MODULES:
-        __import__(name)
+    import pytest  # once here: every child runs it
     here, venv = Path(__file__).resolve().parents[1], Path(sys.prefix).resolve()
 
     def ours(path):  # this repository's own files; a virtual environment inside it (`make`'s .venv) is not
@@ -698,7 +699,7 @@ def fork_pytest(copy, args, timeout):
 
     sys.stdout.flush()
     sys.stderr.flush()
-    with tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryFile() as log, tempfile.TemporaryFile() as imported:
         gc.freeze()  # the child's collections skip what it inherits: no pass over torch's objects, no copy of their pages
         pid = os.fork()
         if pid == 0:  # the child: never returns
@@ -717,7 +718,6 @@ def fork_pytest(copy, args, timeout):
                     if where and ours(where):
                         del sys.modules[name]
                 sys.modules["__main__"] = type(sys)("__main__")  # not this tool: what a spawned child would import
-                import pytest
                 code = int(pytest.main(args))
             except BaseException:
                 import traceback
@@ -726,6 +726,7 @@ def fork_pytest(copy, args, timeout):
                 try:
                     sys.stdout.flush()
                     sys.stderr.flush()
+                    os.write(imported.fileno(), " ".join(n for n in WARM_MODULES if n in sys.modules).encode())
                 finally:
                     os._exit(code)
         gc.unfreeze()  # here only: the child never gets this far
@@ -744,6 +745,9 @@ def fork_pytest(copy, args, timeout):
             os.killpg(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise
+        imported.seek(0)
+        for name in imported.read().decode().split():
+            __import__(name)
         log.seek(0)
         return os.waitstatus_to_exitcode(status), log.read().decode("utf-8", "replace")
 
