@@ -185,7 +185,7 @@ class Episode:
         if self.coarse or end <= start:  # (a coarse spike is followed value by value)
             return start
         if not band < values[start] <= peak:  # (the first value alone settles most refusals)
-            return start
+            return start  # (the checks below would refuse it too, only slower)
         if any(v <= band for _, _, v in self.tail):  # a tail in the band may confirm a recovery
             return start
         stretch = values[start:end]
