@@ -28,7 +28,7 @@ What it checks
     against that all-zero score instead, so a scaled loss is not mistaken for scaled outputs.
 
     fail   loss > 1.5x chance and the harm shows (outputs too large at init: logits scaled
-           up, init too wide): the check scales the outputs down (1/2 .. 1/256, the largest
+           up, init too wide; regression outputs over 2x the targets' RMS): the check scales the outputs down (1/2 .. 1/256, the largest
            scale that brings the loss within 1.25x chance) and runs 20 steps of your optimizer
            from your init (your lr schedule's first values); a FAIL when the loss after them is
            still at or above where the scaled-down model starts: those steps only undo the init.
@@ -38,8 +38,9 @@ What it checks
            output of as many elements that it scores as if put in the targets' shape, as a
            loss_fn that squeezes it, is judged in that shape).
     warn   loss > 1.5x chance of a classifier that the 20 steps take below the scaled-down
-           start (a threshold alone shows no harm; for a regression net it is a pass: its own
-           output variance adds to the all-zero score, 1.5-2x at a default init); loss < 0.75x
+           start (a threshold alone shows no harm; for a regression net it is a pass, as it is
+           with outputs within 2x the targets' RMS: an untrained net's own output spread adds to
+           the all-zero score, up to 5x chance at a default init); loss < 0.75x
            the best constant (the model may already know the targets:
            leakage, an off-by-one that feeds the target in as input, or pretrained weights;
            target_leak and causal_dependency show which); a loss summed instead of averaged;
@@ -123,6 +124,9 @@ LOSS_FN_TOLERANCE = 0.1  # a standard mean loss scores an all-zero output at cha
 CLASS_KINDS = ("classification", "causal_lm", "seq2seq")
 TRIAL_STEPS = 20  # steps of your optimizer in the too-large trial: the hockey stick shows in the first few dozen (our assumption)
 CALMING = [2.0 ** -k for k in range(1, 9)]  # output scales tried to calm the outputs: 1/2 .. 1/256
+OUTPUT_SCALE = 2.0  # regression outputs within 2x the targets' RMS are an untrained net's own spread, not "too large": a
+# default nn.Linear on unit-variance inputs gives RMS 0.4-0.7 whatever the targets (measured), which scores up to
+# 1 + 2**2 = 5x chance against targets of half that RMS — our assumption
 CALM_RATIO = 1.25  # the largest of them that brings the loss within 1.25x chance (the test zoo's healthy inits measure up to 1.23x)
 
 
@@ -346,6 +350,8 @@ def _judged(case):
     measured += (f" (your loss_fn on an all-zero output; a mean loss would give {ref['chance_formula']} = {fmt(chance)})"
                  if loss_fn_off else f" ({ref['chance_formula']})")
     if loss > HIGH_RATIO * scale * chance:
+        if "target_mean" in ref:  # regression: how large the outputs are against the targets, whatever the loss
+            details.update(output_rms=float(out.detach().double().pow(2).mean().sqrt()), target_rms=chance ** 0.5)
         return _too_large(case, output, details, measured, scale * chance)
     if best > 0 and loss < LOW_RATIO * scale * best:
         details["next"] = "run target_leak and causal_dependency: they change the inputs and show whether the answer is in them"
@@ -372,6 +378,10 @@ def _too_large(case, output, details, measured, chance):
     still at or above where the same model starts with its outputs scaled down (the steps went into undoing the init).
     Else a WARN that names its evidence."""
     ratio = f"{measured}: {fmt(details['ratio_to_chance'])}x chance"
+    if "target_rms" in details and not details["output_rms"] > OUTPUT_SCALE * details["target_rms"]:
+        return CheckResult("init_loss", "pass", f"{ratio}, as an untrained regression net's own outputs add their spread to "
+                           f"the all-zero score: their RMS {fmt(details['output_rms'])} is within {OUTPUT_SCALE:g}x the "
+                           f"targets' {fmt(details['target_rms'])}", details)
     details["next"] = "find what scales the outputs up: a temperature, an init std, a missing normalisation; run init_scale"
     factor, calmed = _calming_factor(case, output, CALM_RATIO * chance)
     if factor is None or not calmed < details["loss"] or not _trainable(case):

@@ -111,3 +111,25 @@ def test_a_trial_ending_exactly_at_the_calmed_loss_is_a_fail():
     assert result.details["loss_after_trial"] == result.details["calmed_loss"]
     assert result.details["loss"] > result.details["calmed_loss"]
     assert result.status == "fail", result.summary
+
+
+@pytest.mark.parametrize("level, status", [(2.0, "pass"), (2.01, "warn")])
+def test_regression_outputs_up_to_twice_the_targets_rms_are_no_outputs_too_large(level, status):
+    # targets of RMS 1, outputs all at `level`: 5x chance at exactly 2x the targets' RMS, an untrained net's own spread;
+    # past it the outputs are too large (a warn here, with no trial: nothing in the fixed model trains)
+    result = _check(torch.full((4, 1), level), _TARGETS, F.mse_loss)
+    assert result.details["output_rms"] == pytest.approx(level) and result.details["target_rms"] == 1.0
+    assert result.status == status, result.summary
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_default_linear_regression_is_no_fail(seed):
+    """nn.Linear(4, 1) as PyTorch builds it, on unit-variance inputs against unit-variance targets: its outputs (RMS
+    0.4-0.9) score up to 2.3x chance, and 20 steps of Adam at 3e-4 barely move them. These three seeds of eight were
+    failed "outputs too large at init" before the outputs were measured against the targets."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = torch.nn.Linear(4, 1)
+        batch = (torch.randn(64, 4), torch.randn(64, 1))
+    result = init_loss.check_init_loss(init_loss.validate_case({"model": model, "batch": batch, "loss_fn": F.mse_loss}))
+    assert result.details["ratio_to_chance"] > init_loss.HIGH_RATIO and result.status == "pass", result.summary
