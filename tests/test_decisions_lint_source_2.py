@@ -1,5 +1,5 @@
-"""lint's model of a source file (trainlint/source.py) at its boundaries, found by mutation testing: how far a name is
-followed through plain aliases to its import."""
+"""lint's model of a source file (trainlint/source.py) at its boundaries, found by mutation testing: how a name is
+followed to its import (qualname): through plain aliases, a star import, an attribute."""
 import ast
 
 import pytest
@@ -7,14 +7,24 @@ import pytest
 from trainlint.source import Source
 
 
-def _qualname_through_aliases(n):
-    """`import torch.nn.functional as F`, then a1 = F, a2 = a1, ... an = a(n-1): the qualified name of `an.softmax`."""
-    code = ("import torch.nn.functional as F\na1 = F\n" + "".join(f"a{i} = a{i - 1}\n" for i in range(2, n + 1))
-            + f"y = a{n}.softmax\n")
+def _qualname(code):
+    """The qualified name of the expression the code's last line assigns."""
     source = Source(ast.parse(code), "<string>", None, code)
     return source.qualname(source.tree.body[-1].value)
 
 
 @pytest.mark.parametrize("aliases, name", [(8, "torch.nn.functional.softmax"), (9, None)])
 def test_a_name_is_followed_through_at_most_eight_aliases(aliases, name):
-    assert _qualname_through_aliases(aliases) == name
+    # import torch.nn.functional as F, then a1 = F, a2 = a1, ...: the name of `a<aliases>.softmax`
+    chain = "a1 = F\n" + "".join(f"a{i} = a{i - 1}\n" for i in range(2, aliases + 1))
+    assert _qualname(f"import torch.nn.functional as F\n{chain}y = a{aliases}.softmax\n") == name
+
+
+def test_a_name_never_assigned_after_a_star_import_comes_from_that_module_and_one_assigned_does_not():
+    assert _qualname("from torch.nn import *\ny = functional.softmax\n") == "torch.nn.functional.softmax"
+    assert _qualname("from torch.nn import *\nfunctional = 3\ny = functional.softmax\n") is None
+
+
+def test_a_name_bound_to_an_imported_attribute_is_followed_and_one_bound_to_a_call_is_not():
+    assert _qualname("import torch\nf = torch.nn\ny = f.Linear\n") == "torch.nn.Linear"
+    assert _qualname("import torch\nf = torch.nn.Linear(2, 2)\ny = f.weight\n") is None
