@@ -1,5 +1,5 @@
 """lint's model of a source file (trainlint/source.py) at its boundaries, found by mutation testing: how a name is
-followed to its import (qualname): through plain aliases, a star import, an attribute."""
+followed to its import (qualname): through plain aliases, a star import, an attribute; what makes an optimizer."""
 import ast
 
 import pytest
@@ -28,3 +28,10 @@ def test_a_name_never_assigned_after_a_star_import_comes_from_that_module_and_on
 def test_a_name_bound_to_an_imported_attribute_is_followed_and_one_bound_to_a_call_is_not():
     assert _qualname("import torch\nf = torch.nn\ny = f.Linear\n") == "torch.nn.Linear"
     assert _qualname("import torch\nf = torch.nn.Linear(2, 2)\ny = f.weight\n") is None
+
+
+def test_what_built_an_object_decides_whether_it_is_an_optimizer_before_its_name_does():
+    code = "import torch\nx = torch.optim.Adam(params)\nopt = torch.optim.lr_scheduler.StepLR(x, 1)\nx\nopt\n"
+    source = Source(ast.parse(code), "<string>", None, code)
+    built_by_adam, named_opt = (statement.value for statement in source.tree.body[-2:])
+    assert source.is_optimizer(built_by_adam) and not source.is_optimizer(named_opt)
