@@ -42,8 +42,9 @@ What it checks
     are listed in details["not_in_optimizer"].
 
     Speed: a run also stops when the loss has fallen by less than 1% of its start over the
-    last 50 steps (stalled: the verdict is already in; for a sampled objective, the means of 10
-    steps at both ends). A deterministic loss falling too slowly to reach the target in 300 steps
+    last 50 steps and, kept up, that pace would not take it to the target in the steps left
+    (stalled: the verdict is already in; for a sampled objective, the means of 10 steps at both
+    ends, and no pace). A deterministic loss falling too slowly to reach the target in 300 steps
     at its last 50 steps' pace goes to the 10x run at once: memorising there is the pass it would
     have reached after the whole sprint (details["on_course_to_miss"]); any other outcome is
     judged on the whole sprint at your lr, run then. (The one thing this skips: a loss that would
@@ -343,7 +344,8 @@ def _train(case, model, inputs, targets, lr_scale, steps, target, noisy=False, e
         loss = case["loss_fn"](forward(model, inputs), targets)
         losses.append(float(loss.detach()))
         stop = ("target" if _reached(losses, target, noisy) else "runaway" if _ran_away(losses, noisy)
-                else "stalled" if _stalled(losses, noisy) else "budget" if step == steps
+                else "stalled" if _stalled(losses, noisy) and (noisy or _out_of_reach(losses, target, steps))
+                else "budget" if step == steps
                 else "out_of_reach" if early and not noisy and _out_of_reach(losses, target, steps) else None)
         if stop:
             return losses, optimizer, stop
