@@ -248,9 +248,27 @@ def test_an_equivalent_whose_line_text_is_on_two_lines_names_neither(tmp_path):
     drop = "drop the `return` that ends this if-branch"
     listed.write_text(f"lib.py\t{drop}\treturn obj\twhich one?\nlib.py\t{drop}\treturn obj  # b's own\tthis one\n")
     equivalents = tool.Equivalents(listed)
-    holds = {line: equivalents.holds(tmp_path, types.SimpleNamespace(path="lib.py", line=line, what=drop))
-             for line in (2, 6, 10)}
+    source = (tmp_path / "lib.py").read_text()
+    starts = [i for i in range(len(source)) if source.startswith("return", i)]  # the edited token's offset: its column
+    holds = {line: equivalents.holds(tmp_path, types.SimpleNamespace(path="lib.py", line=line, what=drop, start=start))
+             for line, start in zip((2, 6, 10), starts)}
     assert holds == {2: False, 6: True, 10: False}
+
+
+def test_an_equivalent_whose_mutation_ends_in_a_column_names_that_token_only(tmp_path):
+    """`a < b < c` holds two `<` -> `<=` mutants: an entry by the label alone names both; @COL names one."""
+    import types
+
+    import mutate as tool
+    (tmp_path / "lib.py").write_text("def f(a, b, c):\n    return a < b < c\n")
+    source = (tmp_path / "lib.py").read_bytes()
+    first, second = (source.index(b"<"), source.rindex(b"<"))
+    listed = tmp_path / "equivalent.txt"
+    listed.write_text("lib.py\t`<` -> `<=`@14\treturn a < b < c\tthe first one only\n")
+    equivalents = tool.Equivalents(listed)
+    mutant = lambda start: types.SimpleNamespace(path="lib.py", line=2, what="`<` -> `<=`", start=start)  # noqa: E731
+    assert [equivalents.holds(tmp_path, mutant(start)) for start in (first, second)] == [True, False]
+    assert equivalents.entry(tmp_path, mutant(first)) == ("lib.py", "`<` -> `<=`@14", "return a < b < c")
 
 
 def test_a_map_of_ours_is_updated_by_a_later_build_on_some_tests(repo):
@@ -352,6 +370,5 @@ def test_every_mutant_listed_as_equivalent_is_one_the_tool_still_makes():
     held = set()
     for path in sorted({entry[0] for entry in listed.entries}):
         for mutant in mutate_tool.candidate_mutants(ROOT, path):  # (not compiled: 24 s for the 37 files)
-            if listed.holds(ROOT, mutant):
-                held.add((mutant.path, mutant.what, listed.sources[mutant.path][mutant.line - 1].strip()))
+            held.add(listed.entry(ROOT, mutant))
     assert sorted(listed.entries - held) == []

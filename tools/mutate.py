@@ -913,7 +913,8 @@ class Equivalents:
     separated by tabs: the file, the mutation as this tool prints it (`` `<` -> `<=` ``), the text of the line it
     edits (stripped), and why it is equivalent. Lines starting with # are comments. A text that more than one line of
     the file holds names none of them (`return obj` in two functions: which one was judged?): those mutants run; give
-    the judged line a text of its own (a comment will do)."""
+    the judged line a text of its own (a comment will do). Where the line holds two mutants of one label (two `<` in
+    `a < b < c`), the mutation ends in @COL, the 1-based column of the token it edits, and names that one only."""
 
     def __init__(self, path):
         self.entries, self.sources = set(), {}
@@ -929,12 +930,21 @@ class Equivalents:
                 raise UsageError(f"{path}:{number}: want four tab-separated fields: file, mutation, line text, reason")
             self.entries.add(tuple(f.strip() for f in fields[:3]))
 
-    def holds(self, root, mutant):
+    def entry(self, root, mutant):
+        """The entry (file, mutation, line text) that names the mutant, or None."""
         if mutant.path not in self.sources:
-            self.sources[mutant.path] = (root / mutant.path).read_bytes().decode("utf-8", "replace").splitlines()
-        lines = self.sources[mutant.path]
+            raw = (root / mutant.path).read_bytes()
+            self.sources[mutant.path] = raw.decode("utf-8", "replace").splitlines(), raw
+        lines, raw = self.sources[mutant.path]
         text = lines[mutant.line - 1].strip()
-        return (mutant.path, mutant.what, text) in self.entries and sum(line.strip() == text for line in lines) == 1
+        if sum(line.strip() == text for line in lines) != 1:
+            return None
+        column = mutant.start - raw.rfind(b"\n", 0, mutant.start)
+        named = [(mutant.path, what, text) for what in (mutant.what, f"{mutant.what}@{column}")]
+        return next((entry for entry in named if entry in self.entries), None)
+
+    def holds(self, root, mutant):
+        return self.entry(root, mutant) is not None
 
 
 def add_note(result, said):
