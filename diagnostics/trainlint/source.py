@@ -549,7 +549,7 @@ class Source:
         if name not in EVENT_NAMES and "zero_grad" not in name:
             if name == "context" and self.qualname(func) == "torch.distributed.autograd.context":
                 return [Event("zero", node)]  # each distributed-autograd context starts with no gradients
-            return []
+            return []  # no event has that name: a shortcut past the checks below
         if name in ("backward", "manual_backward") and receiver is not None:
             return [Event("backward", node)]
         if "zero_grad" in name:
