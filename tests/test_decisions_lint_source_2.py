@@ -1,15 +1,14 @@
 """lint's model of a source file (trainlint/source.py) at its boundaries, found by mutation testing: how a name is
-followed to its import (qualname): through plain aliases, a star import, an attribute; what makes an optimizer."""
-import ast
-
+followed to its import (qualname) through plain aliases, a star import and an attribute; what makes an optimizer; which
+module calls are loss calls."""
 import pytest
 
-from trainlint.source import Source
+from test_decisions_lint_source import source as parsed
 
 
 def _qualname(code):
     """The qualified name of the expression the code's last line assigns."""
-    source = Source(ast.parse(code), "<string>", None, code)
+    source = parsed(code)
     return source.qualname(source.tree.body[-1].value)
 
 
@@ -31,7 +30,16 @@ def test_a_name_bound_to_an_imported_attribute_is_followed_and_one_bound_to_a_ca
 
 
 def test_what_built_an_object_decides_whether_it_is_an_optimizer_before_its_name_does():
-    code = "import torch\nx = torch.optim.Adam(params)\nopt = torch.optim.lr_scheduler.StepLR(x, 1)\nx\nopt\n"
-    source = Source(ast.parse(code), "<string>", None, code)
+    source = parsed("import torch\nx = torch.optim.Adam(params)\nopt = torch.optim.lr_scheduler.StepLR(x, 1)\nx\nopt\n")
     built_by_adam, named_opt = (statement.value for statement in source.tree.body[-2:])
     assert source.is_optimizer(built_by_adam) and not source.is_optimizer(named_opt)
+
+
+def test_a_module_of_torch_nn_is_a_loss_only_when_its_class_ends_in_loss():
+    """In a file that builds a loss module, a call of an nn.Linear is no loss call, nor is one of a loss class from
+    outside torch.nn named like no loss (`head`)."""
+    source = parsed("import torch.nn as nn\nimport mylib\ncrit = nn.CrossEntropyLoss()\nlin = nn.Linear(2, 2)\n"
+                    "head = mylib.FocalLoss()\nlin(x)\nhead(x, y)\ncrit(x, y)\n")
+    linear, focal, cross_entropy = (statement.value for statement in source.tree.body[-3:])
+    assert (source.loss_call(linear), source.loss_call(focal)) == (None, None)
+    assert source.loss_call(cross_entropy)[0] == "ce"
