@@ -1,7 +1,8 @@
 """spikes.py's verdict on a spike whose follow-up is cut short (series.Episode.by_level: the log ends, rolls back or
-reaches the horizon) pinned at its boundaries, found by mutation testing."""
+reaches the horizon), and a waiting recovery due for its check, pinned at their boundaries, found by mutation testing."""
 import pytest
 
+from spikelog.detect.thresholds import VERIFY
 from test_decisions_series import _spike, _waiting
 
 
@@ -23,3 +24,12 @@ def test_a_cut_short_spike_whose_level_after_is_exactly_the_band_recovered():
     for row in (1, 2):
         assert episode.add(row, row, episode.band) is None
     assert episode.by_level("log_end") == ("fast_recovery", 1, episode.band, "log_end")
+
+
+def test_a_waiting_recovery_whose_check_is_due_takes_no_more_values_at_once():
+    # the first run fills the values after the recovery up to one before the check (VERIFY - 1): the next takes none
+    episode = _waiting()
+    values = [1.2] * 200
+    first = episode.pending_run(list(range(6, 206)), values, 6, 0, 200)
+    assert len(episode.after) == VERIFY - 1
+    assert episode.pending_run(list(range(6, 206)), values, 6, first, 200) == first
