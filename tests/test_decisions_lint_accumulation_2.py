@@ -1,5 +1,6 @@
 """lint's gradient-accumulation rules (trainlint/rules/accumulation.py), more decisions pinned at their boundaries
-(found by mutation testing): which subscript reads as a model output's loss, and which backward() a library scales."""
+(found by mutation testing): which subscript reads as a model output's loss, which backward() a library scales, and
+a step under a nonzero remainder that has an else."""
 import ast
 
 from conftest import findings
@@ -27,3 +28,20 @@ def test_accelerator_backward_in_a_manual_accumulation_loop_is_not_asked_to_scal
     assert ("accumulated-loss-not-scaled", 6) in findings(loop.format(backward="loss.backward()"))
     assert "accumulated-loss-not-scaled" not in {
         rule for rule, _ in findings(loop.format(backward="accelerator.backward(loss)"))}
+
+
+def test_a_step_under_a_nonzero_remainder_is_inverted_also_when_the_if_has_an_else():
+    loop = """
+        for i, (x, y) in enumerate(loader):
+            loss = model(x, y) / k
+            loss.backward()
+            if (i + 1) % k != 0:
+                optimizer.step()
+                optimizer.zero_grad()
+            else:
+                log(loss)
+        """
+    assert ("accumulation-step-inverted", 5) in findings(loop)
+    assert "accumulation-step-inverted" not in {rule for rule, _ in findings(loop.replace(
+        "optimizer.step()\n                optimizer.zero_grad()\n            else:\n                log(loss)",
+        "log(loss)\n            else:\n                optimizer.step()\n                optimizer.zero_grad()"))}
