@@ -1,0 +1,32 @@
+"""check_resume's refusal of a negative tolerance, its failing status for an unloadable checkpoint, and its "bit for bit"
+wording only for zero tolerances: decisions at their boundaries, found by mutation testing."""
+import pytest
+
+import resume_check as rc
+from test_decisions_resume_check_3 import Counter
+
+
+class CounterHoldingALambda(Counter):
+    """A Counter whose state holds a lambda: torch.save cannot pickle it, so no checkpoint can be written."""
+
+    def state_dict(self):
+        return {"step": self.step, "hook": lambda: None}
+
+
+@pytest.mark.parametrize("rtol, atol", [(-1e-6, 0.0), (0.0, -1e-6)])
+def test_either_tolerance_alone_below_zero_is_refused(rtol, atol):
+    with pytest.raises(rc.CheckError, match="rtol and atol must be >= 0"):
+        rc.check_resume(Counter, steps=2, resume_at=(1,), rtol=rtol, atol=atol)
+
+
+def test_a_checkpoint_that_cannot_be_written_fails_the_check():
+    result = rc.check_resume(CounterHoldingALambda, steps=2, resume_at=(1,))
+    assert (result.status, result.details["verdict"]) == ("fail", "checkpoint_unloadable")
+
+
+def test_a_matching_resume_is_bit_for_bit_only_when_both_tolerances_are_zero():
+    exact = rc.check_resume(Counter, steps=2, resume_at=(1,), rtol=0.0, atol=0.0)
+    assert exact.status == "pass" and "bit for bit" in exact.summary
+    # rtol above zero with atol at zero: a match within a tolerance, not bit for bit
+    tolerant = rc.check_resume(Counter, steps=2, resume_at=(1,), rtol=1e-3, atol=0.0)
+    assert tolerant.status == "pass" and "within rtol 0.001, atol 0.0" in tolerant.summary
