@@ -1,5 +1,6 @@
 """check_resume's refusal of a negative tolerance, its failing status for an unloadable checkpoint, and its "bit for bit"
-wording only for zero tolerances: decisions at their boundaries, found by mutation testing."""
+wording only for zero tolerances, and where a nondeterministic run is placed: decisions at their boundaries, found by
+mutation testing."""
 import pytest
 
 import resume_check as rc
@@ -30,3 +31,15 @@ def test_a_matching_resume_is_bit_for_bit_only_when_both_tolerances_are_zero():
     # rtol above zero with atol at zero: a match within a tolerance, not bit for bit
     tolerant = rc.check_resume(Counter, steps=2, resume_at=(1,), rtol=1e-3, atol=0.0)
     assert tolerant.status == "pass" and "within rtol 0.001, atol 0.0" in tolerant.summary
+
+
+def test_a_nondeterministic_run_is_placed_at_the_first_signal_that_differs_at_its_step():
+    # the batches agree throughout (None), the loss first differs at step 2: the summary names the loss there, and the
+    # details keep every divergence field but "any"
+    found = {"any": True, "first_step": 2, "batch": None, "loss": 2, "lr": None, "state": [], "state_max_abs_diff": 0.0}
+    runs = {"batch": [0, 0, 0], "loss": [1.0, 0.5, 0.25], "lr": [0.1] * 3}
+    other = dict(runs, loss=[1.0, 0.5, 0.3])
+    details = {}
+    result = rc.nondeterministic(details, found, runs, other, "the straight run repeated")
+    assert result.status == "fail" and "at step 2 (loss 0.25 vs 0.3)" in result.summary
+    assert details["divergence"] == {k: v for k, v in found.items() if k != "any"}
