@@ -43,3 +43,12 @@ def test_a_nondeterministic_run_is_placed_at_the_first_signal_that_differs_at_it
     result = rc.nondeterministic(details, found, runs, other, "the straight run repeated")
     assert result.status == "fail" and "at step 2 (loss 0.25 vs 0.3)" in result.summary
     assert details["divergence"] == {k: v for k, v in found.items() if k != "any"}
+
+
+def test_a_resumed_run_that_first_differs_at_a_resume_point_is_placed_after_that_resume():
+    # resumes before steps 3 and 6; step 6 is fed a batch the straight run never fed
+    reference = {"batch": list(range(8)), "loss": [1.0] * 8}
+    resumed = {"batch": [0, 1, 2, 3, 4, 5, 99, 7], "loss": [1.0] * 8, "resumes": [{"not_restored": [], "entries": {}}]}
+    found = {"first_step": 6, "batch": 6, "loss": None, "lr": None}
+    verdict, summary, _ = rc.classify(reference, resumed, found, (3, 6))
+    assert verdict == "rng_not_restored" and summary.startswith("after the resume before step 6,")
