@@ -52,3 +52,13 @@ def test_a_resumed_run_that_first_differs_at_a_resume_point_is_placed_after_that
     found = {"first_step": 6, "batch": 6, "loss": None, "lr": None}
     verdict, summary, _ = rc.classify(reference, resumed, found, (3, 6))
     assert verdict == "rng_not_restored" and summary.startswith("after the resume before step 6,")
+
+
+def test_a_data_restart_whose_repeated_steps_lose_nothing_says_all_of_them_and_claims_no_false_improvement():
+    # the resume before step 4 restarts the stream: steps 4-7 re-feed batches 0-3, at the straight run's very losses
+    reference = {"batch": list(range(8)), "loss": [1.0] * 8}
+    resumed = {"batch": [0, 1, 2, 3, 0, 1, 2, 3], "loss": [1.0] * 8, "resumes": [{"not_restored": [], "entries": {}}]}
+    found = {"first_step": 4, "batch": 4, "loss": None, "lr": None}
+    verdict, summary, _ = rc.classify(reference, resumed, found, (4,))
+    assert verdict == "data_restarted" and "(the data stream started over): all 4 steps" in summary
+    assert "false improvement" not in summary
