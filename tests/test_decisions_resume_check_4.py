@@ -1,5 +1,5 @@
 """check_resume's refusal of a negative tolerance, its failing status for an unloadable checkpoint, and its "bit for bit"
-wording only for zero tolerances, and where a nondeterministic run is placed: decisions at their boundaries, found by
+wording only for zero tolerances, where a divergence is placed and what a lost entry is named: decisions at their boundaries, found by
 mutation testing."""
 import pytest
 
@@ -62,3 +62,10 @@ def test_a_data_restart_whose_repeated_steps_lose_nothing_says_all_of_them_and_c
     verdict, summary, _ = rc.classify(reference, resumed, found, (4,))
     assert verdict == "data_restarted" and "(the data stream started over): all 4 steps" in summary
     assert "false improvement" not in summary
+
+
+def test_an_lr_entry_lost_alone_in_a_load_is_a_lost_lr_schedule():
+    reference = {"batch": list(range(4)), "loss": [1.0] * 4, "lr": [0.1] * 4}
+    resumed = dict(reference, resumes=[{"not_restored": [{"kind": "lr", "entry": "lr"}], "entries": {("lr",): "lr"}}])
+    found = {"first_step": None, "batch": None, "loss": None, "lr": None}
+    assert rc.classify(reference, resumed, found, (2,))[0] == "scheduler_state_lost"
