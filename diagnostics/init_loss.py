@@ -28,10 +28,11 @@ What it checks
     against that all-zero score instead, so a scaled loss is not mistaken for scaled outputs.
 
     fail   loss > 1.5x chance and the harm shows (outputs too large at init: logits scaled
-           up, init too wide; for regression, a loss those steps raise or turn NaN): the check scales the outputs down (1/2 .. 1/256, the largest
-           scale that brings the loss within 1.25x chance) and runs 20 steps of your optimizer
-           from your init (your lr schedule's first values); a FAIL when the loss after them is
-           still at or above where the scaled-down model starts: those steps only undo the init.
+           up, init too wide; for regression, a loss those steps raise or turn NaN): the check
+           scales the outputs down (1/2 .. 1/256, the largest scale that brings the loss within
+           1.25x chance) and runs 20 steps of your optimizer from your init (your lr schedule's
+           first values); a FAIL when the loss after them is still at or above where the
+           scaled-down model starts: those steps only undo the init.
            Also a NaN loss, a negative loss (a flipped sign; or probability outputs fed to
            NLLLoss, named as such when the loss is exactly -mean(p[target])), or regression
            outputs whose shape differs from the targets' and that your loss_fn broadcasts (an
@@ -395,7 +396,7 @@ def _too_large(case, output, details, measured, chance):
     details.update(trial_steps=TRIAL_STEPS, loss_after_trial=after, calming_factor=factor, calmed_loss=calmed)
     trial = (f"after {TRIAL_STEPS} steps of your optimizer it is at {fmt(after)}, where the same model with its outputs "
              f"scaled by {factor:g} starts at {fmt(calmed)}")
-    if "target_rms" in details and not after < calmed and after <= details["loss"]:  # (NaN, or a loss that rose: harm)
+    if "target_rms" in details and not after < calmed and after <= details["loss"]:  # (a NaN or a rise: the fail below)
         details["next"] = "standardise the targets, or scale the last layer's init down"
         return CheckResult("init_loss", "warn", f"{ratio}: the outputs start at {fmt(details['output_rms'] / details['target_rms'])}x "
                            f"the targets' RMS, and the first steps go into bringing them down: {trial}", details)
