@@ -1,6 +1,6 @@
-"""check_resume's refusal of a negative tolerance, its failing status for an unloadable checkpoint, and its "bit for bit"
-wording only for zero tolerances, where a divergence is placed and what a lost entry is named: decisions at their boundaries, found by
-mutation testing."""
+"""check_resume's refusal of a negative tolerance, its failing status for an unloadable checkpoint, its "bit for bit"
+wording only for zero tolerances, where a divergence is placed and what a lost entry is named: decisions at their
+boundaries, found by mutation testing."""
 import pytest
 
 import resume_check as rc
