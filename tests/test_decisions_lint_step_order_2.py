@@ -1,4 +1,4 @@
-"""lint's step-order rules (zero-grad-before-step, scheduler-before-optimizer, clip-grad-order) pinned at their
+"""lint's step-order rules (zero-grad-before-step, scheduler-before-optimizer, clip-grad-order, clip-before-unscale) pinned at their
 decisions: found by mutation testing."""
 import textwrap
 
@@ -133,3 +133,24 @@ def test_clip_after_a_step_with_no_backward_before_it_is_reported_as_clipping_be
         """)
     assert (rule, line) == ("clip-grad-order", 7)
     assert message.startswith("gradients are clipped before backward()")
+
+
+def test_a_clip_function_of_another_library_is_no_clip_before_unscale():
+    # the rule's bad example with the clip taken from elsewhere (a library that unscales itself): no finding
+    loop = """
+        import torch
+        import torch.nn.functional as F
+        from {module} import clip_grad_norm_
+
+        scaler = torch.amp.GradScaler()
+        for x, y in loader:
+            optimizer.zero_grad()
+            with torch.autocast('cuda'):
+                loss = F.cross_entropy(model(x), y)
+            scaler.scale(loss).backward()
+            clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(optimizer)
+            scaler.update()
+        """
+    assert ("clip-before-unscale", 12) in findings(loop.format(module="torch.nn.utils"))
+    assert "clip-before-unscale" not in {rule for rule, _ in findings(loop.format(module="mylib.amp"))}
