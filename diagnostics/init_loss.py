@@ -383,7 +383,8 @@ def _too_large(case, output, details, measured, chance):
     gradient grows with the outputs and pulls them down, so steps that have not yet undone them are a hockey stick (a
     WARN, as for targets off centre), and only a loss those steps raise, or turn NaN, is a FAIL."""
     ratio = f"{measured}: {fmt(details['ratio_to_chance'])}x chance"
-    if "target_rms" in details and not details["output_rms"] > OUTPUT_SCALE * details["target_rms"]:
+    regression = "target_mean" in details  # _judged measured output_rms and target_rms for it
+    if regression and not details["output_rms"] > OUTPUT_SCALE * details["target_rms"]:
         return CheckResult("init_loss", "pass", f"{ratio}, as an untrained regression net's own outputs add their spread to "
                            f"the all-zero score: their RMS {fmt(details['output_rms'])} is within {OUTPUT_SCALE:g}x the "
                            f"targets' {fmt(details['target_rms'])}", details)
@@ -396,7 +397,7 @@ def _too_large(case, output, details, measured, chance):
     details.update(trial_steps=TRIAL_STEPS, loss_after_trial=after, calming_factor=factor, calmed_loss=calmed)
     trial = (f"after {TRIAL_STEPS} steps of your optimizer it is at {fmt(after)}, where the same model with its outputs "
              f"scaled by {factor:g} starts at {fmt(calmed)}")
-    if "target_rms" in details and not after < calmed and after <= details["loss"]:  # (a NaN or a rise: the fail below)
+    if regression and not after < calmed and after <= details["loss"]:  # (a NaN or a rise: the fail below)
         details["next"] = "standardise the targets, or scale the last layer's init down"
         return CheckResult("init_loss", "warn", f"{ratio}: the outputs start at {fmt(details['output_rms'] / details['target_rms'])}x "
                            f"the targets' RMS, and the first steps go into bringing them down: {trial}", details)
@@ -404,7 +405,7 @@ def _too_large(case, output, details, measured, chance):
         return CheckResult("init_loss", "fail", f"{ratio}, the outputs are too large at init: {trial}", details)
     undone = (f"{TRIAL_STEPS} steps of your optimizer take the loss to {fmt(after)}, below the {fmt(calmed)} that outputs "
               f"scaled by {factor:g} start at")
-    if "target_mean" in details:  # regression: an untrained net's own output variance adds to mean(targets**2)
+    if regression:  # an untrained net's own output variance adds to mean(targets**2)
         return CheckResult("init_loss", "pass", f"{ratio}, as an untrained regression net's own output variance adds to "
                            f"the all-zero score, and {undone}", details)
     return CheckResult("init_loss", "warn", f"{ratio}: the outputs start large, but {undone}", details)
