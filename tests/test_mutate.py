@@ -81,7 +81,7 @@ def test_kills_and_survivors_are_counted_and_the_working_tree_is_left_byte_ident
 def test_a_test_that_pins_the_boundary_kills_the_survivors(repo, tmp_path):
     (repo / "tests" / "test_calc.py").write_text(TEST + '\n\ndef test_boundary():\n    assert calc.verdict(11) == "fail"\n'
                                                  '    assert calc.verdict(10) == "pass"\n')
-    proc = mutate(repo, "calc.py", "--json", tmp_path / "results.json")
+    proc = mutate(repo, "calc.py", "--json", tmp_path / "results.json", "--warm")
     assert proc.returncode == 0, proc.stdout
     assert "calc.py: generated 4, killed 4, survived 0, timed out 0" in proc.stdout
 
@@ -132,10 +132,10 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(repo, args, says):
 def test_force_replaces_a_json_file_and_a_later_run_replaces_its_own(repo):
     out = repo / "notes.json"
     out.write_text('{"mine": true}\n')
-    assert mutate(repo, "calc.py", "--json", out, "--max", "2", "--force").returncode == 1  # one of its two survives
+    assert mutate(repo, "calc.py", "--json", out, "--max", "2", "--force", "--warm").returncode == 1  # one of its two survives
     (result,) = json.loads(out.read_text())["files"]
     assert (result["generated"], result["run"], result["survived"]) == (4, 2, ["calc.py:6: `>` -> `>=`"])
-    assert mutate(repo, "calc.py", "--json", out, "--max", "2").returncode == 1
+    assert mutate(repo, "calc.py", "--json", out, "--max", "2", "--warm").returncode == 1
 
 
 def test_max_spreads_the_mutants_over_the_file(repo):
@@ -168,7 +168,7 @@ def test_lines_changed_keeps_only_the_mutants_on_the_lines_the_change_touched(re
                                         "  calc.py:7: 'fail' -> 'warn'"]
     assert mutate(repo, "calc.py", "--list").stdout.startswith("calc.py: 4 mutants;")  # a named file: all its lines
     out = tmp_path / "results.json"
-    proc = mutate(repo, "calc.py", "--lines", "changed", "--json", out)
+    proc = mutate(repo, "calc.py", "--lines", "changed", "--json", out, "--warm")
     assert proc.returncode == 1, proc.stderr
     data = json.loads(out.read_text())
     assert (data["base"], data["lines"]) == ("main", "changed")  # named files, their changed lines: measured from main

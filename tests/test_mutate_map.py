@@ -117,7 +117,7 @@ def test_with_the_map_a_mutant_runs_only_the_tests_that_run_its_line(repo, tmp_p
     root, line_map = repo
     before = files(root)
     out = tmp_path / "results.json"
-    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--json", out)
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--json", out, "--warm")
     assert proc.returncode == 1, proc.stderr
     assert files(root) == before
     (result,) = json.loads(out.read_text())["files"]
@@ -158,7 +158,7 @@ def test_confirm_runs_a_survivor_of_the_mapped_tests_on_the_tests_of_its_file(re
     results = {}
     for confirm in ([], ["--confirm"]):
         out = tmp_path / f"results{len(confirm)}.json"
-        proc = mutate(root, "diagnostics/calc.py", "--map", line_map, *confirm, "--json", out)
+        proc = mutate(root, "diagnostics/calc.py", "--map", line_map, *confirm, "--json", out, "--warm")
         assert proc.returncode == 1, proc.stderr  # unused() is run by no test at all
         (results[bool(confirm)],) = json.loads(out.read_text())["files"]
     assert gate in results[False]["survived"] and "outside_map" not in results[False]
@@ -170,7 +170,7 @@ def test_confirm_runs_a_survivor_of_the_mapped_tests_on_the_tests_of_its_file(re
 
 
 def test_without_the_map_the_tests_that_import_the_file_kill_every_mutant(repo):
-    proc = mutate(repo[0], "diagnostics/calc.py", "--max", "3")
+    proc = mutate(repo[0], "diagnostics/calc.py", "--max", "3", "--warm")
     assert proc.returncode == 0, proc.stdout
     assert "diagnostics/calc.py: generated 11 (ran 3, --max), killed 3, survived 0" in proc.stdout
 
@@ -179,7 +179,7 @@ def test_a_file_changed_since_the_map_was_built_falls_back_to_the_tests_that_imp
     root, line_map = repo
     write(root, CALC + "\n")
     out = tmp_path / "results.json"
-    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--max", "2", "--json", out)
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--max", "2", "--json", out, "--warm")
     (result,) = json.loads(out.read_text())["files"]
     assert (proc.returncode, len(result["killed"])) == (0, 2), proc.stdout  # test_source now runs, and kills
     assert result["map"] == "it changed since the line map was built: import-level tests"
@@ -200,7 +200,7 @@ def test_a_screen_runs_first_and_what_it_lets_through_runs_its_mapped_tests(repo
     root, line_map = repo
     (root / "tests" / "test_screen.py").write_text(SCREEN)
     out = tmp_path / "results.json"
-    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out)
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out, "--warm")
     assert proc.returncode == 1, proc.stderr
     (result,) = json.loads(out.read_text())["files"]
     gate, test, skip, limit = (f"diagnostics/calc.py:{line_of(text)}" for text in (
@@ -214,7 +214,7 @@ def test_a_screen_that_fails_without_any_mutant_is_refused_before_any_runs(repo,
     root, line_map = repo
     (root / "tests" / "test_screen.py").write_text(SCREEN + '\n\ndef test_broken():\n    assert calc.verdict(3) == "broken"\n')
     out = tmp_path / "results.json"
-    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out)
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--screen", "tests/test_screen.py", "--json", out, "--warm")
     assert proc.returncode == 2 and not out.exists(), proc.stdout
     assert proc.stderr.splitlines() == ["mutate.py: error: --screen: tests/test_screen.py::test_broken failed without any "
                                         "mutant: name tests that pass"]
@@ -226,7 +226,7 @@ def test_a_listed_equivalent_mutant_is_counted_and_not_run(repo, tmp_path):
     listed.write_text("# file, mutation, line, why\n"
                       "diagnostics/calc.py\t`>` -> `>=`\tif x > LIMIT:\tno caller passes exactly LIMIT (the test says why)\n")
     out = tmp_path / "results.json"
-    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--equivalent", listed, "--json", out)
+    proc = mutate(root, "diagnostics/calc.py", "--map", line_map, "--equivalent", listed, "--json", out, "--warm")
     (result,) = json.loads(out.read_text())["files"]
     label = f"diagnostics/calc.py:{line_of('    if x > LIMIT:')}: `>` -> `>=`"
     assert result["equivalent"] == [label]
