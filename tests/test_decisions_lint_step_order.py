@@ -59,6 +59,47 @@ def test_a_zero_grad_that_names_no_optimizer_between_backward_and_step_is_report
         """) == [("zero-grad-before-step", 6)]
 
 
+
+@pytest.mark.parametrize("first, second, found", [
+    ("optimizer.zero_grad()", "loss.backward()", []),  # zeroes, then computes the gradients the step uses
+    ("loss.backward()", "optimizer.zero_grad()", [("zero-grad-before-step", 10)]),  # clears them before the step
+])
+def test_a_helper_named_for_zero_grad_is_judged_by_its_own_order_of_zero_grad_and_backward(first, second, found):
+    # the call is a zero_grad() by its name, and the helper's backward() is an event at the same call: which came
+    # last inside the helper decides whether the step after the call sees gradients
+    assert findings(f"""
+        import torch.nn.functional as F
+
+        def zero_grad_and_backward(loss):
+            {first}
+            {second}
+
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            zero_grad_and_backward(loss)
+            optimizer.step()
+        """) == found
+
+
+def test_a_helper_named_for_zero_grad_whose_last_zero_grad_and_backward_share_a_nested_call_is_no_helper_that_zeroes_first():
+    # the nested helper's name makes its call a zero_grad(), and its backward() an event at the same call: nothing there
+    # says the backward() came after the zero (here it came before), so the outer helper is not one that zeroes first
+    assert findings("""
+        import torch.nn.functional as F
+
+        def backward_then_zero_grad(loss):
+            loss.backward()
+            optimizer.zero_grad()
+
+        def zero_grad_step(loss):
+            backward_then_zero_grad(loss)
+
+        for x, y in loader:
+            loss = F.cross_entropy(model(x), y)
+            zero_grad_step(loss)
+            optimizer.step()
+        """) == [("zero-grad-before-step", 13)]
+
 # --- zero-grad-before-step: a zero_grad() at the end of the loop body clears what the next step uses ------------
 
 def test_zero_grad_at_the_end_of_the_loop_before_the_step_of_the_next_pass_is_reported():

@@ -83,6 +83,17 @@ def jump_after(src, node):
     return None
 
 
+def zeroes_then_backward(src, call):
+    """A helper of this file, called as a zero_grad() by its name (`zero_grad_and_backward()`), that calls backward()
+    after its last zero_grad(): the backward() event at its call comes after the zero, not before it."""
+    for function in src.helpers(call):
+        events = src.events(function)
+        zeros = [e.pos for e in events if e.kind == "zero"]
+        if zeros and any(e.kind == "backward" and e.pos > zeros[-1] for e in events):
+            return True
+    return False
+
+
 @rule(
     "zero-grad-before-step",
     "zero_grad() runs between backward() and optimizer.step(), so the step sees zero gradients.",
@@ -121,7 +132,8 @@ def check_zero_grad_before_step(src):
         jump = jump_after(src, zero.node)
         if jump is not None and not isinstance(jump, ast.Continue):
             continue  # break, return or raise: nothing after it runs
-        later = [e for e in events if e.pos > zero.pos] if jump is None else []
+        later = [e for e in events if e.pos > zero.pos or e.pos == zero.pos and e.kind == "backward"
+                 and zeroes_then_backward(src, zero.node)] if jump is None else []
         after = later + (events if loops else [])  # then round the loop again
         if after and after[0].kind == "step":
             yield zero.node, (f"{after[0].target or 'the optimizer'}.step() at line {after[0].pos[0]} runs after this "
