@@ -52,7 +52,10 @@ What it checks
     seconds, so a verdict is the same on a fast GPU and a loaded CPU: 300 at your lr, 600 at 10x.
     A loss still falling when the retry runs out of steps, or one that fell at your lr and
     diverged at 10x, is a skip "inconclusive" (details["failure"]): the steps ran out before the
-    experiment said anything about the model, so it is neither a pass nor a warn about it. An objective that samples noise (a
+    experiment said anything about the model, so it is neither a pass nor a warn about it. So is a
+    plateau of a model with fewer trainable parameters than the rows' target values (a plain
+    nn.Linear(4, 1) against 8 numbers): no code of that size could match them, so the stall shows
+    no bug (details["next"] is the call on as many rows as it has parameters for). An objective that samples noise (a
     VAE's reparameterisation, a diffusion loss drawing t and the noise: the loss differs under
     two seeds) has a floor above zero: there, a loss that halved and then settled is a pass, and
     a loss flat within its noise whose model cannot memorise its own first predictions either
@@ -86,7 +89,8 @@ How to read it
     pass: the batch was memorised (at your lr, or at 10x if the summary says so); the pipeline
     can learn. It does not prove the model generalises: cs231n notes that random features
     overfit too. warn: memorised, but some trainable parameters are not in the optimizer. skip
-    "inconclusive": the step budget ran out (details["next"] is the call with more steps). fail: read details["failure"] and
+    "inconclusive": the step budget ran out, or the model is smaller than the rows' targets (details["next"] is the call
+    that can tell). fail: read details["failure"] and
     details["losses"] (the loss every 10 steps; details["retry_losses"] at 10x): flat, diverging
     and plateau point at different bugs, listed above. details["outputs_are_probabilities"] is
     true when the outputs are non-negative rows summing to 1 (a softmax before the loss);
@@ -703,6 +707,16 @@ def check_overfit_one_batch(case, rows=ROWS, steps=STEPS):
                                    details)
             if samples and moved and relabelled is not None and not blocked and not details["outputs_are_probabilities"]:
                 return _hidden_by_noise(losses, "stalled above the target", details, steps)
+            capacity = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            values = targets.numel() if torch.is_tensor(targets) else 0
+            if capacity < values and not blocked and not details["outputs_are_probabilities"]:
+                fewer = max(1, capacity * k // values)  # rows whose target values the parameters can match one for one
+                details.update(failure="inconclusive", trainable_parameters=capacity, target_values=values,
+                               next=f"rerun on fewer rows: check_overfit_one_batch(case, rows={fewer})")
+                return CheckResult("overfit_one_batch", "skip", f"inconclusive: stalled at {_now(retry, samples):.4g} (from "
+                                   f"{_began(losses, samples):.4g}, target {details['target']:.3g}) even at {RETRY_LR:g}x lr, "
+                                   f"but the model has {capacity} trainable parameters for the {values} target values of "
+                                   f"{k} rows: too few to memorise them, whatever its code{not_optimised}", details)
             cause = ("the outputs are probabilities (rows sum to 1) fed to a loss that expects logits: double softmax?"
                      if details["outputs_are_probabilities"] else
                      f"rows {', '.join(map(str, blocked[:5]))} stay above the target with almost no gradient reaching the "

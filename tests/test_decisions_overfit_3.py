@@ -172,3 +172,38 @@ def test_a_plain_logistic_regression_that_memorises_slowly_is_no_plateau():
     case = overfit_one_batch.validate_case({"model": model, "batch": (x, y),
                                             "loss_fn": torch.nn.functional.binary_cross_entropy_with_logits})
     assert overfit_one_batch.check_overfit_one_batch(case).status == "pass"
+
+
+class _WithSpare(torch.nn.Module):
+    """A model and `spare` more parameters that no output reads."""
+
+    def __init__(self, model, spare):
+        super().__init__()
+        self.model, self.spare = model, torch.nn.Parameter(torch.zeros(spare))
+
+    def forward(self, x):
+        return self.model(x)
+
+
+def _plain_regression(spare=0):
+    """Eight rows of 0/1 targets under MSE: four inputs and a bias cannot match eight values (it stalls at 0.078)."""
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(4, 1)
+    x, y = torch.randn(32, 4), (torch.rand(32, 1) > 0.5).float()
+    return overfit_one_batch.validate_case({"model": _WithSpare(linear, spare) if spare else linear, "batch": (x, y),
+                                            "loss_fn": torch.nn.functional.mse_loss,
+                                            "optimizer": lambda params: torch.optim.Adam(params, lr=3e-3)})
+
+
+def test_a_model_with_fewer_parameters_than_the_target_values_that_stalls_is_inconclusive_not_a_plateau():
+    """A plain linear regression is no capacity bug: a FAIL needs a model with the parameters to match the values."""
+    result = overfit_one_batch.check_overfit_one_batch(_plain_regression())
+    assert (result.status, result.details["failure"]) == ("skip", "inconclusive"), result.summary
+    assert (result.details["trainable_parameters"], result.details["target_values"]) == (5, 8)
+    assert result.details["next"].endswith("rows=5)")
+
+
+def test_a_model_with_as_many_parameters_as_target_values_that_stalls_is_a_plateau():
+    """Three parameters that no output reads make eight: as many as the values, so stalling is the model's own."""
+    result = overfit_one_batch.check_overfit_one_batch(_plain_regression(3))
+    assert (result.status, result.details["failure"]) == ("fail", "plateau"), result.summary
