@@ -1,6 +1,10 @@
 """spikelog/read/__init__.py: how sniff tells a log's format, each decision at its boundary (found by mutation
 testing): the 200 lines it looks at, the cut last line of a full 64 KB head, a stable-baselines3 box and a line
-opening with `[` that breaks JSON exactly halfway."""
+opening with `[` that breaks JSON exactly halfway; and the table reader's size for pandas."""
+import os
+
+import pytest
+
 from spikelog.read import SNIFF_BYTES, sniff
 
 LLMC = "s:1 trl:2.5"  # a line of llm.c's -o log; general.parse also reads it (as `s` and `trl`)
@@ -43,3 +47,15 @@ def test_a_line_opening_with_a_bracket_that_breaks_json_exactly_halfway_is_a_log
     """JSON broken at exactly half the head (here at 10 of 21 characters) is a log line, not a cut document."""
     path = _log(tmp_path, "[1, 2, 3] loss 1.500\n")
     assert sniff(path) == "text"
+
+
+def test_a_table_of_exactly_the_acceleration_size_is_read_with_pandas_and_one_byte_less_is_not(tmp_path):
+    """The size is looked up, never read: a sparse file of ACCELERATE_BYTES (24 MiB) costs no disk."""
+    pandas = pytest.importorskip("pandas")
+    from spikelog.read.table import accelerator
+    log = tmp_path / "big.csv"
+    log.write_bytes(b"")
+    os.truncate(log, 24 << 20)
+    assert accelerator(log) is pandas
+    os.truncate(log, (24 << 20) - 1)
+    assert accelerator(log) is None
