@@ -90,9 +90,8 @@ def check_batchnorm(case):
                 forward(model, case["batch"][0])
         except ValueError as exc:  # F.batch_norm refuses one value per channel in train mode; the hook has the shape
             raised = exc
-    per_call = [{"layer": name, "input": list(shape), "samples": shape[0],
-                 "values_per_channel": (torch.Size(shape).numel() // shape[1]) if len(shape) > 1 else shape[0]}
-                for name, shape in calls]
+    per_call = [{"layer": name, "input": list(shape), "samples": shape[0],  # a channel's values: N, or N x L, N x H x W
+                 "values_per_channel": shape[0] * torch.Size(shape[2:]).numel()} for name, shape in calls]
     if raised is not None and not (per_call and len(per_call[-1]["input"]) > 1 and per_call[-1]["values_per_channel"] == 1):
         raise raised  # not the one-value refusal: a 1-D input of one value is refused for its shape (2-D or 3-D)
     details = {"layers": len(training), "calls": per_call}
