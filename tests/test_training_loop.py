@@ -5,6 +5,7 @@ a GAN's two optimizers, LBFGS's closure, a model left in eval mode after from_pr
 frozen BatchNorm inside a model that trains. The verdict (status, and "kept" / "cleared" / unknown) is asserted.
 """
 import json
+import sys
 
 import pytest
 
@@ -145,3 +146,10 @@ def test_the_weights_after_the_capture_are_those_of_the_first_step(tmp_path, mon
     monkeypatch.setattr(doctor, "CHECKS", [("weights", "test_training_loop")])
     doctor.main(["--script", str(script), "--json"])
     assert json.loads(capfd.readouterr().out)["checks"][0]["status"] == "pass"
+
+
+def test_the_demo_without_capture_beside_it_is_a_case_error(monkeypatch):
+    """training_loop.py copied alone: the demo's capture is missing, which is said, not a NameError later."""
+    monkeypatch.setitem(sys.modules, "capture", None)  # `import capture` now raises ModuleNotFoundError
+    with pytest.raises(ml_debug_contract.CaseError, match="copy capture.py beside training_loop.py"):
+        training_loop.make_demo_case()
