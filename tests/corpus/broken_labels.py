@@ -164,7 +164,7 @@ def make_t5_labels():
     transformers = quiet_transformers()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(4)
-        config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+        config = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
                                        decoder_start_token_id=PAD, pad_token_id=PAD, eos_token_id=1)
         model = transformers.T5ForConditionalGeneration(config)
     input_ids, attention_mask = seeded_batch(4)

@@ -76,7 +76,7 @@ def make_t5():
     """T5 encoder-decoder: the target reverses the source; the model builds decoder inputs from the labels."""
     import transformers
     with seeded(13):
-        config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2,
+        config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=16, d_ff=64, num_layers=1, num_heads=2,
                                        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
         model = transformers.T5ForConditionalGeneration(config)
         input_ids = torch.randint(2, 64, (8, 10))
