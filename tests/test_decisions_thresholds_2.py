@@ -1,8 +1,11 @@
 """The spike analyser's thresholds pinned at their values (issue 27): mutation testing's survivors on EARLY_RECENT,
-SETTLE_TOL, FALLING_Z and OFFSET_REL, each killed by an input just inside and just past its boundary."""
+SETTLE_TOL, FALLING_Z, OFFSET_REL, SPIKE_ABS, CREEP_ABS, CREEP_Z, RESUME_NEAR and LEAD_STEPS, each killed by an input
+just inside and just past its boundary."""
 import pytest
 
+from spikelog.detect.events import Creep, link_grad_leads, resume_spike_events
 from spikelog.detect.series import Episode
+from test_decisions_events import _grad, _spike
 from test_decisions_series_2 import _recovered_at
 from test_decisions_series_4 import _fed
 
@@ -44,3 +47,50 @@ def test_a_level_after_a_recovery_more_than_2_percent_above_a_flat_trend_is_a_la
     # 0.015, so the margin is OFFSET_REL of the baseline, 0.02: 1.9% above is back on the trend, 2.1% a lasting
     # offset (no_recovery)
     assert _recovered_at(1.0, 0.01, 1.6, [level] * 129)[0] == verdict
+
+
+@pytest.mark.parametrize("x, spike", [(0.0119, False), (0.0121, True)])
+def test_a_spike_near_zero_is_at_least_0_2_percent_of_the_runs_highest_baseline_above_it(x, spike):
+    # a baseline of 1.0 (the run's scale), then 96 values at 0.01 with no spread: 5% of the baseline is 0.0005,
+    # under SPIKE_ABS of the scale (0.002), so the threshold is 0.012: 0.0119 is healthy, 0.0121 opens a spike
+    series = _fed([1.0] * 32 + [0.01] * 96)
+    series.feed(128, 128, x)
+    assert (series.episode is not None) is spike
+
+
+def _creep(levels, scale=2.0, spread=0.0):
+    """A creep watch fed these block medians (32 steps a block) at this scale and spread, and its events."""
+    events = []
+    creep = Creep(events)
+    for k, level in enumerate(levels):
+        creep.add_block(32 * k, 32 * k + 31, 32 * k + 31, level, scale, spread)
+    return events
+
+
+@pytest.mark.parametrize("high, creep", [(0.119, False), (0.121, True)])
+def test_a_creep_near_zero_is_at_least_1_percent_of_the_scale_above_the_low(high, creep):
+    # a low of 0.1 at scale 2.0: 10% of the low (0.01) is under CREEP_ABS of the scale (0.02), so block medians
+    # must pass 0.12 to creep
+    assert bool(_creep([0.1] * 4 + [high] * 4)) is creep
+
+
+@pytest.mark.parametrize("high, creep", [(1.9, False), (2.0, True)])
+def test_a_creep_in_a_spread_loss_is_more_than_3_standard_errors_of_a_block_median_above_the_low(high, creep):
+    # a low of 1.0 whose logs spread by 1.0: a block median's noise reaches exp(CREEP_Z * 0.2216) = 1.944x the
+    # low (3.3 standard errors would be 2.078x): 1.9 is that noise, 2.0 a creep
+    assert bool(_creep([1.0] * 4 + [high] * 4, spread=1.0)) is creep
+
+
+@pytest.mark.parametrize("start_row, near", [(164, True), (165, False)])
+def test_a_loss_spike_up_to_64_rows_after_a_resume_is_a_resume_spike(start_row, near):
+    events = []
+    resume_spike_events([_spike(start_row)], [(100, 100, 150)], events)
+    assert bool(events) is near
+
+
+@pytest.mark.parametrize("grad_start, lead", [(92, 10), (91, None)])
+def test_a_grad_norm_spike_rows_back_leads_a_loss_spike_by_at_most_10_steps(grad_start, lead):
+    # a loss spike at row and step 102, a grad-norm spike 7 rows back: 10 steps earlier leads it, 11 does not
+    spike = _spike(102, start=102)
+    link_grad_leads([spike], [_grad(95, grad_start)], [])
+    assert spike.grad_norm_lead == lead
