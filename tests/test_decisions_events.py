@@ -152,10 +152,11 @@ def _series_events(a, b, main=()):
     return events
 
 
-def test_dataset_spikes_exactly_three_rows_apart_are_one_shared_event():
-    """SHARED_GAP is 3 rows: a spike in b starting 3 rows after a's ended is the same event."""
-    events = _series_events([_spike(10, end_row=20)], [_spike(23, end_row=30)])
-    assert [e["scope"] for e in events] == ["shared"]
+@pytest.mark.parametrize("start, scopes", [(23, ["shared"]), (24, ["confined", "confined"])])
+def test_dataset_spikes_up_to_three_rows_apart_are_one_shared_event(start, scopes):
+    """SHARED_GAP is 3 rows: a spike in b starting 3 rows after a's ended is the same event, 4 rows after is another."""
+    events = _series_events([_spike(10, end_row=20)], [_spike(start, end_row=30)])
+    assert [e["scope"] for e in events] == scopes
 
 
 @pytest.mark.parametrize("main_start, main_end", [(33, 40), (1, 7)])

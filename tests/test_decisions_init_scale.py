@@ -71,7 +71,9 @@ def test_init_scale_notes_an_all_zero_weight_and_fails_an_all_constant_one(value
     model = _scaled([0.07, 0.07])
     with torch.no_grad():
         model[1].weight.fill_(value)
-    assert _check(model).status == status
+    result = _check(model)
+    assert result.status == status
+    assert ("zero-initialised: 1.weight" in result.summary) is (status == "pass")  # a pass names the zeroed weight
 
 
 @pytest.mark.parametrize("big, more", [(1, False), (2, True)])
