@@ -23,3 +23,7 @@ def test_inplace_blames_no_seen_op_for_a_backward_refusal_that_names_no_op():
             "loss_fn": torch.nn.functional.mse_loss}
     result = inplace.check_inplace(case)
     assert (result.status, result.details["culprit"]) == ("fail", None)
+    # what saved the value, from the anomaly-mode rerun, is what the summary names: addmm, at `h = self.lin(x)`
+    line = f"test_decisions_inplace_check.py:{_ShiftsItsOutputThenScalesItsInput.forward.__code__.co_firstlineno + 1}"
+    assert (result.details["saved_by_node"], result.details["saved_by_line"]) == ("AddmmBackward0", line)
+    assert f"saved for backward by AddmmBackward0 at {line} (torch:" in result.summary
